@@ -1,0 +1,3 @@
+from llmchat.cli import main
+
+main()

@@ -1,0 +1,224 @@
+"""`llmchat history` commands: list, show, export and remove saved conversations.
+
+Only typer is imported at the top so `llmchat --help` stays fast; the store, rich and the
+error types are imported inside the commands that use them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+import typer
+
+if TYPE_CHECKING:
+    from llmchat.history import HistoryStore
+
+app = typer.Typer(no_args_is_help=True, help="List, show, export and remove saved conversations.")
+
+EXPORT_FORMATS = ("json", "markdown")
+
+
+def _open_store() -> HistoryStore | None:
+    """The store, or None when there is no history yet: reading must not create the database."""
+    from llmchat import paths
+    from llmchat.history import HistoryStore
+
+    path = paths.history_db()
+    return HistoryStore.open(path) if path.exists() else None
+
+
+def _no_history_error(ref: str):
+    from llmchat.errors import UsageError
+
+    return UsageError(f"no conversation matches {ref!r}: the history is empty")
+
+
+def _load(ref: str):
+    store = _open_store()
+    if store is None:
+        raise _no_history_error(ref)
+    with store:
+        return store.get(ref)
+
+
+@app.command("list")
+def list_command(
+    limit: int = typer.Option(50, "--limit", "-n", help="Show at most this many conversations."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON array instead of a table."),
+) -> None:
+    """List conversations, most recently updated first."""
+    if limit < 1:
+        from llmchat.errors import UsageError
+
+        raise UsageError(f"--limit must be at least 1, not {limit}")
+    store = _open_store()
+    summaries = []
+    if store is not None:
+        with store:
+            summaries = store.list_conversations(limit=limit)
+    if as_json:
+        _print_summaries_json(summaries)
+    elif not summaries:
+        typer.echo("No conversations yet.")
+    else:
+        _print_summaries_table(summaries)
+
+
+def _print_summaries_json(summaries: list) -> None:
+    import json
+    from dataclasses import asdict
+
+    typer.echo(json.dumps([asdict(s) for s in summaries], indent=2, ensure_ascii=False))
+
+
+def _print_summaries_table(summaries: list) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    # A pipe is not 80 columns wide: don't clip what a script may grep or cut.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 1000)
+    headers = ("ID", "Name", "Model", "Updated (UTC)", "Msgs")
+    rows = [(s.id, s.name or "", s.model, _short_time(s.updated_at), str(s.n_messages)) for s in summaries]
+    fixed_width = sum(max(len(text) for text in column) for column in zip(headers, *rows))
+    gaps = 2 * len(headers)  # two spaces between columns, the preview included
+    preview_width = min(console.width - fixed_width - gaps, max(len(s.preview) for s in summaries))
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for header in headers:
+        # Ids are what the other commands take: no column may wrap or clip them.
+        table.add_column(header, no_wrap=True, justify="right" if header == "Msgs" else "left")
+    # Only the preview gives way on a narrow terminal, and goes when there is no room left.
+    show_preview = preview_width >= 12
+    if show_preview:
+        table.add_column("First message", no_wrap=True, overflow="ellipsis", width=preview_width)
+    for row, summary in zip(rows, summaries):
+        table.add_row(*row, *([summary.preview] if show_preview else []))
+    console.print(table)
+
+
+def _short_time(iso: str) -> str:
+    """'2024-05-01T12:34:56.123456+00:00' -> '2024-05-01 12:34'."""
+    return iso[:16].replace("T", " ")
+
+
+@app.command("show")
+def show_command(
+    ref: str = typer.Argument(..., metavar="ID", help="Conversation id, unique id prefix, name, or 'last'."),
+    as_json: bool = typer.Option(False, "--json", help="Print the conversation as JSON."),
+) -> None:
+    """Show one conversation: header and every turn."""
+    from llmchat.history import export_json, export_markdown
+
+    conv = _load(ref)
+    if as_json:
+        typer.echo(export_json(conv), nl=False)
+    elif sys.stdout.isatty():
+        from rich.console import Console
+        from rich.markdown import Markdown
+
+        Console().print(Markdown(export_markdown(conv)))
+    else:
+        typer.echo(export_markdown(conv), nl=False)
+
+
+@app.command("export")
+def export_command(
+    ref: str = typer.Argument(..., metavar="ID", help="Conversation id, unique id prefix, name, or 'last'."),
+    fmt: str = typer.Option("markdown", "--format", "-f", help="json or markdown."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
+) -> None:
+    """Export a conversation as JSON or Markdown."""
+    from llmchat.errors import UsageError
+    from llmchat.history import export_json, export_markdown
+
+    fmt = fmt.lower()
+    if fmt not in EXPORT_FORMATS:
+        raise UsageError(f"--format must be json or markdown, not {fmt!r}")
+    conv = _load(ref)
+    text = export_json(conv) if fmt == "json" else export_markdown(conv)
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    write_atomically(output, text)
+    typer.echo(f"exported conversation {conv.id} to {output}", err=True)
+
+
+def write_atomically(target: Path, text: str) -> None:
+    """Write via a temp file in the same folder + os.replace, so `target` is never half-written."""
+    import os
+    import tempfile
+
+    from llmchat.errors import LlmchatError
+
+    target = target.expanduser()
+    try:
+        fd, temp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as err:
+        raise LlmchatError(f"cannot write {target}: {err.strerror or err}") from err
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp_name, _file_mode(target))
+        os.replace(temp_name, target)
+    except OSError as err:
+        _remove_quietly(temp_name)
+        raise LlmchatError(f"cannot write {target}: {err.strerror or err}") from err
+    except BaseException:
+        _remove_quietly(temp_name)
+        raise
+
+
+def _file_mode(target: Path) -> int:
+    """Keep an existing file's mode; a new file gets the usual 0666 minus umask (mkstemp uses 0600)."""
+    import os
+
+    try:
+        return target.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def _remove_quietly(name: str) -> None:
+    import os
+
+    try:
+        os.unlink(name)
+    except OSError:
+        pass
+
+
+@app.command("rm")
+def rm_command(
+    ref: str = typer.Argument(..., metavar="ID", help="Conversation id, unique id prefix, name, or 'last'."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Delete without asking."),
+) -> None:
+    """Delete a conversation and its messages."""
+    store = _open_store()
+    if store is None:
+        raise _no_history_error(ref)
+    with store:
+        conv = store.get(ref)
+        if not yes and not _confirm_delete(conv):
+            typer.echo("Not deleted.")
+            return
+        # Delete by the resolved full id: "last" may name another conversation by now.
+        store.delete(conv.id)
+    typer.echo(f"Deleted conversation {conv.id}.")
+
+
+def _confirm_delete(conv) -> bool:
+    from llmchat.errors import UsageError
+
+    label = f"{conv.id}" + (f" ({conv.name})" if conv.name else "")
+    if not sys.stdin.isatty():
+        raise UsageError(f"refusing to delete conversation {label} without confirmation; pass --yes")
+    try:
+        return typer.confirm(f"Delete conversation {label} with {len(conv.messages)} messages?", default=False)
+    except typer.Abort:  # Ctrl-D / Ctrl-C at the prompt means no
+        return False

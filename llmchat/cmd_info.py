@@ -1,0 +1,208 @@
+"""`llmchat info -m MODEL [--json]`: what a GGUF model is and how much memory it needs.
+
+Reads only the file's header (no llama.cpp, no weights), so it is quick even for large models.
+
+`--json` prints one object on stdout. Its fields (sizes in bytes; null when unknown):
+
+    path, file_size_bytes, gguf_version
+    architecture, name, size_label        general.architecture / general.name / general.size_label
+    parameter_count                       sum of all tensor element counts
+    quantization, quantization_source     e.g. "Q4_K_M" from "general.file_type", else
+                                          the "most common tensor type"
+    trained_context                       <arch>.context_length
+    layers, embedding_length
+    heads, kv_heads                       the largest per-layer value
+    heads_per_layer, kv_heads_per_layer   lists, only when they vary by layer (else null)
+    head_dim_k, head_dim_v                <arch>.attention.key_length / value_length
+    attention                             "MHA" | "GQA" | "MQA" | "mixed" | "none"
+    sliding_window                        window in tokens, or null
+    sliding_window_layers                 how many layers use it
+    sliding_window_layout                 where that layout came from
+    vocab_size, tensor_count, weights_bytes
+    has_chat_template, chat_template_source
+    kv_bytes_per_token                    {"f16": .., "q8_0": .., "q4_0": ..}, full-context layers
+    contexts                              list, one per context length (4k, 8k, 32k, 128k, trained):
+        n_ctx, beyond_trained,
+        kv_bytes        f16 KV cache as llama.cpp allocates it by default (full-size SWA layers)
+        kv_bytes_swa    with swa_full=false (sliding-window layers keep only their window)
+        compute_bytes   compute + output buffer estimate (see llmchat/model_info.py)
+        total_bytes     weights + kv_bytes + compute_bytes;  total_bytes_swa likewise
+        fits_ram        total_bytes <= MemAvailable (null if unknown)
+        fits_vram       total_bytes <= free memory of the emptiest GPU (null without a GPU)
+    memory                                {ram_total_bytes, ram_available_bytes,
+                                           gpus: [{name, total_bytes, free_bytes}]}
+    notes                                 list of sentences: how the figures were computed
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+app = typer.Typer(
+    help="Show a model's architecture, KV-cache size and memory needs.",
+    no_args_is_help=False,
+    add_completion=False,
+    subcommand_metavar="",  # a single command: no "COMMAND [ARGS]..." in the usage line
+)
+
+
+@app.callback(invoke_without_command=True)
+def info(
+    model: Optional[str] = typer.Option(
+        None, "-m", "--model", help="Model: a .gguf path, a name in the models folder, or a config alias."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Show a model's architecture, KV-cache size and memory needs (reads the GGUF header only)."""
+    from llmchat.gguf_file import check_loadable, read_metadata
+    from llmchat.model_info import model_report
+
+    path = resolve_model_path(model)
+    meta = read_metadata(path)
+    check_loadable(meta)
+    report = model_report(meta)
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        _print_report(report)
+
+
+def resolve_model_path(requested: str | None) -> Path:
+    """`-m` to a file path, the same way chat resolves it (aliases, models folder, default model)."""
+    try:
+        from llmchat.models import resolve_model
+    except ImportError:  # models.py not available: treat -m as a plain path
+        if requested is None:
+            from llmchat.errors import UsageError
+
+            raise UsageError("no model given; pass -m PATH.gguf") from None
+        return Path(requested).expanduser()
+    from llmchat.config import load_config
+
+    config = load_config()
+    return resolve_model(requested, aliases=config.models, config_default=config.model).path
+
+
+# ---------------------------------------------------------------------------------------------
+# Human output
+
+
+def _print_report(report: Any) -> None:
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    console.print(_overview_table(report))
+    console.print(_kv_per_token_table(report))
+    console.print(_contexts_table(report))
+    console.print(_machine_line(report))
+    for note in report.notes:
+        console.print(f"[dim]• {note}[/dim]")
+
+
+def _overview_table(report: Any) -> Any:
+    from rich.table import Table
+
+    table = Table(title=report.name or Path(report.path).name, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    rows = [
+        ("file", f"{report.path} ({_size(report.file_size_bytes)}, GGUF v{report.gguf_version})"),
+        ("architecture", report.architecture or "?"),
+        ("size label", report.size_label or "-"),
+        ("parameters", _count(report.parameter_count)),
+        ("quantization", f"{report.quantization} ({report.quantization_source})"),
+        ("weights", _size(report.weights_bytes)),
+        ("trained context", f"{report.trained_context:,}" if report.trained_context else "?"),
+        ("layers", str(report.layers)),
+        ("embedding", str(report.embedding_length or "?")),
+        ("attention", f"{report.attention}: {report.heads} heads, {report.kv_heads} KV heads"),
+        ("head dims", f"K {report.head_dim_k}, V {report.head_dim_v}"),
+        ("sliding window", _sliding_window(report)),
+        ("vocabulary", f"{report.vocab_size:,} tokens"),
+        ("chat template", report.chat_template_source),
+    ]
+    for label, value in rows:
+        table.add_row(label, value)
+    return table
+
+
+def _sliding_window(report: Any) -> str:
+    if not report.sliding_window:
+        return "none"
+    return f"{report.sliding_window} tokens on {report.sliding_window_layers} of {report.layers} layers"
+
+
+def _kv_per_token_table(report: Any) -> Any:
+    from rich.table import Table
+
+    table = Table(title="KV cache per token", title_justify="left")
+    for cache_type in report.kv_bytes_per_token:
+        table.add_column(cache_type, justify="right")
+    table.add_row(*(f"{b:,} B" for b in report.kv_bytes_per_token.values()))
+    return table
+
+
+def _contexts_table(report: Any) -> Any:
+    from rich.table import Table
+
+    has_swa = bool(report.sliding_window)
+    has_gpu = bool(report.memory.gpus)
+    table = Table(title="Memory by context length (f16 KV cache)", title_justify="left")
+    table.add_column("context", justify="right")
+    table.add_column("KV cache", justify="right")
+    if has_swa:
+        table.add_column("KV (swa_full=false)", justify="right")
+    table.add_column("compute", justify="right")
+    table.add_column("total", justify="right")
+    table.add_column("fits RAM")
+    if has_gpu:
+        table.add_column("fits VRAM")
+    for ctx in report.contexts:
+        label = f"{ctx.n_ctx:,}" + (" *" if ctx.beyond_trained else "")
+        row = [label, _size(ctx.kv_bytes)]
+        if has_swa:
+            row.append(_size(ctx.kv_bytes_swa))
+        row += [_size(ctx.compute_bytes), _size(ctx.total_bytes), _yes_no(ctx.fits_ram)]
+        if has_gpu:
+            row.append(_yes_no(ctx.fits_vram))
+        table.add_row(*row)
+    if any(c.beyond_trained for c in report.contexts):
+        table.caption = "* beyond the trained context"
+    return table
+
+
+def _machine_line(report: Any) -> str:
+    memory = report.memory
+    parts = [f"RAM available: {_size(memory.ram_available_bytes)} of {_size(memory.ram_total_bytes)}"]
+    for gpu in memory.gpus:
+        parts.append(f"GPU {gpu.name}: {_size(gpu.free_bytes)} free of {_size(gpu.total_bytes)}")
+    if not memory.gpus:
+        parts.append("no GPU found")
+    return "; ".join(parts)
+
+
+def _yes_no(value: bool | None) -> str:
+    if value is None:
+        return "?"
+    return "[green]yes[/green]" if value else "[red]no[/red]"
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _count(n: int) -> str:
+    for unit, scale in (("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit} ({n:,})"
+    return f"{n:,}"

@@ -1,0 +1,139 @@
+"""The conversation and its token budget. Prints nothing.
+
+The context window holds the rendered prompt plus the reply. We keep a reserve for the reply and
+count the prompt with the model's own tokenizer on the rendered template (never estimated).
+
+When the next prompt does not fit, the oldest whole exchanges are dropped, in one chunk down to
+about 65% of the budget rather than one message at a time: the turns after a trim then extend a
+stable prefix and reuse the KV cache, instead of shifting the front of the window (and
+re-prefilling everything) on every turn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from llmchat.errors import ContextOverflowError
+
+TRIM_TARGET = 0.65
+
+
+@dataclass
+class Conversation:
+    """System prompt plus user/assistant messages. `window_start` marks the oldest message still
+    sent to the model; earlier ones were trimmed from the context but stay in history."""
+
+    system: str | None = None
+    messages: list[dict] = field(default_factory=list)  # {"role", "content"} and maybe "interrupted"
+    window_start: int = 0
+
+    def prompt_messages(self, pending_user: str | None = None, start: int | None = None) -> list[dict]:
+        start = self.window_start if start is None else start
+        result = [{"role": "system", "content": self.system}] if self.system else []
+        result += [{"role": m["role"], "content": m["content"]} for m in self.messages[start:]]
+        if pending_user is not None:
+            result.append({"role": "user", "content": pending_user})
+        return result
+
+    def add_exchange(self, user: str, assistant: str, *, interrupted: bool = False) -> None:
+        self.messages.append({"role": "user", "content": user})
+        self.messages.append({"role": "assistant", "content": assistant, "interrupted": interrupted})
+
+    def drop_last_exchange(self) -> bool:
+        if len(self.messages) < 2:
+            return False
+        del self.messages[-2:]
+        self.window_start = min(self.window_start, len(self.messages))
+        return True
+
+    def last_user_message(self) -> str | None:
+        for message in reversed(self.messages):
+            if message["role"] == "user":
+                return message["content"]
+        return None
+
+    def clear(self) -> None:
+        self.messages.clear()
+        self.window_start = 0
+
+
+@dataclass(frozen=True)
+class Budget:
+    n_ctx: int
+    reply_reserve: int
+
+    @property
+    def prompt_limit(self) -> int:
+        return self.n_ctx - self.reply_reserve
+
+
+def default_reply_reserve(n_ctx: int, max_tokens: int | None) -> int:
+    """`--max-tokens` when given, otherwise min(1024, n_ctx/4)."""
+    return max_tokens if max_tokens is not None else min(1024, n_ctx // 4)
+
+
+@dataclass(frozen=True)
+class FitResult:
+    prompt_tokens: list[int]
+    messages_dropped: int = 0
+    tokens_dropped: int = 0
+
+
+def fit_to_context(
+    conversation: Conversation,
+    user_text: str,
+    budget: Budget,
+    tokenize_messages: Callable[[list[dict]], list[int]],
+    *,
+    overflow: str = "drop",
+) -> FitResult:
+    """Tokens of the next prompt, trimming `conversation.window_start` forward when it must.
+
+    Raises ContextOverflowError when the newest message cannot fit even alone (with the system
+    prompt), or when trimming is needed and `overflow == "error"`.
+    """
+    tokens = tokenize_messages(conversation.prompt_messages(user_text))
+    if len(tokens) <= budget.prompt_limit:
+        return FitResult(tokens)
+    full_size = len(tokens)
+
+    alone = tokenize_messages(conversation.prompt_messages(user_text, start=len(conversation.messages)))
+    if len(alone) > budget.prompt_limit:
+        raise ContextOverflowError(
+            f"the prompt is {len(alone):,} tokens but the context of {budget.n_ctx:,} holds at most "
+            f"{budget.prompt_limit:,} with {budget.reply_reserve:,} kept for the reply; "
+            f"raise --ctx, lower --max-tokens or shorten the message",
+            prompt_tokens=len(alone),
+            limit=budget.prompt_limit,
+        )
+    if overflow == "error":
+        raise ContextOverflowError(
+            f"the conversation is {full_size:,} tokens but the context holds {budget.prompt_limit:,} "
+            f"(plus {budget.reply_reserve:,} for the reply); raise --ctx or use --overflow drop",
+            prompt_tokens=full_size,
+            limit=budget.prompt_limit,
+        )
+
+    target = int(budget.prompt_limit * TRIM_TARGET)
+    start = conversation.window_start
+    # Whole exchanges only: a user message without its reply (or the reverse) confuses the model.
+    while start < len(conversation.messages):
+        start = _next_exchange_start(conversation.messages, start)
+        tokens = tokenize_messages(conversation.prompt_messages(user_text, start=start))
+        if len(tokens) <= target:
+            break
+    if len(tokens) > budget.prompt_limit:  # cannot happen given the check above; kept as a guard
+        tokens = alone
+        start = len(conversation.messages)
+    dropped = start - conversation.window_start
+    conversation.window_start = start
+    return FitResult(tokens, messages_dropped=dropped, tokens_dropped=full_size - len(tokens))
+
+
+def _next_exchange_start(messages: list[dict], start: int) -> int:
+    """Index after the exchange that begins at `start` (a user message and the replies after it)."""
+    index = start + 1
+    while index < len(messages) and messages[index]["role"] != "user":
+        index += 1
+    return index

@@ -1,0 +1,437 @@
+"""Load a GGUF model with llama.cpp and stream one sequence's tokens.
+
+Generation goes through `Llama.generate`, which keeps the longest common prefix of the previous
+prompt in the KV cache and evaluates only the new suffix: a chat that re-renders the whole
+conversation each turn prefills only the new turn. It also runs speculative decoding when a
+drafter is set (drafted tokens are verified in one pass).
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import llama_cpp
+import numpy as np
+from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
+
+from llmchat.engine import logs
+from llmchat.errors import ModelError, UsageError
+from llmchat.sampling import SamplingParams
+from llmchat.stopping import StopMatcher
+
+KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
+DEFAULT_MAX_CTX = 8192
+
+# Marker tokens that tell template families apart; looked up in the vocabulary once at load.
+MARKER_TOKENS = (
+    "<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>", "<|start_header_id|>", "<|eot_id|>",
+    "[INST]", "[/INST]", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>", "<|endoftext|>",
+    "<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|start_of_role|>", "<|end_of_role|>",
+    "<｜User｜>", "<｜Assistant｜>", "<|im_sep|>", "[SYSTEM_PROMPT]", "<s>", "</s>",
+)
+
+
+def physical_cores() -> int:
+    """Physical cores, not logical CPUs: decode is memory-bound and hyperthreads only add contention.
+
+    llama-cpp-python's own default (half the logical CPUs) measured about 40% slower decode on a
+    2-core machine.
+    """
+    try:
+        cores = set()
+        physical = core = None
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("physical id"):
+                    physical = line.split(":")[1].strip()
+                elif line.startswith("core id"):
+                    core = line.split(":")[1].strip()
+                elif not line.strip() and core is not None:
+                    cores.add((physical, core))
+                    physical = core = None
+        if core is not None:
+            cores.add((physical, core))
+        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        if cores:
+            return max(1, min(len(cores), usable))
+    except OSError:
+        pass
+    return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    n_ctx: int | None = None  # None: min(trained context, 8192)
+    threads: int | None = None  # None: physical cores
+    batch_size: int = 512
+    device: str = "auto"  # auto | cpu | gpu
+    gpu_layers: int | None = None  # None: all when the build can offload (auto/gpu), 0 on cpu
+    flash_attn: bool = False
+    kv_type: str = "f16"  # f16 | q8_0 | q4_0, for both K and V
+    mmap: bool = True
+    mlock: bool = False
+    verbose: bool = False
+    lookup: bool = False  # prompt-lookup n-gram drafting
+    draft_model: Path | None = None
+    draft_tokens: int = 8
+
+
+@dataclass
+class TokenEvent:
+    """One sampled token: `text` is what may be shown now (may be empty while held back)."""
+
+    text: str
+    token_id: int
+
+
+@dataclass
+class GenerationOutcome:
+    finish_reason: str = "stop"  # stop | length | interrupted
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    generated_tokens: int = 0
+    t_start: float = 0.0  # perf_counter when generation began (prefill starts)
+    t_first_token: float | None = None
+    t_last_token: float | None = None
+    draft_proposed: int = 0
+    draft_accepted: int = 0
+    generated_ids: list[int] = field(default_factory=list)
+
+
+class _CountingDrafter(LlamaDraftModel):
+    """Wraps a drafter to measure its acceptance rate: each proposal is remembered with the position
+    it starts at, and compared with what the main model finally produced."""
+
+    def __init__(self, inner: LlamaDraftModel):
+        self.inner = inner
+        self.proposals: list[tuple[int, np.ndarray]] = []
+
+    def __call__(self, input_ids: np.ndarray, /, **kwargs) -> np.ndarray:
+        drafted = self.inner(input_ids, **kwargs)
+        if len(drafted):
+            self.proposals.append((len(input_ids), np.array(drafted, dtype=np.intc)))
+        return drafted
+
+    def acceptance(self, final_ids: Sequence[int]) -> tuple[int, int]:
+        proposed = accepted = 0
+        for start, drafted in self.proposals:
+            proposed += len(drafted)
+            for offset, token in enumerate(drafted):
+                if start + offset >= len(final_ids) or final_ids[start + offset] != token:
+                    break
+                accepted += 1
+        self.proposals.clear()
+        return proposed, accepted
+
+
+class _DraftModelDrafter(LlamaDraftModel):
+    """A small model with the same vocabulary drafts k tokens greedily; the main model verifies them.
+
+    The draft model keeps its own KV cache and, through `generate`'s prefix reuse, only evaluates
+    what is new since its last call.
+    """
+
+    def __init__(self, draft: "llama_cpp.Llama", k: int):
+        self.draft = draft
+        self.k = k
+
+    def __call__(self, input_ids: np.ndarray, /, **kwargs) -> np.ndarray:
+        limit = self.draft.n_ctx() - self.k - 1
+        if len(input_ids) >= limit:
+            return np.array([], dtype=np.intc)
+        drafted = []
+        for token in self.draft.generate(list(map(int, input_ids)), temp=0.0, top_k=1, repeat_penalty=1.0):
+            drafted.append(token)
+            if len(drafted) >= self.k or self.draft._model.token_eos() == token:
+                break
+        return np.array(drafted, dtype=np.intc)
+
+
+def _gpu_layers(settings: EngineSettings) -> int:
+    if settings.device not in ("auto", "cpu", "gpu"):
+        raise UsageError(f"--device must be auto, cpu or gpu, got {settings.device!r}")
+    can_offload = bool(llama_cpp.llama_supports_gpu_offload())
+    if settings.device == "gpu" and not can_offload:
+        raise UsageError(
+            "--device gpu: this llama-cpp-python build has no GPU support; reinstall it with "
+            "CMAKE_ARGS='-DGGML_CUDA=on' (NVIDIA) or '-DGGML_METAL=on' (Apple), or use --device cpu"
+        )
+    if settings.device == "cpu":
+        return 0
+    if settings.gpu_layers is not None:
+        return settings.gpu_layers if can_offload else 0
+    return -1 if can_offload else 0
+
+
+class Engine:
+    """One loaded model and its context. Load once per session; generate many times."""
+
+    def __init__(self, llm: "llama_cpp.Llama", model_path: Path, settings: EngineSettings, notices: list[str]):
+        self._llm = llm
+        self.model_path = model_path
+        self.settings = settings
+        self.notices = notices  # things worth a line under --verbose
+        self._vocab = llama_cpp.llama_model_get_vocab(llm._model.model)
+        self._pieces: dict[int, bytes] = {}
+        self._drafter: _CountingDrafter | None = llm.draft_model  # type: ignore[assignment]
+        self.metadata: dict[str, str] = dict(llm.metadata)
+        self.n_ctx: int = llm.n_ctx()
+        self.n_ctx_train: int = llm._model.n_ctx_train()
+        self.n_layers: int = int(self.metadata.get(f"{self.metadata.get('general.architecture', '')}.block_count", 0) or 0)
+        self.bos_id: int = llm._model.token_bos()
+        self.eos_id: int = llm._model.token_eos()
+        self.add_bos: bool = bool(llm._model.add_bos_token())
+        self.bos_text: str = self._token_text(self.bos_id)
+        self.eos_text: str = self._token_text(self.eos_id)
+        self.threads: int = llm.n_threads
+
+    # --- loading -----------------------------------------------------------------------------
+    @classmethod
+    def load(cls, model_path: Path, settings: EngineSettings) -> "Engine":
+        logs.install(settings.verbose)
+        notices: list[str] = []
+        if settings.kv_type not in KV_TYPES:
+            raise UsageError(f"--kv-type must be one of {', '.join(KV_TYPES)}, got {settings.kv_type!r}")
+        flash_attn = settings.flash_attn
+        if settings.kv_type != "f16" and not flash_attn:
+            # llama.cpp refuses a quantized V cache without flash attention ("Failed to create llama_context").
+            flash_attn = True
+            notices.append(f"--kv-type {settings.kv_type}: flash attention turned on (a quantized V cache needs it)")
+        gpu_layers = _gpu_layers(settings)
+        threads = settings.threads or physical_cores()
+
+        drafter: LlamaDraftModel | None = None
+        if settings.lookup and settings.draft_model:
+            raise UsageError("--lookup and --draft-model are two kinds of drafting; choose one")
+        if settings.lookup:
+            drafter = LlamaPromptLookupDecoding(max_ngram_size=3, num_pred_tokens=settings.draft_tokens)
+        elif settings.draft_model:
+            draft_llm = _open_llama(settings.draft_model, n_ctx=settings.n_ctx or 0, threads=threads, gpu_layers=gpu_layers, settings=settings)
+            drafter = _DraftModelDrafter(draft_llm, settings.draft_tokens)
+
+        llm = _open_llama(
+            model_path,
+            n_ctx=settings.n_ctx or 0,
+            threads=threads,
+            gpu_layers=gpu_layers,
+            settings=settings,
+            flash_attn=flash_attn,
+            type_kv=KV_TYPES[settings.kv_type],
+            draft_model=_CountingDrafter(drafter) if drafter else None,
+        )
+        if gpu_layers != 0:
+            notices.append(f"backend: GPU offload, {'all' if gpu_layers < 0 else gpu_layers} layers")
+        else:
+            notices.append(f"backend: CPU, {threads} threads")
+        return cls(llm, model_path, settings, notices)
+
+    def close(self) -> None:
+        drafter = self._drafter.inner if self._drafter else None
+        if isinstance(drafter, _DraftModelDrafter):
+            drafter.draft.close()
+        self._llm.close()
+
+    # --- vocabulary ----------------------------------------------------------------------------
+    def _token_text(self, token_id: int) -> str:
+        if token_id < 0:
+            return ""
+        return self._llm._model.token_get_text(token_id)
+
+    def has_single_token(self, text: str) -> bool:
+        ids = self.tokenize(text, special=True)
+        return len(ids) == 1 and self._token_text(ids[0]) == text
+
+    def marker_tokens(self) -> frozenset[str]:
+        return frozenset(marker for marker in MARKER_TOKENS if self.has_single_token(marker))
+
+    def tokenize(self, text: str, *, special: bool) -> list[int]:
+        """Tokenize without adding BOS: the prompt builder decides about BOS exactly once."""
+        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes a token stands for; control tokens give b"" so they are never shown."""
+        piece = self._pieces.get(token_id)
+        if piece is None:
+            size = 64
+            while True:
+                buffer = ctypes.create_string_buffer(size)
+                n = llama_cpp.llama_token_to_piece(self._vocab, token_id, buffer, size, 0, False)
+                if n >= 0:
+                    break
+                size = -n  # a negative result is the size needed
+            piece = self._pieces[token_id] = buffer.raw[:n]
+        return piece
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return self._llm.detokenize(list(tokens)).decode("utf-8", errors="replace")
+
+    def prompt_tokens(self, pieces: Sequence[tuple[str, bool]]) -> list[int]:
+        """Token ids for a rendered prompt given as (text, trusted) pieces.
+
+        Trusted text (the template's own markup) is tokenized with special-token parsing, so
+        `<|im_start|>` becomes the control token. Message content is untrusted: where it contains
+        text that would parse as a control token, that piece is tokenized as plain text, so a user
+        typing `<|im_end|>` cannot end their own turn. Runs of pieces are otherwise joined and
+        tokenized together, which keeps tokenization identical to that of the whole string and
+        therefore stable from turn to turn (the KV-cache reuse depends on it).
+        """
+        tokens: list[int] = []
+        run: list[str] = []
+        for text, trusted in pieces:
+            if not trusted and self.tokenize(text, special=True) != self.tokenize(text, special=False):
+                tokens += self.tokenize("".join(run), special=True) if run else []
+                tokens += self.tokenize(text, special=False)
+                run = []
+            else:
+                run.append(text)
+        if run:
+            tokens += self.tokenize("".join(run), special=True)
+        # Exactly one BOS: the template may already have written it as text.
+        if self.add_bos and self.bos_id >= 0 and (not tokens or tokens[0] != self.bos_id):
+            tokens.insert(0, self.bos_id)
+        return tokens
+
+    def is_end_of_generation(self, token_id: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token_id))
+
+    # --- generation ----------------------------------------------------------------------------
+    def cached_prefix(self, prompt: Sequence[int]) -> int:
+        """How many leading prompt tokens are already in the KV cache (what `generate` will reuse)."""
+        evaluated = self._llm._input_ids[: self._llm.n_tokens]
+        common = 0
+        for cached, new in zip(evaluated, prompt):
+            if cached != new:
+                break
+            common += 1
+        # With nothing new to evaluate, the last token is replayed to refresh the logits.
+        return min(common, max(len(prompt) - 1, 0))
+
+    def generate(
+        self, prompt: Sequence[int], sampling: SamplingParams, *, max_tokens: int | None, stop_strings: Sequence[str] = ()
+    ) -> "Generation":
+        return Generation(self, list(prompt), sampling, max_tokens, tuple(stop_strings) + tuple(sampling.stop))
+
+
+class Generation:
+    """An iterator of TokenEvents; `outcome` is complete once iteration ends (or is abandoned)."""
+
+    def __init__(self, engine: Engine, prompt: list[int], sampling: SamplingParams, max_tokens: int | None, stops: tuple[str, ...]):
+        self.engine = engine
+        self.prompt = prompt
+        self.sampling = sampling
+        self.max_tokens = max_tokens
+        self.stops = StopMatcher(stops)
+        self.outcome = GenerationOutcome(prompt_tokens=len(prompt))
+        self.seed = sampling.seed if sampling.seed is not None else random.randrange(1, 2**31)
+
+    def __iter__(self) -> Iterator[TokenEvent]:
+        engine, llm, outcome = self.engine, self.engine._llm, self.outcome
+        room = engine.n_ctx - len(self.prompt)
+        limit = room if self.max_tokens is None else min(self.max_tokens, room)
+        outcome.cached_tokens = engine.cached_prefix(self.prompt)
+        # The library's seed is fixed by default, which makes every run identical even at
+        # temperature 1; a fresh seed per call unless the user gave one.
+        llm.set_seed(self.seed)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        outcome.t_start = time.perf_counter()
+        outcome.finish_reason = "interrupted"  # until we know better
+        params = self.sampling
+        stream = llm.generate(
+            self.prompt,
+            top_k=params.top_k,
+            top_p=params.top_p,
+            min_p=params.min_p,
+            temp=params.temperature,
+            repeat_penalty=params.repeat_penalty,
+        )
+        try:
+            if limit <= 0:
+                outcome.finish_reason = "length"
+                return
+            for token in stream:
+                now = time.perf_counter()
+                if outcome.t_first_token is None:
+                    outcome.t_first_token = now
+                if engine.is_end_of_generation(token):
+                    outcome.finish_reason = "stop"
+                    break
+                outcome.t_last_token = now
+                outcome.generated_tokens += 1
+                outcome.generated_ids.append(token)
+                text = self.stops.feed(decoder.decode(engine.token_bytes(token)))
+                if self.stops.stopped:
+                    outcome.finish_reason = "stop"
+                    if text:
+                        yield TokenEvent(text, token)
+                    break
+                yield TokenEvent(text, token)
+                if outcome.generated_tokens >= limit:
+                    outcome.finish_reason = "length"
+                    break
+            else:
+                outcome.finish_reason = "stop"
+            tail = self.stops.flush() + decoder.decode(b"", final=True)
+            if tail and not self.stops.stopped:
+                yield TokenEvent(tail, -1)
+        finally:
+            stream.close()
+            drafter = engine._drafter
+            if drafter is not None:
+                outcome.draft_proposed, outcome.draft_accepted = drafter.acceptance(
+                    list(self.prompt) + outcome.generated_ids
+                )
+
+
+def _open_llama(
+    model_path: Path,
+    *,
+    n_ctx: int,
+    threads: int,
+    gpu_layers: int,
+    settings: EngineSettings,
+    flash_attn: bool = False,
+    type_kv: int | None = None,
+    draft_model: LlamaDraftModel | None = None,
+) -> "llama_cpp.Llama":
+    if n_ctx == 0:
+        n_ctx = min(_trained_context(model_path), DEFAULT_MAX_CTX)
+    kwargs = dict(
+        model_path=str(model_path),
+        n_ctx=n_ctx,
+        n_batch=min(settings.batch_size, n_ctx),
+        n_ubatch=min(settings.batch_size, n_ctx),
+        n_threads=threads,
+        n_threads_batch=threads,
+        n_gpu_layers=gpu_layers,
+        use_mmap=settings.mmap,
+        use_mlock=settings.mlock,
+        flash_attn=flash_attn,
+        verbose=False,
+    )
+    if type_kv is not None:
+        kwargs.update(type_k=type_kv, type_v=type_kv)
+    if draft_model is not None:
+        # Verifying drafts needs the logits of every drafted position.
+        kwargs.update(draft_model=draft_model, logits_all=True)
+    logs.recent_errors.clear()
+    try:
+        return llama_cpp.Llama(**kwargs)
+    except (ValueError, RuntimeError, OSError) as err:
+        reason = logs.last_error() or str(err)
+        raise ModelError(f"llama.cpp could not load {model_path}: {reason}; check the file, or try a smaller --ctx") from None
+
+
+def _trained_context(model_path: Path) -> int:
+    """The trained context length, read from the GGUF header without loading weights."""
+    from llmchat.gguf_file import read_metadata
+
+    meta = read_metadata(model_path)
+    arch = meta.scalars.get("general.architecture", "")
+    return int(meta.scalars.get(f"{arch}.context_length", 0) or 4096)

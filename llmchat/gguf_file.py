@@ -1,0 +1,719 @@
+"""A fast, defensive GGUF reader in pure Python (struct and file reads; no numpy, no llama_cpp).
+
+Why not llama.cpp or the `gguf` package:
+- llama.cpp aborts the whole process on some malformed files, so every file is checked here first.
+- `gguf.GGUFReader` parses every array element into numpy objects: about 10 s for Gemma 3's
+  262k-token vocabulary. Here large arrays are skipped (only their position is kept) and read
+  on demand, which keeps `read_metadata` well under a second.
+
+What is checked mirrors llama.cpp's own loader (ggml/src/gguf.cpp and llama-model-loader.cpp):
+magic, version, counts that the file could not hold, string and array lengths, duplicate keys and
+tensor names, alignment, tensor dimensions and types, row sizes that are not whole blocks, tensor
+offsets, and that the tensor data region fits inside the file (a truncated download).
+`check_loadable` adds the model-level checks: a known architecture and the keys every
+architecture needs.
+
+Every failure is a `ModelError` whose message is one line: what is wrong with which file and what
+to do about it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+from enum import IntEnum
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from llmchat.errors import ModelError
+
+__all__ = [
+    "ArrayInfo",
+    "GGMLType",
+    "GGML_TYPES",
+    "GGUFMetadata",
+    "KNOWN_ARCHITECTURES",
+    "TensorInfo",
+    "ValueType",
+    "check_loadable",
+    "ggml_type_name",
+    "read_metadata",
+]
+
+GGUF_MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+# Arrays up to this many elements are read into `scalars`; longer ones are only located.
+SMALL_ARRAY_MAX = 64
+# llama.cpp's limits (ggml.h GGML_MAX_DIMS, GGML_MAX_NAME; gguf.cpp GGUF_MAX_*).
+MAX_DIMS = 4
+MAX_TENSOR_NAME = 63
+MAX_STRING_LENGTH = 1 << 30
+MAX_ARRAY_ELEMENTS = 1 << 30
+INT64_MAX = (1 << 63) - 1
+# How much of the header is read per file read. The whole KV section of most models fits a few.
+READ_CHUNK = 4 << 20
+
+ADVICE_REDOWNLOAD = "the download is probably incomplete or damaged: download the model again"
+ADVICE_RECONVERT = "the file is damaged or was written by a broken tool: download or convert the model again"
+
+
+class ValueType(IntEnum):
+    """GGUF metadata value types (gguf.h `enum gguf_type`)."""
+
+    UINT8 = 0
+    INT8 = 1
+    UINT16 = 2
+    INT16 = 3
+    UINT32 = 4
+    INT32 = 5
+    FLOAT32 = 6
+    BOOL = 7
+    STRING = 8
+    ARRAY = 9
+    UINT64 = 10
+    INT64 = 11
+    FLOAT64 = 12
+
+
+# struct format characters of the fixed-size value types (little-endian files only).
+_SCALAR_FORMATS: dict[int, str] = {
+    ValueType.UINT8: "B",
+    ValueType.INT8: "b",
+    ValueType.UINT16: "H",
+    ValueType.INT16: "h",
+    ValueType.UINT32: "I",
+    ValueType.INT32: "i",
+    ValueType.FLOAT32: "f",
+    ValueType.BOOL: "?",
+    ValueType.UINT64: "Q",
+    ValueType.INT64: "q",
+    ValueType.FLOAT64: "d",
+}
+_SCALAR_SIZES: dict[int, int] = {t: struct.calcsize("<" + f) for t, f in _SCALAR_FORMATS.items()}
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_HEADER = struct.Struct("<4sIQQ")  # magic, version, n_tensors, n_kv
+
+# The smallest a key/value pair or a tensor description can be on disk, used to reject counts that
+# the file could not possibly hold before looping over them.
+_MIN_KV_BYTES = 8 + 1 + 4 + 1  # key length, one key byte, type, one value byte
+_MIN_TENSOR_INFO_BYTES = 8 + 1 + 4 + 4 + 8  # name length, one name byte, n_dims, type, offset
+
+
+@dataclass(frozen=True)
+class GGMLType:
+    """A ggml tensor type: `block_size` elements are stored in `type_size` bytes."""
+
+    id: int
+    name: str
+    block_size: int
+    type_size: int
+
+
+def _ggml_types(*rows: tuple[int, str, int, int]) -> dict[int, GGMLType]:
+    return {row[0]: GGMLType(*row) for row in rows}
+
+
+_QK_K = 256  # super-block size of the K-quants and IQ types
+# From ggml.h `enum ggml_type` and the block structs in ggml-common.h (llama.cpp as vendored by
+# llama-cpp-python 0.3.36). Ids 4, 5 and 31-33, 36-38 were removed from ggml and never valid in files.
+GGML_TYPES: dict[int, GGMLType] = _ggml_types(
+    (0, "F32", 1, 4),
+    (1, "F16", 1, 2),
+    (2, "Q4_0", 32, 2 + 16),
+    (3, "Q4_1", 32, 2 + 2 + 16),
+    (6, "Q5_0", 32, 2 + 4 + 16),
+    (7, "Q5_1", 32, 2 + 2 + 4 + 16),
+    (8, "Q8_0", 32, 2 + 32),
+    (9, "Q8_1", 32, 4 + 4 + 32),
+    (10, "Q2_K", _QK_K, 2 + 2 + _QK_K // 16 + _QK_K // 4),
+    (11, "Q3_K", _QK_K, 2 + _QK_K // 4 + _QK_K // 8 + 12),
+    (12, "Q4_K", _QK_K, 2 + 2 + _QK_K // 2 + 12),
+    (13, "Q5_K", _QK_K, 2 + 2 + _QK_K // 2 + _QK_K // 8 + 12),
+    (14, "Q6_K", _QK_K, 2 + _QK_K // 2 + _QK_K // 4 + _QK_K // 16),
+    (15, "Q8_K", _QK_K, 4 + _QK_K + _QK_K // 8),
+    (16, "IQ2_XXS", _QK_K, 2 + _QK_K // 4),
+    (17, "IQ2_XS", _QK_K, 2 + _QK_K // 4 + _QK_K // 32),
+    (18, "IQ3_XXS", _QK_K, 2 + _QK_K // 4 + _QK_K // 8),
+    (19, "IQ1_S", _QK_K, 2 + _QK_K // 8 + _QK_K // 16),
+    (20, "IQ4_NL", 32, 2 + 16),
+    (21, "IQ3_S", _QK_K, 2 + _QK_K // 4 + _QK_K // 8 + _QK_K // 32 + 4),
+    (22, "IQ2_S", _QK_K, 2 + _QK_K // 4 + _QK_K // 16),
+    (23, "IQ4_XS", _QK_K, 2 + 2 + _QK_K // 2 + _QK_K // 64),
+    (24, "I8", 1, 1),
+    (25, "I16", 1, 2),
+    (26, "I32", 1, 4),
+    (27, "I64", 1, 8),
+    (28, "F64", 1, 8),
+    (29, "IQ1_M", _QK_K, _QK_K // 8 + _QK_K // 16 + _QK_K // 32),
+    (30, "BF16", 1, 2),
+    (34, "TQ1_0", _QK_K, 2 + 4 * 13),
+    (35, "TQ2_0", _QK_K, 2 + 64),
+    (39, "MXFP4", 32, 1 + 16),
+    (40, "NVFP4", 64, 4 + 32),
+    (41, "Q1_0", 128, 2 + 16),
+    (42, "Q2_0", 64, 2 + 16),
+)
+
+
+def ggml_type_name(type_id: int) -> str:
+    known = GGML_TYPES.get(type_id)
+    return known.name if known else f"type {type_id}"
+
+
+# Architecture names llama.cpp knows (src/llama-arch.cpp LLM_ARCH_NAMES, llama-cpp-python 0.3.36).
+KNOWN_ARCHITECTURES: frozenset[str] = frozenset(
+    """
+    llama llama4 deci falcon grok gpt2 gptj gptneox mpt baichuan starcoder refact bert modern-bert
+    nomic-bert nomic-bert-moe neo-bert jina-bert-v2 jina-bert-v3 eurobert bloom stablelm qwen qwen2
+    qwen2moe qwen2vl qwen3 qwen3moe qwen3next qwen3vl qwen3vlmoe qwen35 qwen35moe qwen4exp phi2 phi3
+    phimoe plamo plamo2 plamo3 codeshell orion internlm2 minicpm minicpm3 gemma gemma2 gemma3 gemma3n
+    gemma4 gemma4-assistant gemma-embedding starcoder2 mamba mamba2 maple jamba falcon-h1 xverse
+    command-r cohere2 cohere2moe dbrx olmo olmo2 olmoe muse-glimmer openelm arctic deepseek deepseek2
+    deepseek2-ocr deepseek32 deepseek4 chatglm glm4 glm4moe glm-dsa bitnet t5 t5encoder jais jais2
+    nemotron nemotron_h nemotron_h_moe exaone exaone4 exaone-moe rwkv6 rwkv6qwen2 rwkv7 arwkv7 granite
+    granitemoe granitehybrid graniteswitch granite_swa chameleon wavtokenizer-dec plm bailingmoe
+    bailingmoe2 bailingmoe3 dots1 dots3note arcee afmoe laguna ernie4_5 ernie4_5-moe hunyuan-moe
+    hunyuan-dense hunyuan_vl hy_v3 hy_v4 smollm3 gpt-oss lfm2 lfm2moe dream smallthinker llada
+    llada-moe seed_oss grovemoe apertus minimax-01 hrm_text minimax-m2 minimax-m3 cogvlm rnd1
+    pangu-embedded mistral3 eagle3 dflash mistral4 paddleocr mimo2 step35 spark2_5 llama-embed
+    maincoder kimi-linear kimi-k3 glm5-next talkie mellum nanbeige qwen3tts pockettts
+    """.split()
+)
+
+# Architectures llama.cpp loads that cannot generate chat replies: encoders, embedding models,
+# audio decoders. "clip" is the multimodal projector (mmproj) format, which llama.cpp refuses as a
+# main model.
+NON_CHAT_ARCHITECTURES: frozenset[str] = frozenset(
+    """
+    clip bert modern-bert nomic-bert nomic-bert-moe neo-bert jina-bert-v2 jina-bert-v3 eurobert
+    gemma-embedding llama-embed t5encoder wavtokenizer-dec
+    """.split()
+)
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    """A metadata array too long to read eagerly: where it is, so it can be read on demand."""
+
+    key: str
+    type: ValueType  # element type
+    count: int
+    offset: int  # absolute file offset of the first element
+    nbytes: int  # bytes the elements take in the file
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]  # ggml order: shape[0] is the row length
+    ggml_type: int
+    offset: int  # relative to GGUFMetadata.data_offset
+    nbytes: int
+
+    @property
+    def type_name(self) -> str:
+        return ggml_type_name(self.ggml_type)
+
+    @property
+    def n_elements(self) -> int:
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count
+
+
+@dataclass
+class GGUFMetadata:
+    path: Path
+    version: int
+    file_size: int
+    data_offset: int  # absolute file offset of the tensor data region
+    alignment: int
+    scalars: dict[str, Any] = field(default_factory=dict)
+    arrays: dict[str, ArrayInfo] = field(default_factory=dict)
+    tensors: list[TensorInfo] = field(default_factory=list)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.scalars.get(key, default)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.scalars or key in self.arrays
+
+    @property
+    def architecture(self) -> str | None:
+        arch = self.scalars.get("general.architecture")
+        return arch if isinstance(arch, str) else None
+
+    def arch_get(self, suffix: str, default: Any = None) -> Any:
+        """`<arch>.<suffix>`, e.g. arch_get("block_count")."""
+        arch = self.architecture
+        return default if arch is None else self.scalars.get(f"{arch}.{suffix}", default)
+
+    @property
+    def tensor_data_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+    def read_array(self, key: str) -> list[Any]:
+        """An array value whether small (already in `scalars`) or large (read from the file now)."""
+        if key in self.scalars and isinstance(self.scalars[key], list):
+            return self.scalars[key]
+        info = self.arrays.get(key)
+        if info is None:
+            raise KeyError(key)
+        region = self._read_region(info)
+        try:
+            if info.type == ValueType.STRING:
+                return _parse_string_array(region, info.count)
+            return list(struct.unpack_from(f"<{info.count}{_SCALAR_FORMATS[info.type]}", region))
+        except (struct.error, IndexError, KeyError) as err:
+            raise _changed_on_disk(self.path, err) from None
+
+    def token_texts(self) -> list[str]:
+        """The vocabulary (`tokenizer.ggml.tokens`), read lazily in one file read."""
+        key = "tokenizer.ggml.tokens"
+        if key not in self:
+            raise ModelError(
+                f"{self.path} has no vocabulary ({key} is missing); use a complete GGUF model file"
+            )
+        return self.read_array(key)
+
+    def _read_region(self, info: ArrayInfo) -> bytes:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(info.offset)
+                region = f.read(info.nbytes)
+        except OSError as err:
+            raise ModelError(f"cannot read {self.path}: {err.strerror or err}; check the file") from None
+        if len(region) != info.nbytes:
+            raise _changed_on_disk(self.path, "file is shorter than when it was opened")
+        return region
+
+
+def _changed_on_disk(path: Path, why: object) -> ModelError:
+    return ModelError(f"{path} changed on disk while being read ({why}); run the command again")
+
+
+def _parse_string_array(region: bytes, count: int) -> list[str]:
+    """Length-prefixed UTF-8 strings, back to back. A tight loop: this is the 262k-token hot path."""
+    texts: list[str] = []
+    append = texts.append
+    unpack_length = _U64.unpack_from
+    pos = 0
+    for _ in range(count):
+        (length,) = unpack_length(region, pos)
+        pos += 8
+        end = pos + length
+        if end > len(region):
+            raise IndexError("string runs past the array")
+        append(region[pos:end].decode("utf-8", "replace"))
+        pos = end
+    return texts
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+class _Truncated(Exception):
+    """The file ended while reading `what`."""
+
+    def __init__(self, what: str, at: int):
+        super().__init__(what)
+        self.what = what
+        self.at = at
+
+
+class _Corrupt(Exception):
+    """A structural problem; the message says what, without the path."""
+
+    state = "is corrupt"
+    advice = ADVICE_RECONVERT
+
+
+class _CutShort(_Corrupt):
+    """A length or count that runs past the end of the file: a cut-off download, or a corrupt length."""
+
+    state = "is truncated or corrupt"
+    advice = ADVICE_REDOWNLOAD
+
+
+class _Unsupported(_Corrupt):
+    state = "cannot be used"
+    advice = "it may use a newer format: update llmchat and llama-cpp-python, or use another quantization of the model"
+
+
+class _Cursor:
+    """Sequential little-endian reads over a file through a large buffer (few syscalls)."""
+
+    def __init__(self, f: BinaryIO, file_size: int):
+        self._file = f
+        self.file_size = file_size
+        self._buf = b""
+        self._buf_start = 0
+        self.pos = 0
+
+    @property
+    def remaining(self) -> int:
+        return self.file_size - self.pos
+
+    def _window(self, n: int, what: str) -> int:
+        """Make bytes [pos, pos + n) available; return their index in the buffer."""
+        if n > self.remaining:
+            raise _Truncated(what, self.file_size)
+        rel = self.pos - self._buf_start
+        if 0 <= rel and rel + n <= len(self._buf):
+            return rel
+        self._file.seek(self.pos)
+        self._buf = self._file.read(max(n, READ_CHUNK))
+        self._buf_start = self.pos
+        if len(self._buf) < n:  # the file shrank since we measured it
+            raise _Truncated(what, self.pos + len(self._buf))
+        return 0
+
+    def peek(self, n: int) -> bytes:
+        """Up to n bytes from the current position, without moving (for error messages)."""
+        rel = self._window(min(n, self.remaining), "the start of the file")
+        return self._buf[rel : rel + n]
+
+    def unpack(self, st: struct.Struct, what: str) -> tuple[Any, ...]:
+        rel = self._window(st.size, what)
+        self.pos += st.size
+        return st.unpack_from(self._buf, rel)
+
+    def u32(self, what: str) -> int:
+        return self.unpack(_U32, what)[0]
+
+    def u64(self, what: str) -> int:
+        return self.unpack(_U64, what)[0]
+
+    def string(self, what: str) -> str:
+        length = self.u64(what)
+        if length > MAX_STRING_LENGTH or length > self.remaining:
+            raise _CutShort(
+                f"{what} claims a string of {length:,} bytes but only {self.remaining:,} bytes remain"
+            )
+        rel = self._window(length, what)
+        self.pos += length
+        return self._buf[rel : rel + length].decode("utf-8", "replace")
+
+    def skip(self, n: int, what: str) -> None:
+        if n > self.remaining:
+            raise _Truncated(what, self.file_size)
+        self.pos += n
+
+    def skip_strings(self, count: int, what: str) -> None:
+        """Walk `count` length-prefixed strings without decoding them."""
+        unpack_length = _U64.unpack_from
+        for _ in range(count):
+            rel = self._window(8, what)
+            (length,) = unpack_length(self._buf, rel)
+            self.pos += 8
+            if length > self.remaining:
+                raise _CutShort(
+                    f"{what} has a string of {length:,} bytes but only {self.remaining:,} bytes remain"
+                )
+            self.pos += length
+
+
+def read_metadata(path: str | os.PathLike[str]) -> GGUFMetadata:
+    """Parse and validate a GGUF file's header, metadata and tensor table. Raises ModelError."""
+    path = Path(path)
+    file_size = _checked_file_size(path)
+    try:
+        with open(path, "rb") as f:
+            return _parse(f, path, file_size)
+    except ModelError:
+        raise
+    except _Truncated as err:
+        raise ModelError(
+            f"{path} is truncated: the file ends at byte {err.at:,} while reading {err.what}; "
+            f"{ADVICE_REDOWNLOAD}"
+        ) from None
+    except _Corrupt as err:
+        raise ModelError(f"{path} {err.state}: {err}; {err.advice}") from None
+    except PermissionError:
+        raise ModelError(f"cannot read {path}: permission denied; fix the file's permissions (chmod a+r)") from None
+    except OSError as err:
+        raise ModelError(f"cannot read {path}: {err.strerror or err}; check the file and the disk") from None
+    except (struct.error, ValueError, IndexError, KeyError, OverflowError, MemoryError) as err:
+        # Should be unreachable: every read above is bounds-checked. Still one line, not a traceback.
+        raise ModelError(
+            f"{path} could not be parsed as GGUF ({type(err).__name__}: {err}); {ADVICE_RECONVERT}"
+        ) from None
+
+
+def _checked_file_size(path: Path) -> int:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise ModelError(f"model file not found: {path}; check the path") from None
+    except PermissionError:
+        raise ModelError(f"cannot access {path}: permission denied; fix the permissions of its folder") from None
+    except OSError as err:
+        raise ModelError(f"cannot access {path}: {err.strerror or err}; check the path") from None
+    if path.is_dir():
+        raise ModelError(f"{path} is a directory, not a model file; pass the .gguf file inside it")
+    if not path.is_file():
+        raise ModelError(f"{path} is not a regular file; pass a .gguf model file")
+    if st.st_size == 0:
+        raise ModelError(f"{path} is empty (0 bytes); {ADVICE_REDOWNLOAD}")
+    return st.st_size
+
+
+def _parse(f: BinaryIO, path: Path, file_size: int) -> GGUFMetadata:
+    cursor = _Cursor(f, file_size)
+    version, n_tensors, n_kv = _read_header(cursor, path)
+    meta = GGUFMetadata(path=path, version=version, file_size=file_size, data_offset=0, alignment=DEFAULT_ALIGNMENT)
+    _read_key_values(cursor, meta, n_kv)
+    meta.alignment = _alignment(meta)
+    meta.tensors = _read_tensor_infos(cursor, n_tensors)
+    meta.data_offset = _pad(cursor.pos, meta.alignment) if n_tensors else cursor.pos
+    _check_tensor_layout(meta)
+    _check_layer_count(meta)
+    return meta
+
+
+def _read_header(cursor: _Cursor, path: Path) -> tuple[int, int, int]:
+    head = cursor.peek(64)
+    if head[:4] != GGUF_MAGIC:
+        raise ModelError(_not_gguf_message(path, head))
+    _, version, n_tensors, n_kv = cursor.unpack(_HEADER, "the GGUF header")
+    _check_version(path, version)
+    if n_tensors > INT64_MAX or n_tensors * _MIN_TENSOR_INFO_BYTES > cursor.remaining:
+        raise _CutShort(f"the header claims {n_tensors:,} tensors, more than a {cursor.file_size:,}-byte file can hold")
+    if n_kv > INT64_MAX or n_kv * _MIN_KV_BYTES > cursor.remaining:
+        raise _CutShort(
+            f"the header claims {n_kv:,} metadata entries, more than a {cursor.file_size:,}-byte file can hold"
+        )
+    return version, n_tensors, n_kv
+
+
+def _not_gguf_message(path: Path, head: bytes) -> str:
+    """Name the common look-alikes, because 'bad magic' alone does not tell the user what to do."""
+    lowered = head.lstrip().lower()
+    if head.startswith(b"version https://git-lfs"):
+        hint = "it is a Git LFS pointer, not the model; run `git lfs pull` in its repository or download the file itself"
+    elif lowered.startswith((b"<!doctype html", b"<html")):
+        hint = "it is an HTML page (a failed download?); download the .gguf file itself"
+    elif head[:4] in (b"lmgg", b"fmgg", b"tjgg"):
+        hint = "it is an old GGML/GGJT model, which llama.cpp no longer reads; get a GGUF version of the model"
+    elif head[:4] == b"PK\x03\x04":
+        hint = "it is a zip archive (a PyTorch checkpoint?); convert it to GGUF with llama.cpp's convert_hf_to_gguf.py"
+    elif head[8:10] in (b'{"', b"{'"):
+        hint = "it looks like a safetensors file; convert it to GGUF with llama.cpp's convert_hf_to_gguf.py"
+    else:
+        hint = "pass a .gguf model file"
+    return f"{path} is not a GGUF file (starts with {head[:8]!r}); {hint}"
+
+
+def _check_version(path: Path, version: int) -> None:
+    if version in SUPPORTED_VERSIONS:
+        return
+    if version == 1:
+        raise ModelError(
+            f"{path} is GGUF version 1, which llama.cpp no longer supports; get a newer conversion of the model"
+        )
+    if version & 0xFFFF == 0 and (version >> 16) in range(1, 0x10000):
+        # A small number byte-swapped: a big-endian GGUF, which a little-endian llama.cpp cannot read.
+        raise ModelError(
+            f"{path} is a big-endian GGUF file; llama.cpp on this machine needs the little-endian version of the model"
+        )
+    raise ModelError(
+        f"{path} is GGUF version {version}, but only versions 2 and 3 are supported; "
+        "update llmchat and llama-cpp-python, or use a file converted for them"
+    )
+
+
+def _read_key_values(cursor: _Cursor, meta: GGUFMetadata, n_kv: int) -> None:
+    for index in range(n_kv):
+        key = cursor.string(f"the name of metadata entry {index}")
+        if not key:
+            raise _Corrupt(f"metadata entry {index} has an empty name")
+        if key in meta.scalars or key in meta.arrays:
+            raise _Corrupt(f"metadata key '{key}' appears twice")
+        value_type = _value_type(cursor.u32(f"the type of '{key}'"), key)
+        if value_type == ValueType.ARRAY:
+            _read_array_value(cursor, meta, key)
+        else:
+            meta.scalars[key] = _read_scalar(cursor, value_type, key)
+
+
+def _value_type(raw: int, key: str) -> ValueType:
+    try:
+        return ValueType(raw)
+    except ValueError:
+        raise _Corrupt(f"metadata key '{key}' has an invalid value type {raw}") from None
+
+
+def _read_scalar(cursor: _Cursor, value_type: ValueType, key: str) -> Any:
+    if value_type == ValueType.STRING:
+        return cursor.string(f"the value of '{key}'")
+    fmt = _SCALAR_FORMATS[value_type]
+    return cursor.unpack(struct.Struct("<" + fmt), f"the value of '{key}'")[0]
+
+
+def _read_array_value(cursor: _Cursor, meta: GGUFMetadata, key: str) -> None:
+    what = f"the array '{key}'"
+    element_type = _value_type(cursor.u32(f"the element type of '{key}'"), key)
+    if element_type == ValueType.ARRAY:
+        raise _Corrupt(f"metadata key '{key}' is an array of arrays, which llama.cpp does not support")
+    count = cursor.u64(f"the length of '{key}'")
+    min_element_size = 8 if element_type == ValueType.STRING else _SCALAR_SIZES[element_type]
+    if count > MAX_ARRAY_ELEMENTS or count * min_element_size > cursor.remaining:
+        raise _CutShort(
+            f"metadata array '{key}' claims {count:,} elements but only {cursor.remaining:,} bytes remain"
+        )
+    start = cursor.pos
+    if count <= SMALL_ARRAY_MAX:
+        meta.scalars[key] = _read_small_array(cursor, element_type, count, what)
+        return
+    if element_type == ValueType.STRING:
+        cursor.skip_strings(count, what)
+    else:
+        cursor.skip(count * min_element_size, what)
+    meta.arrays[key] = ArrayInfo(key=key, type=element_type, count=count, offset=start, nbytes=cursor.pos - start)
+
+
+def _read_small_array(cursor: _Cursor, element_type: ValueType, count: int, what: str) -> list[Any]:
+    if element_type == ValueType.STRING:
+        return [cursor.string(what) for _ in range(count)]
+    return list(cursor.unpack(struct.Struct(f"<{count}{_SCALAR_FORMATS[element_type]}"), what))
+
+
+def _alignment(meta: GGUFMetadata) -> int:
+    value = meta.scalars.get("general.alignment", DEFAULT_ALIGNMENT)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value & (value - 1):
+        raise _Corrupt(f"general.alignment is {value!r}, not a power of two")
+    return value
+
+
+def _read_tensor_infos(cursor: _Cursor, n_tensors: int) -> list[TensorInfo]:
+    tensors: list[TensorInfo] = []
+    seen: set[str] = set()
+    for index in range(n_tensors):
+        tensor = _read_tensor_info(cursor, index)
+        if tensor.name in seen:
+            raise _Corrupt(f"tensor '{tensor.name}' appears twice")
+        seen.add(tensor.name)
+        tensors.append(tensor)
+    return tensors
+
+
+def _read_tensor_info(cursor: _Cursor, index: int) -> TensorInfo:
+    name = cursor.string(f"the name of tensor {index}")
+    if len(name.encode("utf-8")) > MAX_TENSOR_NAME:
+        raise _Corrupt(f"tensor {index} has a name longer than {MAX_TENSOR_NAME} bytes")
+    n_dims = cursor.u32(f"the shape of tensor '{name}'")
+    if n_dims > MAX_DIMS:
+        raise _Corrupt(f"tensor '{name}' has {n_dims:,} dimensions (at most {MAX_DIMS} allowed)")
+    shape = cursor.unpack(struct.Struct(f"<{n_dims}Q"), f"the shape of tensor '{name}'")
+    _check_shape(name, shape)
+    type_id = cursor.u32(f"the type of tensor '{name}'")
+    offset = cursor.u64(f"the offset of tensor '{name}'")
+    nbytes = _tensor_nbytes(name, shape, type_id)
+    return TensorInfo(name=name, shape=tuple(shape), ggml_type=type_id, offset=offset, nbytes=nbytes)
+
+
+def _check_shape(name: str, shape: tuple[int, ...]) -> None:
+    elements = 1
+    for dim in shape:
+        if dim > INT64_MAX:
+            raise _Corrupt(f"tensor '{name}' has a negative dimension")
+        elements *= dim
+    if elements > INT64_MAX:
+        raise _Corrupt(f"tensor '{name}' has an impossible shape {tuple(shape)}")
+
+
+def _tensor_nbytes(name: str, shape: tuple[int, ...], type_id: int) -> int:
+    ggml_type = GGML_TYPES.get(type_id)
+    if ggml_type is None:
+        raise _Unsupported(f"tensor '{name}' has unknown ggml type {type_id}")
+    row = shape[0] if shape else 1
+    if row % ggml_type.block_size:
+        raise _Corrupt(
+            f"tensor '{name}' of type {ggml_type.name} has rows of {row} elements, "
+            f"not a multiple of its block size {ggml_type.block_size}"
+        )
+    elements = 1
+    for dim in shape:
+        elements *= dim
+    return elements // ggml_type.block_size * ggml_type.type_size
+
+
+def _pad(value: int, alignment: int) -> int:
+    return (value + alignment - 1) // alignment * alignment
+
+
+def _check_tensor_layout(meta: GGUFMetadata) -> None:
+    """Offsets must follow each other like llama.cpp expects, and the data must fit in the file."""
+    expected = 0
+    for tensor in meta.tensors:
+        if tensor.offset != expected:
+            raise _Corrupt(f"tensor '{tensor.name}' is at offset {tensor.offset:,}, expected {expected:,}")
+        expected += _pad(tensor.nbytes, meta.alignment)
+    data_end = meta.data_offset + max((t.offset + t.nbytes for t in meta.tensors), default=0)
+    if data_end > meta.file_size:
+        present = meta.file_size / data_end * 100
+        raise ModelError(
+            f"{meta.path} is truncated: it has {meta.file_size:,} of the {data_end:,} bytes its tensors need "
+            f"({present:.0f}% present); {ADVICE_REDOWNLOAD}"
+        )
+
+
+def _check_layer_count(meta: GGUFMetadata) -> None:
+    layers = meta.arch_get("block_count")
+    if layers is not None and _as_int(layers) == 0:
+        raise ModelError(
+            f"{meta.path} declares zero layers ({meta.architecture}.block_count = 0), so it cannot run; "
+            "use a complete model file"
+        )
+
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Model-level checks
+
+
+def check_loadable(
+    meta: GGUFMetadata, path: str | os.PathLike[str] | None = None, *, for_chat: bool = True
+) -> None:
+    """Reject files llama.cpp would refuse (or that cannot chat) with a clear ModelError.
+
+    Deliberately permissive beyond the essentials: a known architecture plus the hyperparameters
+    every architecture needs. Per-architecture details are left to llama.cpp. `path` only changes
+    how the file is named in messages (default: the path it was read from).
+    """
+    path = meta.path if path is None else path
+    kind = meta.get("general.type")
+    if kind == "adapter":
+        raise ModelError(f"{path} is a LoRA adapter, not a model; pass the base model's .gguf file")
+    arch = meta.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise ModelError(f"{path} does not say which architecture it is (general.architecture is missing); "
+                         "use a model file converted by llama.cpp's tools")
+    if arch not in KNOWN_ARCHITECTURES and arch != "clip":
+        raise ModelError(
+            f"{path} has architecture '{arch}', which llama.cpp does not know; "
+            "use a supported model or a newer llama-cpp-python"
+        )
+    if for_chat and arch in NON_CHAT_ARCHITECTURES:
+        what = "a multimodal projector (mmproj)" if arch == "clip" else f"an '{arch}' encoder/embedding model"
+        raise ModelError(f"{path} is {what}, not a chat model; pass a text-generation model")
+    missing = [f"{arch}.{k}" for k in ("block_count", "context_length", "embedding_length") if f"{arch}.{k}" not in meta]
+    if missing:
+        raise ModelError(
+            f"{path} lacks required metadata ({', '.join(missing)}); {ADVICE_RECONVERT}"
+        )
+    if not meta.tensors:
+        raise ModelError(f"{path} contains no weights (a vocabulary-only file?); pass a complete model file")
+

@@ -1,0 +1,160 @@
+"""From command-line options to a ready ChatSession: config, model file, checks, engine, template.
+
+This is where the order of precedence lives (flags > config > model defaults > ours) and where the
+one-time notices are printed (bundled default model, context above the trained length).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llmchat.config import Config, load_config
+from llmchat.errors import UsageError
+from llmchat.models import ResolvedModel, resolve_model
+from llmchat.options import RunOptions
+from llmchat.render import is_tty, notice
+from llmchat.sampling import SamplingParams, build_sampling, preset_values
+
+MIN_CTX = 64
+
+
+@dataclass
+class Loaded:
+    config: Config
+    model: ResolvedModel
+    engine: Any
+    sampling: SamplingParams
+    trained_ctx: int
+
+
+def validate_options(opts: RunOptions) -> None:
+    """Fail fast, before the model loads, on values that can never work (exit 2)."""
+    if opts.ctx is not None and opts.ctx < MIN_CTX:
+        raise UsageError(f"--ctx must be at least {MIN_CTX} tokens, got {opts.ctx}")
+    if opts.threads is not None and opts.threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {opts.threads}")
+    if opts.batch_size < 1:
+        raise UsageError(f"--batch-size must be at least 1, got {opts.batch_size}")
+    if opts.device not in ("auto", "cpu", "gpu"):
+        raise UsageError(f"--device must be auto, cpu or gpu, got {opts.device!r}")
+    if opts.kv_type not in ("f16", "q8_0", "q4_0"):
+        raise UsageError(f"--kv-type must be f16, q8_0 or q4_0, got {opts.kv_type!r}")
+    if opts.preset is not None:
+        preset_values(opts.preset)
+    if opts.draft_model is not None and not opts.draft_model.is_file():
+        raise UsageError(f"--draft-model {opts.draft_model} is not a file; pass a .gguf path")
+    sampling_flags(opts)  # validates the sampling values
+
+
+def sampling_flags(opts: RunOptions) -> dict[str, Any]:
+    flags = {
+        "temperature": opts.temperature,
+        "top_p": opts.top_p,
+        "top_k": opts.top_k,
+        "min_p": opts.min_p,
+        "repeat_penalty": opts.repeat_penalty,
+        "max_tokens": opts.max_tokens,
+        "seed": opts.seed,
+    }
+    flags = {k: v for k, v in flags.items() if v is not None}
+    build_sampling(flags=flags)  # raises UsageError on a bad value
+    return flags
+
+
+def check_template_choice(choice: str | None) -> None:
+    """An unknown --template is a usage error (exit 2) before any model is loaded."""
+    if choice is None:
+        return
+    from llmchat.chat_template import builtin_templates
+
+    if Path(choice).expanduser().is_file() or choice in {t.name for t in builtin_templates()}:
+        return
+    names = ", ".join(sorted(t.name for t in builtin_templates()))
+    raise UsageError(f"unknown template {choice!r}: not a file and not a built-in ({names})")
+
+
+def load_model(opts: RunOptions, *, n_ctx_override: int | None = None, announce: bool = True) -> Loaded:
+    validate_options(opts)
+    check_template_choice(opts.template)
+    config = load_config()
+    model = resolve_model(opts.model, aliases=config.models, config_default=config.model)
+    if model.how == "default" and announce:
+        notice(f"model: {model.name} (the bundled default; choose another with -m)")
+
+    from llmchat.gguf_file import check_loadable, read_metadata
+
+    metadata = read_metadata(model.path)
+    check_loadable(metadata, model.path)
+    arch = metadata.scalars.get("general.architecture", "")
+    trained_ctx = int(metadata.scalars.get(f"{arch}.context_length", 0) or 0)
+
+    alias = config.alias_for_path(model.path) if model.how != "alias" else {}
+    n_ctx = n_ctx_override or opts.ctx or model.alias_ctx or alias.get("ctx") or config.ctx
+    if n_ctx and trained_ctx and n_ctx > trained_ctx:
+        notice(f"warning: --ctx {n_ctx} is above the {trained_ctx} tokens this model was trained on; expect worse answers past that")
+
+    from llmchat.engine import Engine, EngineSettings
+
+    settings = EngineSettings(
+        n_ctx=n_ctx,
+        threads=opts.threads,
+        batch_size=opts.batch_size,
+        device=opts.device,
+        gpu_layers=opts.gpu_layers,
+        flash_attn=opts.flash_attn,
+        kv_type=opts.kv_type,
+        mmap=opts.mmap,
+        mlock=opts.mlock,
+        verbose=opts.verbose,
+        lookup=opts.lookup,
+        draft_model=opts.draft_model,
+    )
+    engine = _load_with_spinner(model, settings)
+    if opts.verbose:
+        for line in engine.notices:
+            notice(line)
+        notice(f"context: {engine.n_ctx} tokens (trained {trained_ctx}), threads {engine.threads}")
+
+    sampling = build_sampling(
+        model_metadata=metadata.scalars,
+        config_values=config.sampling,
+        config_preset=config.preset,
+        flag_preset=opts.preset,
+        flags=sampling_flags(opts),
+        stop=opts.stop,
+    )
+    return Loaded(config=config, model=model, engine=engine, sampling=sampling, trained_ctx=trained_ctx)
+
+
+def _load_with_spinner(model: ResolvedModel, settings: Any) -> Any:
+    from llmchat.engine import Engine
+
+    if not is_tty(sys.stderr):
+        return Engine.load(model.path, settings)
+    from rich.console import Console
+
+    with Console(stderr=True).status(f"loading {model.path.name}…", spinner="dots"):
+        return Engine.load(model.path, settings)
+
+
+def template_choice(opts: RunOptions, loaded: Loaded) -> tuple[str | None, str | None]:
+    """(--template, the config's per-model template)."""
+    alias = loaded.config.alias_for_path(loaded.model.path) if loaded.model.how != "alias" else {}
+    config_choice = loaded.model.alias_template or alias.get("template") or loaded.config.template
+    return opts.template, config_choice
+
+
+def report_template(session: Any, verbose: bool) -> None:
+    """The ChatML fallback always warns; the rest of the story is for --verbose."""
+    template = session.template
+    if template.warning:
+        notice(f"warning: {template.warning}")
+    if verbose:
+        notice(f"template: {template.name} (from {template.source_detail})")
+        for step in template.steps:
+            notice(f"  {step}")
+        for note in template.notes:
+            notice(f"template: {note}")

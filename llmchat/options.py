@@ -1,0 +1,109 @@
+"""Options shared by every command that loads a model, declared once.
+
+`@model_command` adds the engine and sampling options to a Typer command's signature and hands
+them to the function as one `RunOptions` object, so `ask`, `chat`, `batch` and `bench` accept the
+same flags with the same help and validation.
+"""
+
+import functools
+import inspect
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Annotated, Callable, Optional
+
+import typer
+
+ENGINE = "Model and engine"
+SAMPLING = "Sampling"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    model: Optional[str] = None
+    template: Optional[str] = None
+    ctx: Optional[int] = None
+    threads: Optional[int] = None
+    batch_size: int = 512
+    device: str = "auto"
+    gpu_layers: Optional[int] = None
+    flash_attn: bool = False
+    kv_type: str = "f16"
+    mmap: bool = True
+    mlock: bool = False
+    lookup: bool = False
+    draft_model: Optional[Path] = None
+    verbose: bool = False
+    debug: bool = False
+    # sampling
+    system: Optional[str] = None
+    preset: Optional[str] = None
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    top_k: Optional[int] = None
+    min_p: Optional[float] = None
+    repeat_penalty: Optional[float] = None
+    max_tokens: Optional[int] = None
+    seed: Optional[int] = None
+    stop: tuple[str, ...] = ()
+
+
+_ENGINE_OPTIONS = {
+    "model": Annotated[Optional[str], typer.Option("--model", "-m", help="A .gguf path, a name in the models folder, or a config alias. Default: LLMCHAT_MODEL, the config, then the bundled SmolLM2.", rich_help_panel=ENGINE)],
+    "template": Annotated[Optional[str], typer.Option("--template", help="Chat template: a built-in name (llmchat template list) or a .jinja path.", rich_help_panel=ENGINE)],
+    "ctx": Annotated[Optional[int], typer.Option("--ctx", help="Context window in tokens. Default: min(trained context, 8192).", rich_help_panel=ENGINE)],
+    "threads": Annotated[Optional[int], typer.Option("--threads", "-t", help="CPU threads. Default: the physical cores.", rich_help_panel=ENGINE)],
+    "batch_size": Annotated[int, typer.Option("--batch-size", help="Prompt tokens evaluated per llama.cpp batch.", rich_help_panel=ENGINE)],
+    "device": Annotated[str, typer.Option("--device", help="auto | cpu | gpu. auto offloads every layer when llama.cpp was built with GPU support.", rich_help_panel=ENGINE)],
+    "gpu_layers": Annotated[Optional[int], typer.Option("--gpu-layers", help="Layers to offload to the GPU (-1 = all).", rich_help_panel=ENGINE)],
+    "flash_attn": Annotated[bool, typer.Option("--flash-attn", help="Use flash attention.", rich_help_panel=ENGINE)],
+    "kv_type": Annotated[str, typer.Option("--kv-type", help="KV cache type: f16 | q8_0 | q4_0 (quantized turns on flash attention).", rich_help_panel=ENGINE)],
+    "mmap": Annotated[bool, typer.Option("--mmap/--no-mmap", help="Memory-map the model file.", rich_help_panel=ENGINE)],
+    "mlock": Annotated[bool, typer.Option("--mlock", help="Lock the model in RAM.", rich_help_panel=ENGINE)],
+    "lookup": Annotated[bool, typer.Option("--lookup", help="Speculative decoding with prompt-lookup n-gram drafts (fast when the reply repeats the prompt).", rich_help_panel=ENGINE)],
+    "draft_model": Annotated[Optional[Path], typer.Option("--draft-model", help="Speculative decoding with a small draft model of the same vocabulary.", rich_help_panel=ENGINE)],
+    "verbose": Annotated[bool, typer.Option("--verbose", "-v", help="Show llama.cpp's log and llmchat's decisions on stderr.", rich_help_panel=ENGINE)],
+    "debug": Annotated[bool, typer.Option("--debug", help="Show tracebacks.", rich_help_panel=ENGINE)],
+}
+
+_SAMPLING_OPTIONS = {
+    "system": Annotated[Optional[str], typer.Option("--system", "-s", help="System prompt.", rich_help_panel=SAMPLING)],
+    "preset": Annotated[Optional[str], typer.Option("--preset", help="precise | balanced | creative | code.", rich_help_panel=SAMPLING)],
+    "temperature": Annotated[Optional[float], typer.Option("--temperature", "--temp", help="0 = greedy.", rich_help_panel=SAMPLING)],
+    "top_p": Annotated[Optional[float], typer.Option("--top-p", help="Nucleus sampling mass, in (0, 1].", rich_help_panel=SAMPLING)],
+    "top_k": Annotated[Optional[int], typer.Option("--top-k", help="Keep the k most likely tokens (0 = off).", rich_help_panel=SAMPLING)],
+    "min_p": Annotated[Optional[float], typer.Option("--min-p", help="Drop tokens below min_p × the top probability.", rich_help_panel=SAMPLING)],
+    "repeat_penalty": Annotated[Optional[float], typer.Option("--repeat-penalty", help="1 = off.", rich_help_panel=SAMPLING)],
+    "max_tokens": Annotated[Optional[int], typer.Option("--max-tokens", "-n", help="Most tokens in a reply (also the reply reserve). Default: the room left.", rich_help_panel=SAMPLING)],
+    "seed": Annotated[Optional[int], typer.Option("--seed", help="Fix the random seed. Default: a fresh seed per reply.", rich_help_panel=SAMPLING)],
+    "stop": Annotated[Optional[list[str]], typer.Option("--stop", help="Stop string (repeatable).", rich_help_panel=SAMPLING)],
+}
+
+
+def _defaults() -> dict:
+    return {f.name: f.default for f in fields(RunOptions)}
+
+
+def model_command(*, sampling: bool = True) -> Callable:
+    """Decorate a Typer command taking `opts: RunOptions` so it also accepts the shared options."""
+    shared = dict(_ENGINE_OPTIONS) | (dict(_SAMPLING_OPTIONS) if sampling else {})
+    defaults = _defaults()
+
+    def decorate(func: Callable) -> Callable:
+        signature = inspect.signature(func)
+        own = [p for p in signature.parameters.values() if p.name != "opts"]
+        added = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=(None if name == "stop" else defaults[name]), annotation=annotation)
+            for name, annotation in shared.items()
+        ]
+
+        @functools.wraps(func)
+        def wrapper(**kwargs):
+            values = {name: kwargs.pop(name) for name in shared}
+            values["stop"] = tuple(values.get("stop") or ())
+            return func(**kwargs, opts=RunOptions(**values))
+
+        wrapper.__signature__ = signature.replace(parameters=own + added)
+        wrapper.__annotations__ = {p.name: p.annotation for p in own + added}
+        return wrapper
+
+    return decorate

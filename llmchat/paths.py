@@ -1,0 +1,52 @@
+"""Where llmchat keeps its files. Nothing is created on import; callers create what they write to.
+
+`LLMCHAT_HOME` overrides every folder (config, data, models, history), which is also how the
+tests keep each run in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+APP_NAME = "llmchat"
+
+
+def _home_override() -> Path | None:
+    value = os.environ.get("LLMCHAT_HOME")
+    return Path(value).expanduser() if value else None
+
+
+def config_dir() -> Path:
+    home = _home_override()
+    if home is not None:
+        return home
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))
+
+
+def data_dir() -> Path:
+    home = _home_override()
+    if home is not None:
+        return home
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+
+
+def config_file() -> Path:
+    return config_dir() / "config.toml"
+
+
+def models_dir() -> Path:
+    return data_dir() / "models"
+
+
+def history_db() -> Path:
+    return data_dir() / "history.db"
+
+
+def input_history_file() -> Path:
+    """prompt-toolkit's line history for the interactive chat."""
+    return data_dir() / "input_history"

@@ -1,0 +1,190 @@
+"""Output: stdout carries the answer (or JSON), stderr carries everything else.
+
+The live readout is drawn on stderr, throttled to about 10 updates a second by a ticker thread, so
+drawing never slows decoding (the decode loop only stores numbers). The ticker also keeps the
+TTFT counter moving while the main thread is inside llama.cpp's prefill (ctypes releases the GIL).
+
+When stdout and stderr are the same terminal, the readout lives on the bottom row, below a
+scrolling region that holds the streamed reply (the technique apt uses for its progress line); when
+only stderr is a terminal, it is a single line rewritten with a carriage return.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from typing import IO, Any
+
+DIM = "\x1b[2m"
+RESET = "\x1b[0m"
+CLEAR_LINE = "\x1b[2K"
+
+
+def is_tty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def same_terminal(a: IO[str], b: IO[str]) -> bool:
+    try:
+        return os.path.samefile(f"/proc/self/fd/{a.fileno()}", f"/proc/self/fd/{b.fileno()}") or (
+            os.ttyname(a.fileno()) == os.ttyname(b.fileno())
+        )
+    except (OSError, ValueError, AttributeError):
+        return is_tty(a) and is_tty(b)
+
+
+def notice(message: str, stream: IO[str] | None = None) -> None:
+    """A one-line note on stderr (model choice, trims, warnings)."""
+    stream = stream or sys.stderr
+    if is_tty(stream):
+        stream.write(f"{DIM}{message}{RESET}\n")
+    else:
+        stream.write(message + "\n")
+    stream.flush()
+
+
+def write_json(obj: Any, stream: IO[str] | None = None) -> None:
+    stream = stream or sys.stdout
+    stream.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    stream.flush()
+
+
+def format_live(state: dict) -> str:
+    """The live readout: TTFT (frozen once the first token arrives), decode tok/s, tokens, context."""
+    if state["t_first"] is None:
+        waited = time.perf_counter() - state["t_start"]
+        return (
+            f"prefill {state['prompt_tokens'] - state['cached_tokens']} tokens "
+            f"({state['cached_tokens']} cached) · TTFT {waited * 1000:.0f} ms…"
+        )
+    span = state["t_last"] - state["t_first"]
+    rate = (state["generated"] - 1) / span if state["generated"] > 1 and span > 0 else 0.0
+    used = state["prompt_tokens"] + state["generated"]
+    return (
+        f"TTFT {state['ttft'] * 1000:.0f} ms · {rate:.1f} tok/s · {state['generated']} tokens · "
+        f"ctx {used}/{state['context_limit']}"
+    )
+
+
+class StreamPrinter:
+    """Writes the reply to stdout as it is decoded, and optionally a live readout to stderr.
+
+    It is a TurnObserver (see session.py). `show_live` draws the readout while decoding;
+    `show_summary` prints the dim one-line summary afterwards.
+    """
+
+    REFRESH_S = 0.1
+
+    def __init__(self, out: IO[str] | None = None, err: IO[str] | None = None, *, show_live: bool, show_summary: bool, echo_text: bool = True):
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.echo_text = echo_text
+        self.show_live = show_live and is_tty(self.err)
+        self.show_summary = show_summary
+        self.bottom_row = self.show_live and is_tty(self.out) and same_terminal(self.out, self.err)
+        self._lock = threading.Lock()
+        self._state: dict = {}
+        self._ticker: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._rows = 0
+        self._ended_with_newline = True
+
+    # --- TurnObserver -----------------------------------------------------------------------
+    def prefill_started(self, prompt_tokens: int, cached_tokens: int, context_limit: int) -> None:
+        now = time.perf_counter()
+        self._state = dict(
+            t_start=now, t_first=None, t_last=now, ttft=0.0, generated=0,
+            prompt_tokens=prompt_tokens, cached_tokens=cached_tokens, context_limit=context_limit,
+        )
+        self._ended_with_newline = True
+        if self.show_live:
+            self._begin_live()
+
+    def text(self, fragment: str) -> None:
+        if not self.echo_text:
+            return
+        with self._lock:
+            self.out.write(fragment)
+            self.out.flush()
+        self._ended_with_newline = fragment.endswith("\n")
+
+    def token(self, generated: int, t_first: float, now: float) -> None:
+        state = self._state
+        if state.get("t_first") is None:
+            state["ttft"] = now - state["t_start"]
+            state["t_first"] = now
+        state["generated"] = generated
+        state["t_last"] = now
+
+    def finished(self, result: Any) -> None:
+        self._end_live()
+        if self.echo_text and not self._ended_with_newline:
+            self.out.write("\n")
+            self.out.flush()
+        if result.interrupted:
+            notice("[interrupted]", self.err)
+        if self.show_summary:
+            notice(result.stats.summary(), self.err)
+
+    def abort(self) -> None:
+        """Restore the terminal when a turn ends by an exception (broken pipe, error)."""
+        self._end_live()
+
+    # --- live readout --------------------------------------------------------------------------
+    def _begin_live(self) -> None:
+        if self.bottom_row:
+            try:
+                self._rows = os.get_terminal_size(self.err.fileno()).lines
+            except OSError:
+                self.bottom_row = False
+        if self.bottom_row and self._rows >= 3:
+            # Make room, then confine scrolling to all rows but the last.
+            self.out.flush()
+            self.err.write(f"\n\x1b7\x1b[1;{self._rows - 1}r\x1b8\x1b[1A")
+            self.err.flush()
+        else:
+            self.bottom_row = False
+        self._stop.clear()
+        self._ticker = threading.Thread(target=self._tick, name="llmchat-live", daemon=True)
+        self._ticker.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.REFRESH_S):
+            self._draw(format_live(self._state))
+
+    def _draw(self, line: str) -> None:
+        width = self._columns()
+        line = line[: width - 1]
+        with self._lock:
+            self.out.flush()
+            if self.bottom_row:
+                self.err.write(f"\x1b7\x1b[{self._rows};1H{CLEAR_LINE}{DIM}{line}{RESET}\x1b8")
+            else:
+                self.err.write(f"\r{CLEAR_LINE}{DIM}{line}{RESET}")
+            self.err.flush()
+
+    def _end_live(self) -> None:
+        if self._ticker is None:
+            return
+        self._stop.set()
+        self._ticker.join()
+        self._ticker = None
+        with self._lock:
+            self.out.flush()
+            if self.bottom_row:
+                self.err.write(f"\x1b7\x1b[1;{self._rows}r\x1b[{self._rows};1H{CLEAR_LINE}\x1b8")
+            else:
+                self.err.write(f"\r{CLEAR_LINE}")
+            self.err.flush()
+
+    def _columns(self) -> int:
+        try:
+            return os.get_terminal_size(self.err.fileno()).columns
+        except OSError:
+            return 80
