@@ -292,7 +292,10 @@ def main(argv: Optional[list] = None) -> None:
     debug = "--debug" in args
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        app(args=args, prog_name="llmchat", standalone_mode=False)
+        # Outside standalone mode, click turns `typer.Exit(code)` into the return value.
+        returned = app(args=args, prog_name="llmchat", standalone_mode=False)
+        if isinstance(returned, int) and returned:
+            sys.exit(returned)
     except LlmchatError as err:
         if debug:
             raise

@@ -1,9 +1,51 @@
-"""`llmchat batch` (placeholder, being written)."""
+"""`llmchat batch`: answer many prompts from a JSONL or text file, one JSON record per item.
+
+Only Typer and the shared options are imported here; the runner (llmchat.batch) and the engine are
+imported when the command runs, so `llmchat --help` stays fast.
+"""
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
 
 from llmchat.options import RunOptions, model_command
 
 
 @model_command()
-def batch(*, opts: RunOptions) -> None:
-    """batch (not written yet)."""
-    raise NotImplementedError
+def batch(
+    input_path: Annotated[str, typer.Argument(metavar="INPUT", help="JSONL or plain text (one prompt per line); - for stdin.")],
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the JSONL records here (default: stdout).")] = None,
+    parallel: Annotated[int, typer.Option("--parallel", "-P", help="Decode this many items at once in one context (1 = one after another).")] = 1,
+    resume: Annotated[bool, typer.Option("--resume", help="Skip the ids already in OUTPUT and append the rest.")] = False,
+    progress: Annotated[str, typer.Option("--progress", help="auto | bar | lines | json | off (stderr; auto = a bar on a terminal, lines otherwise).")] = "auto",
+    fsync: Annotated[bool, typer.Option("--fsync", help="fsync OUTPUT after each record (survives a power cut; slower).")] = False,
+    *,
+    opts: RunOptions,
+) -> None:
+    """Answer every item of INPUT with one loaded model; one JSON line per item, in input order.
+
+    A JSONL line holds `id?`, `prompt` or `messages` ([{role, content}]), `system?` and optional
+    sampling: temperature, top_p, top_k, min_p, repeat_penalty, max_tokens, seed, stop. Items without
+    an id get their line number. Each record: id, reply, finish_reason, seed, stats, error.
+
+    A bad line or an item that cannot fit the context gets an error record and the run goes on.
+    Each item is a fresh conversation; a batch is not saved to the history. Replies are bounded by
+    max_tokens (default: the reply reserve, min(1024, ctx/4)).
+    """
+    import sys
+
+    from llmchat.batch import run_batch
+    from llmchat.errors import ExitCode, LlmchatError
+
+    try:
+        failed, total = run_batch(input_path, output, parallel=parallel, resume=resume, progress=progress, fsync=fsync, opts=opts)
+    except KeyboardInterrupt:
+        # Raised as SystemExit: Typer (standalone_mode=False) turns KeyboardInterrupt into a *returned*
+        # exit code, which `cli.main` does not pass on. The records written so far are complete lines.
+        sys.stderr.write("\nllmchat: interrupted (rerun with --resume -o OUTPUT to finish)\n")
+        raise SystemExit(int(ExitCode.INTERRUPTED)) from None
+    if failed:
+        # An error (not typer.Exit, whose code is returned, not raised, under standalone_mode=False): exit 1.
+        where = f"in {output}" if output is not None else "on stdout"
+        raise LlmchatError(f"{failed} of {total} items failed; see their error records {where}", exit_code=ExitCode.ERROR)

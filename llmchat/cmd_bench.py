@@ -1,9 +1,134 @@
-"""`llmchat bench` (placeholder, being written)."""
+"""`llmchat bench`: prompt-processing and generation throughput, measured like llama.cpp's llama-bench.
 
+pp = tokens/s evaluating a `-p`-token prompt from an empty KV cache; tg = tokens/s decoding `-n`
+tokens one at a time (greedy, EOS ignored). Each is repeated `-r` times after a warm-up and
+reported as mean ± sd. TTFT for the pp prompt (prefill + the first sample) is reported too.
+The model is loaded with the same options as `ask` and `chat` (--threads, --flash-attn, --kv-type,
+--batch-size, --device ...), so the numbers describe the engine you chat with.
+"""
+
+from typing import Annotated
+
+import typer
+
+from llmchat.errors import UsageError
 from llmchat.options import RunOptions, model_command
 
+MAX_TOKENS = 1 << 20
 
-@model_command()
-def bench(*, opts: RunOptions) -> None:
-    """bench (not written yet)."""
-    raise NotImplementedError
+
+def check_counts(n_prompt: int, n_gen: int, reps: int, ctx: "int | None") -> None:
+    if not 1 <= n_prompt <= MAX_TOKENS:
+        raise UsageError(f"-p/--n-prompt must be between 1 and {MAX_TOKENS}, got {n_prompt}")
+    if not 1 <= n_gen <= MAX_TOKENS:
+        raise UsageError(f"-n/--n-gen must be between 1 and {MAX_TOKENS}, got {n_gen}")
+    if not 1 <= reps <= 1000:
+        raise UsageError(f"-r/--reps must be between 1 and 1000, got {reps}")
+    if ctx is not None and ctx < max(n_prompt, n_gen):
+        raise UsageError(f"--ctx {ctx} is smaller than the test ({max(n_prompt, n_gen)} tokens); raise --ctx or drop it")
+
+
+@model_command(sampling=False)
+def bench(
+    n_prompt: Annotated[int, typer.Option("--n-prompt", "-p", help="Prompt tokens for the pp test.")] = 512,
+    n_gen: Annotated[int, typer.Option("--n-gen", "-n", help="Tokens generated for the tg test.")] = 128,
+    reps: Annotated[int, typer.Option("--reps", "-r", help="Repetitions of each test (after one warm-up).")] = 3,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
+    *,
+    opts: RunOptions,
+) -> None:
+    """Prompt (pp) and generation (tg) tokens/s, mean ± sd over repetitions, like llama-bench."""
+    check_counts(n_prompt, n_gen, reps, opts.ctx)
+    if opts.lookup or opts.draft_model is not None:
+        # Drafting changes generation, not single-token decode; it is measured by bench/speculative_bench.py.
+        raise UsageError("bench measures plain prompt and decode speed; --lookup and --draft-model do not apply (drop them)")
+    import sys
+
+    from llmchat.loading import load_model
+
+    # Like llama-bench, the context holds exactly the test unless --ctx says otherwise.
+    loaded = load_model(opts, n_ctx_override=opts.ctx or max(n_prompt + n_gen, 64))
+    engine = loaded.engine
+    try:
+        from llmchat.engine import bench as engine_bench
+
+        progress = _progress_line if sys.stderr.isatty() else None
+        try:
+            result = engine_bench.run(engine, n_prompt=n_prompt, n_gen=n_gen, reps=reps, progress=progress)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+        finally:
+            if progress:
+                sys.stderr.write("\r\x1b[2K")
+                sys.stderr.flush()
+    finally:
+        engine.close()
+
+    if json_output:
+        from llmchat.render import write_json
+
+        write_json(to_json(result, loaded.model.name, str(loaded.model.path), engine, opts))
+    else:
+        typer.echo(format_table(result, loaded.model.name))
+
+
+def _progress_line(stage: str) -> None:
+    import sys
+
+    sys.stderr.write(f"\r\x1b[2Kbench: {stage}…")
+    sys.stderr.flush()
+
+
+def to_json(result, model_name: str, model_path: str, engine, opts: RunOptions) -> dict:
+    model = result.model
+    return {
+        "model": model_name,
+        "model_path": model_path,
+        "model_desc": model.desc,
+        "size_bytes": model.size_bytes,
+        "n_params": model.n_params,
+        "backend": model.backend,
+        "threads": model.threads,
+        "n_ctx": engine.n_ctx,
+        "batch_size": opts.batch_size,
+        "flash_attn": opts.flash_attn or opts.kv_type != "f16",
+        "kv_type": opts.kv_type,
+        "n_prompt": result.n_prompt,
+        "n_gen": result.n_gen,
+        "reps": result.reps,
+        "pp": result.pp.to_dict(),
+        "tg": result.tg.to_dict(),
+        "ttft_s": result.ttft.to_dict(digits=4),
+    }
+
+
+def _size(n_bytes: int) -> str:
+    gib = n_bytes / 1024**3
+    return f"{gib:.2f} GiB" if gib >= 1 else f"{n_bytes / 1024**2:.2f} MiB"
+
+
+def _params(n: int) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.2f} M"
+
+
+def format_table(result, model_name: str) -> str:
+    model = result.model
+    header = ("model", "size", "params", "backend", "threads", "test", "t/s")
+    right = (False, True, True, False, True, True, True)
+    common = (f"{model_name} ({model.desc})", _size(model.size_bytes), _params(model.n_params), model.backend, str(model.threads))
+    rows = [
+        common + (f"pp{result.n_prompt}", f"{result.pp.mean:.2f} ± {result.pp.sd:.2f}"),
+        common + (f"tg{result.n_gen}", f"{result.tg.mean:.2f} ± {result.tg.sd:.2f}"),
+    ]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+
+    def line(cells) -> str:
+        return "| " + " | ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)) + " |"
+
+    rule = "| " + " | ".join(("-" * (w - 1) + ":") if r else "-" * w for w, r in zip(widths, right)) + " |"
+    ttft = result.ttft
+    footer = (
+        f"TTFT pp{result.n_prompt} (prefill + first token): {ttft.mean * 1000:.1f} ± {ttft.sd * 1000:.1f} ms; "
+        f"{result.reps} reps after a warm-up, KV cache cleared before each"
+    )
+    return "\n".join([line(header), rule, *(line(r) for r in rows), "", footer])

@@ -1,5 +1,197 @@
-"""`llmchat template` commands. (placeholder, being written)"""
+"""`llmchat template list | render | show`: the built-in chat templates, and what a model gets.
+
+Only typer is imported here; jinja2 (through llmchat.chat_template), rich and the GGUF reader are
+imported inside the commands so `llmchat --help` stays fast. (No `from __future__ import
+annotations`: Typer reads the annotations at run time.)
+"""
+
+import sys
+from typing import Any, Optional
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="template")
+app = typer.Typer(
+    no_args_is_help=True,
+    help="List, inspect and render chat templates.",
+    add_completion=False,
+)
+
+MODEL_HELP = "Model: a .gguf path, a name in the models folder, or a config alias."
+TEMPLATE_HELP = "A built-in template name or a path to a .jinja file (overrides the model's own template)."
+
+# The conversation `template show` renders: every role once, ending with a user turn.
+SAMPLE_CONVERSATION = (
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Hello!"},
+    {"role": "assistant", "content": "Hi! How can I help?"},
+    {"role": "user", "content": "What is 2 + 2?"},
+)
+
+
+@app.command("list")
+def list_templates() -> None:
+    """The built-in templates: what they match in a model's metadata, and their stop strings."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from llmchat.chat_template import builtin_templates
+
+    table = Table(title="Built-in chat templates", title_justify="left", show_lines=True)
+    table.add_column("name", style="bold", no_wrap=True)
+    table.add_column("matches (architecture / name / tokens)", overflow="fold", ratio=3)
+    table.add_column("stop strings", overflow="fold", ratio=2)
+    table.add_column("source", overflow="fold", ratio=4)
+    for template in builtin_templates():
+        table.add_row(template.name, _match_summary(template), _quoted(template.stop_strings), template.source)
+    # Piped output has no terminal width; a wide table keeps one template per few lines there.
+    width = None if sys.stdout.isatty() else 160
+    Console(highlight=False, markup=False, width=width).print(table)
+
+
+def _match_summary(template: Any) -> str:
+    lines = []
+    if template.match_architectures:
+        lines.append("arch: " + ", ".join(template.match_architectures))
+    if template.match_names:
+        lines.append("name: " + ", ".join(template.match_names))
+    if template.match_tokens:
+        lines.append("tokens: " + " ".join(template.match_tokens))
+    return "\n".join(lines) or "-"
+
+
+def _quoted(strings: Any) -> str:
+    return " ".join(repr(s) for s in strings) or "-"
+
+
+@app.command("render")
+def render(
+    messages_file: str = typer.Option(
+        ..., "--messages", help='JSON file with a list of {"role": ..., "content": ...} objects ("-" reads stdin).'
+    ),
+    model: Optional[str] = typer.Option(None, "-m", "--model", help=MODEL_HELP),
+    template: Optional[str] = typer.Option(None, "--template", help=TEMPLATE_HELP),
+    bos_token: Optional[str] = typer.Option(None, "--bos-token", help="BOS text for the template (default: the model's, or empty)."),
+    eos_token: Optional[str] = typer.Option(None, "--eos-token", help="EOS text for the template (default: the model's, or empty)."),
+    no_generation_prompt: bool = typer.Option(
+        False, "--no-generation-prompt", help="Leave out the opening of the assistant's reply."
+    ),
+) -> None:
+    """Print the exact prompt a template makes of a conversation (nothing else, no newline added)."""
+    from dataclasses import replace
+
+    from llmchat.chat_template import ModelFacts, render_prompt, resolve_template
+
+    messages = read_messages(messages_file)
+    facts, config_choice = model_facts(model) if model else (ModelFacts(), None)
+    if bos_token is not None:
+        facts = replace(facts, bos_token=bos_token)
+    if eos_token is not None:
+        facts = replace(facts, eos_token=eos_token)
+    resolved = resolve_template(facts, template, config_choice)
+    if resolved.warning:
+        sys.stderr.write(f"llmchat: warning: {resolved.warning}\n")
+    rendered = render_prompt(resolved, messages, facts, add_generation_prompt=not no_generation_prompt)
+    sys.stdout.write(rendered.text)
+    sys.stdout.flush()
+
+
+@app.command("show")
+def show(
+    model: Optional[str] = typer.Option(None, "-m", "--model", help=MODEL_HELP + " Default: the default model."),
+    template: Optional[str] = typer.Option(None, "--template", help=TEMPLATE_HELP),
+) -> None:
+    """Which template a model gets and why: source, stop strings, system-prompt handling, a sample."""
+    from llmchat.chat_template import render_prompt, resolve_template
+
+    facts, config_choice = model_facts(model)
+    resolved = resolve_template(facts, template, config_choice)
+    sample = render_prompt(resolved, SAMPLE_CONVERSATION, facts)
+    for line in describe(resolved, facts, sample):
+        typer.echo(line)
+
+
+def describe(resolved: Any, facts: Any, sample: Any) -> list[str]:
+    model = ", ".join(
+        f"{label} {value}"
+        for label, value in (("architecture", facts.architecture), ("name", facts.name), ("basename", facts.basename))
+        if value
+    )
+    system = (
+        "native (the template renders system messages itself)"
+        if resolved.system_mode == "native"
+        else 'folded (the system prompt is put in front of the first user message: system + "\\n" + user)'
+    )
+    lines = [
+        f"model:         {model or '?'}",
+        f"template:      {resolved.name}",
+        f"source:        {resolved.source} - {resolved.source_detail}",
+        f"stop strings:  {_quoted(resolved.stop_strings)}",
+        f"system prompt: {system}",
+    ]
+    if resolved.warning:
+        lines.append(f"warning:       {resolved.warning}")
+    lines.append("resolution:")
+    lines.extend(f"  {step}" for step in resolved.steps)
+    notes = [*resolved.notes, *sample.notes]
+    if notes:
+        lines.append("notes:")
+        lines.extend(f"  - {note}" for note in notes)
+    lines.append("sample (system, user, assistant, user; with the generation prompt):")
+    lines.append("-" * 72)
+    lines.append(sample.text)
+    lines.append("-" * 72)
+    return lines
+
+
+# --- shared helpers ------------------------------------------------------------------------------
+def read_messages(source: str) -> list:
+    """The --messages JSON: a list of {role, content} objects. Any problem is a one-line UsageError."""
+    import json
+    from pathlib import Path
+
+    from llmchat.errors import UsageError
+
+    try:
+        raw = sys.stdin.read() if source == "-" else Path(source).expanduser().read_text(encoding="utf-8")
+    except OSError as err:
+        raise UsageError(f"--messages {source}: cannot read it ({err.strerror or err})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--messages {source}: not UTF-8 text") from None
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise UsageError(f"--messages {source}: not valid JSON ({err.msg} at line {err.lineno}, column {err.colno})") from None
+    if isinstance(data, dict) and isinstance(data.get("messages"), list):
+        data = data["messages"]  # also accept the {"messages": [...]} request shape
+    if not isinstance(data, list) or not data:
+        raise UsageError(f'--messages {source}: expected a non-empty JSON list of {{"role": ..., "content": ...}} objects')
+    return data
+
+
+def model_facts(model: Optional[str]) -> tuple:
+    """(ModelFacts of the -m model, the config file's template for it or None)."""
+    from llmchat.chat_template import facts_from_gguf
+
+    path, config_choice = _resolve_model(model)
+    return facts_from_gguf(path), config_choice
+
+
+def _resolve_model(model: Optional[str]) -> tuple:
+    """-m resolved the way chat resolves it (aliases, models folder, default model), and the
+    template the config file sets for that model (alias, per-path entry, or global)."""
+    from pathlib import Path
+
+    from llmchat.errors import UsageError
+
+    try:
+        from llmchat.config import load_config
+        from llmchat.models import resolve_model
+    except ImportError:  # models/config not available: -m is a plain path
+        if model is None:
+            raise UsageError("no model given; pass -m PATH.gguf") from None
+        return Path(model).expanduser(), None
+    config = load_config()
+    resolved = resolve_model(model, aliases=config.models, config_default=config.model)
+    alias = config.alias_for_path(resolved.path) if resolved.how != "alias" else {}
+    config_choice = resolved.alias_template or alias.get("template") or config.template
+    return resolved.path, config_choice

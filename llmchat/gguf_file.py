@@ -51,6 +51,7 @@ MAX_DIMS = 4
 MAX_TENSOR_NAME = 63
 MAX_STRING_LENGTH = 1 << 30
 MAX_ARRAY_ELEMENTS = 1 << 30
+MAX_LAYERS = 512  # llama-hparams.h LLAMA_MAX_LAYERS
 INT64_MAX = (1 << 63) - 1
 # How much of the header is read per file read. The whole KV section of most models fits a few.
 READ_CHUNK = 4 << 20
@@ -259,7 +260,7 @@ class GGUFMetadata:
     def read_array(self, key: str) -> list[Any]:
         """An array value whether small (already in `scalars`) or large (read from the file now)."""
         if key in self.scalars and isinstance(self.scalars[key], list):
-            return self.scalars[key]
+            return list(self.scalars[key])
         info = self.arrays.get(key)
         if info is None:
             raise KeyError(key)
@@ -405,22 +406,40 @@ class _Cursor:
         self.pos += n
 
     def skip_strings(self, count: int, what: str) -> None:
-        """Walk `count` length-prefixed strings without decoding them."""
+        """Walk `count` length-prefixed strings without decoding them.
+
+        The hot path of parsing (262k strings for Gemma's vocabulary), so it scans the buffer in
+        local variables and only goes back to the file when a length prefix is not buffered.
+        """
         unpack_length = _U64.unpack_from
-        for _ in range(count):
+        file_size = self.file_size
+        left = count
+        while left:
             rel = self._window(8, what)
-            (length,) = unpack_length(self._buf, rel)
-            self.pos += 8
-            if length > self.remaining:
-                raise _CutShort(
-                    f"{what} has a string of {length:,} bytes but only {self.remaining:,} bytes remain"
-                )
-            self.pos += length
+            buf, buf_start, pos = self._buf, self._buf_start, self.pos
+            limit = len(buf) - 8  # last index where a whole length prefix is buffered
+            while left and rel <= limit:
+                (length,) = unpack_length(buf, rel)
+                pos += 8 + length
+                if pos > file_size:
+                    raise _CutShort(
+                        f"{what} has a string of {length:,} bytes but only {file_size - (pos - length):,} bytes remain"
+                    )
+                rel = pos - buf_start
+                left -= 1
+            self.pos = pos
 
 
 def read_metadata(path: str | os.PathLike[str]) -> GGUFMetadata:
     """Parse and validate a GGUF file's header, metadata and tensor table. Raises ModelError."""
-    path = Path(path)
+    try:
+        return _read_metadata(Path(path))
+    except ModelError as err:
+        # Names from the file (or an odd file name) must not break the one-line contract.
+        raise ModelError(_one_line(str(err))) from None
+
+
+def _read_metadata(path: Path) -> GGUFMetadata:
     file_size = _checked_file_size(path)
     try:
         with open(path, "rb") as f:
@@ -443,6 +462,17 @@ def read_metadata(path: str | os.PathLike[str]) -> GGUFMetadata:
         raise ModelError(
             f"{path} could not be parsed as GGUF ({type(err).__name__}: {err}); {ADVICE_RECONVERT}"
         ) from None
+
+
+def _shown(name: str, limit: int = 80) -> str:
+    """A name from the file, quoted, cut to `limit` and with control characters escaped, so an
+    error message stays one readable line whatever bytes the file holds."""
+    text = name if len(name) <= limit else name[:limit] + "..."
+    return "'" + "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text) + "'"
+
+
+def _one_line(message: str) -> str:
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in message)
 
 
 def _checked_file_size(path: Path) -> int:
@@ -533,8 +563,8 @@ def _read_key_values(cursor: _Cursor, meta: GGUFMetadata, n_kv: int) -> None:
         if not key:
             raise _Corrupt(f"metadata entry {index} has an empty name")
         if key in meta.scalars or key in meta.arrays:
-            raise _Corrupt(f"metadata key '{key}' appears twice")
-        value_type = _value_type(cursor.u32(f"the type of '{key}'"), key)
+            raise _Corrupt(f"metadata key {_shown(key)} appears twice")
+        value_type = _value_type(cursor.u32(f"the type of {_shown(key)}"), key)
         if value_type == ValueType.ARRAY:
             _read_array_value(cursor, meta, key)
         else:
@@ -545,26 +575,27 @@ def _value_type(raw: int, key: str) -> ValueType:
     try:
         return ValueType(raw)
     except ValueError:
-        raise _Corrupt(f"metadata key '{key}' has an invalid value type {raw}") from None
+        raise _Corrupt(f"metadata key {_shown(key)} has an invalid value type {raw}") from None
 
 
 def _read_scalar(cursor: _Cursor, value_type: ValueType, key: str) -> Any:
+    what = f"the value of {_shown(key)}"
     if value_type == ValueType.STRING:
-        return cursor.string(f"the value of '{key}'")
-    fmt = _SCALAR_FORMATS[value_type]
-    return cursor.unpack(struct.Struct("<" + fmt), f"the value of '{key}'")[0]
+        return cursor.string(what)
+    return cursor.unpack(struct.Struct("<" + _SCALAR_FORMATS[value_type]), what)[0]
 
 
 def _read_array_value(cursor: _Cursor, meta: GGUFMetadata, key: str) -> None:
-    what = f"the array '{key}'"
-    element_type = _value_type(cursor.u32(f"the element type of '{key}'"), key)
+    shown = _shown(key)
+    what = f"the array {shown}"
+    element_type = _value_type(cursor.u32(f"the element type of {shown}"), key)
     if element_type == ValueType.ARRAY:
-        raise _Corrupt(f"metadata key '{key}' is an array of arrays, which llama.cpp does not support")
-    count = cursor.u64(f"the length of '{key}'")
+        raise _Corrupt(f"metadata key {shown} is an array of arrays, which llama.cpp does not support")
+    count = cursor.u64(f"the length of {shown}")
     min_element_size = 8 if element_type == ValueType.STRING else _SCALAR_SIZES[element_type]
     if count > MAX_ARRAY_ELEMENTS or count * min_element_size > cursor.remaining:
         raise _CutShort(
-            f"metadata array '{key}' claims {count:,} elements but only {cursor.remaining:,} bytes remain"
+            f"metadata array {shown} claims {count:,} elements but only {cursor.remaining:,} bytes remain"
         )
     start = cursor.pos
     if count <= SMALL_ARRAY_MAX:
@@ -596,7 +627,7 @@ def _read_tensor_infos(cursor: _Cursor, n_tensors: int) -> list[TensorInfo]:
     for index in range(n_tensors):
         tensor = _read_tensor_info(cursor, index)
         if tensor.name in seen:
-            raise _Corrupt(f"tensor '{tensor.name}' appears twice")
+            raise _Corrupt(f"tensor {_shown(tensor.name)} appears twice")
         seen.add(tensor.name)
         tensors.append(tensor)
     return tensors
@@ -606,13 +637,14 @@ def _read_tensor_info(cursor: _Cursor, index: int) -> TensorInfo:
     name = cursor.string(f"the name of tensor {index}")
     if len(name.encode("utf-8")) > MAX_TENSOR_NAME:
         raise _Corrupt(f"tensor {index} has a name longer than {MAX_TENSOR_NAME} bytes")
-    n_dims = cursor.u32(f"the shape of tensor '{name}'")
+    shown = _shown(name)
+    n_dims = cursor.u32(f"the shape of tensor {shown}")
     if n_dims > MAX_DIMS:
-        raise _Corrupt(f"tensor '{name}' has {n_dims:,} dimensions (at most {MAX_DIMS} allowed)")
-    shape = cursor.unpack(struct.Struct(f"<{n_dims}Q"), f"the shape of tensor '{name}'")
+        raise _Corrupt(f"tensor {shown} has {n_dims:,} dimensions (at most {MAX_DIMS} allowed)")
+    shape = cursor.unpack(struct.Struct(f"<{n_dims}Q"), f"the shape of tensor {shown}")
     _check_shape(name, shape)
-    type_id = cursor.u32(f"the type of tensor '{name}'")
-    offset = cursor.u64(f"the offset of tensor '{name}'")
+    type_id = cursor.u32(f"the type of tensor {shown}")
+    offset = cursor.u64(f"the offset of tensor {shown}")
     nbytes = _tensor_nbytes(name, shape, type_id)
     return TensorInfo(name=name, shape=tuple(shape), ggml_type=type_id, offset=offset, nbytes=nbytes)
 
@@ -621,20 +653,20 @@ def _check_shape(name: str, shape: tuple[int, ...]) -> None:
     elements = 1
     for dim in shape:
         if dim > INT64_MAX:
-            raise _Corrupt(f"tensor '{name}' has a negative dimension")
+            raise _Corrupt(f"tensor {_shown(name)} has a negative dimension")
         elements *= dim
     if elements > INT64_MAX:
-        raise _Corrupt(f"tensor '{name}' has an impossible shape {tuple(shape)}")
+        raise _Corrupt(f"tensor {_shown(name)} has an impossible shape {tuple(shape)}")
 
 
 def _tensor_nbytes(name: str, shape: tuple[int, ...], type_id: int) -> int:
     ggml_type = GGML_TYPES.get(type_id)
     if ggml_type is None:
-        raise _Unsupported(f"tensor '{name}' has unknown ggml type {type_id}")
+        raise _Unsupported(f"tensor {_shown(name)} has unknown ggml type {type_id}")
     row = shape[0] if shape else 1
     if row % ggml_type.block_size:
         raise _Corrupt(
-            f"tensor '{name}' of type {ggml_type.name} has rows of {row} elements, "
+            f"tensor {_shown(name)} of type {ggml_type.name} has rows of {row} elements, "
             f"not a multiple of its block size {ggml_type.block_size}"
         )
     elements = 1
@@ -652,7 +684,7 @@ def _check_tensor_layout(meta: GGUFMetadata) -> None:
     expected = 0
     for tensor in meta.tensors:
         if tensor.offset != expected:
-            raise _Corrupt(f"tensor '{tensor.name}' is at offset {tensor.offset:,}, expected {expected:,}")
+            raise _Corrupt(f"tensor {_shown(tensor.name)} is at offset {tensor.offset:,}, expected {expected:,}")
         expected += _pad(tensor.nbytes, meta.alignment)
     data_end = meta.data_offset + max((t.offset + t.nbytes for t in meta.tensors), default=0)
     if data_end > meta.file_size:
@@ -664,11 +696,17 @@ def _check_tensor_layout(meta: GGUFMetadata) -> None:
 
 
 def _check_layer_count(meta: GGUFMetadata) -> None:
-    layers = meta.arch_get("block_count")
-    if layers is not None and _as_int(layers) == 0:
+    layers = _as_int(meta.arch_get("block_count"))
+    if layers == 0:
         raise ModelError(
             f"{meta.path} declares zero layers ({meta.architecture}.block_count = 0), so it cannot run; "
             "use a complete model file"
+        )
+    if layers is not None and not 0 < layers <= MAX_LAYERS:
+        # Also protects every per-layer computation downstream from a hostile count.
+        raise ModelError(
+            f"{meta.path} declares {layers:,} layers ({meta.architecture}.block_count), more than llama.cpp's "
+            f"limit of {MAX_LAYERS}; {ADVICE_RECONVERT}"
         )
 
 
@@ -703,7 +741,7 @@ def check_loadable(
                          "use a model file converted by llama.cpp's tools")
     if arch not in KNOWN_ARCHITECTURES and arch != "clip":
         raise ModelError(
-            f"{path} has architecture '{arch}', which llama.cpp does not know; "
+            f"{path} has architecture {_shown(arch)}, which llama.cpp does not know; "
             "use a supported model or a newer llama-cpp-python"
         )
     if for_chat and arch in NON_CHAT_ARCHITECTURES:

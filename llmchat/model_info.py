@@ -28,7 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmchat.gguf_file import GGML_TYPES, GGUFMetadata, ggml_type_name
+from llmchat.gguf_file import GGML_TYPES, MAX_LAYERS, GGMLType, GGUFMetadata, ggml_type_name
 
 CONTEXT_POINTS = (4096, 8192, 32768, 131072)
 KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
@@ -148,9 +148,11 @@ def _int(value: Any) -> int | None:
 
 
 def _array_or_scalar(meta: GGUFMetadata, key: str) -> Any:
-    """A key's value, reading a long array from the file if needed (per-layer arrays of deep models)."""
-    if key in meta.arrays:
-        return meta.read_array(key)
+    """A key's value, reading a long array from the file if needed (per-layer arrays of deep models).
+    Arrays longer than any real layer count are ignored rather than read into memory."""
+    info = meta.arrays.get(key)
+    if info is not None:
+        return meta.read_array(key) if info.count <= MAX_LAYERS else None
     return meta.get(key)
 
 
@@ -213,7 +215,7 @@ def _cache_row_bytes(elements: int, cache_type: str) -> int:
     return elements * ggml_type.type_size // ggml_type.block_size
 
 
-def _cache_ggml_type(cache_type: str):
+def _cache_ggml_type(cache_type: str) -> GGMLType:
     wanted = cache_type.upper()
     for ggml_type in GGML_TYPES.values():
         if ggml_type.name == wanted:

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from llmchat.chat_template import ModelFacts, ResolvedTemplate, render_prompt, resolve_template
+from llmchat.chat_template import ModelFacts, ResolvedTemplate, marker_tokens, render_prompt, resolve_template
 from llmchat.conversation import Budget, Conversation, default_reply_reserve, fit_to_context
 from llmchat.metrics import TurnStats
 from llmchat.sampling import SamplingParams
@@ -69,7 +69,8 @@ def model_facts(engine: Any) -> ModelFacts:
         named_templates=named,
         bos_token=engine.bos_text,
         eos_token=engine.eos_text,
-        tokens=engine.marker_tokens(),
+        tokens=frozenset(marker for marker in marker_tokens() if engine.has_single_token(marker)),
+        vocab_known=True,
     )
 
 

@@ -86,7 +86,7 @@ def write_small_gguf(
     writer.add_token_list(token_texts_for_test())
     writer.add_array("test.small_ints", [1, 2, 3])
     writer.add_tensor("token_embd.weight", np.ones((N_VOCAB, N_EMBD), dtype=np.float16))
-    for layer in range(max(block_count, 1)):
+    for layer in range(min(max(block_count, 1), 2)):  # a few layers of weights are enough here
         writer.add_tensor(f"blk.{layer}.attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
         writer.add_tensor(f"blk.{layer}.attn_q.weight", np.ones((N_EMBD, N_EMBD), dtype=np.float16))
     writer.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
@@ -475,6 +475,18 @@ def test_bad_alignment(tmp_path: Path) -> None:
 def test_zero_block_count(tmp_path: Path) -> None:
     path = write_small_gguf(tmp_path / "zero.gguf", block_count=0)
     assert_one_line_model_error(path, "zero layers", "llama.block_count = 0")
+
+
+def test_absurd_block_count(tmp_path: Path) -> None:
+    path = write_small_gguf(tmp_path / "deep.gguf", block_count=1_000_000)
+    assert_one_line_model_error(path, "1,000,000 layers", "limit of 512")
+
+
+def test_control_characters_in_names_stay_on_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "ctrl.gguf"
+    path.write_bytes(raw_gguf(string_entry("bad\nkey", "one"), string_entry("bad\nkey", "two")))
+    err = assert_one_line_model_error(path, "appears twice")
+    assert "bad\\nkey" in str(err)
 
 
 def test_unknown_architecture(tmp_path: Path) -> None:

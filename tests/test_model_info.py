@@ -203,6 +203,26 @@ def test_per_layer_kv_heads_with_recurrent_layers() -> None:
     assert any("recurrent" in note for note in report.notes)
 
 
+def test_long_per_layer_array_is_read_from_the_file(tmp_path: Path) -> None:
+    """More layers than SMALL_ARRAY_MAX: head_count_kv is located at parse time and read on demand."""
+    from gguf import GGUFWriter
+
+    path = tmp_path / "deep.gguf"
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_block_count(80)
+    writer.add_embedding_length(1024)
+    writer.add_head_count(16)
+    writer.add_head_count_kv([8 if layer % 2 else 4 for layer in range(80)])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    meta = read_metadata(path)
+    assert "llama.attention.head_count_kv" in meta.arrays
+    layout = attention_layout(meta)
+    assert kv_bytes_per_token(layout) == 40 * (4 + 8) * (64 + 64) * 2
+    assert layout.kind == "GQA"
+
+
 def test_swa_pattern_from_the_file() -> None:
     as_period = synthetic("gemma3", block_count=8, embedding_length=256, attention__head_count=4,
                           attention__sliding_window=128, attention__sliding_window_pattern=4)

@@ -29,14 +29,6 @@ from llmchat.stopping import StopMatcher
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
 DEFAULT_MAX_CTX = 8192
 
-# Marker tokens that tell template families apart; looked up in the vocabulary once at load.
-MARKER_TOKENS = (
-    "<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>", "<|start_header_id|>", "<|eot_id|>",
-    "[INST]", "[/INST]", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>", "<|endoftext|>",
-    "<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|start_of_role|>", "<|end_of_role|>",
-    "<｜User｜>", "<｜Assistant｜>", "<|im_sep|>", "[SYSTEM_PROMPT]", "<s>", "</s>",
-)
-
 
 def physical_cores() -> int:
     """Physical cores, not logical CPUs: decode is memory-bound and hyperthreads only add contention.
@@ -247,9 +239,6 @@ class Engine:
     def has_single_token(self, text: str) -> bool:
         ids = self.tokenize(text, special=True)
         return len(ids) == 1 and self._token_text(ids[0]) == text
-
-    def marker_tokens(self) -> frozenset[str]:
-        return frozenset(marker for marker in MARKER_TOKENS if self.has_single_token(marker))
 
     def tokenize(self, text: str, *, special: bool) -> list[int]:
         """Tokenize without adding BOS: the prompt builder decides about BOS exactly once."""

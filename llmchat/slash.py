@@ -1,0 +1,457 @@
+"""Slash commands of the interactive chat: the table, the handlers and the completer.
+
+Everything here works without a terminal: a handler gets a `CommandContext` (the session, a rich
+Console for what the user asked to see, a function for one-line errors and hints) and returns an
+`Outcome` telling the chat loop to go on, to exit, or to run a turn with some text (`/retry`).
+
+Command output is user-facing content, so it goes to stdout; errors and hints go to stderr.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Callable, Iterable
+
+from llmchat.errors import HistoryError, LlmchatError
+from llmchat.sampling import PRESETS, SETTABLE, with_setting
+
+HISTORY_OFF = "history is off for this chat (--no-history, `history = false`, or the store failed); nothing is saved"
+
+
+class Action(Enum):
+    CONTINUE = "continue"  # back to the prompt
+    EXIT = "exit"  # leave the chat
+    TURN = "turn"  # send `Outcome.text` to the model
+
+
+@dataclass(frozen=True)
+class Outcome:
+    action: Action = Action.CONTINUE
+    text: str | None = None
+
+
+CONTINUE = Outcome()
+EXIT = Outcome(Action.EXIT)
+
+
+@dataclass
+class CommandContext:
+    session: Any  # llmchat.session.ChatSession
+    out: Any  # rich.console.Console on stdout
+    error: Callable[[str], None]  # one line on stderr: errors and hints
+    info: Callable[[str], None] = field(default=lambda message: None)  # one dim line on stderr: confirmations
+
+
+# --------------------------------------------------------------------------- shared with the chat loop
+
+
+def trim_notice(stats: Any, limit: int) -> str:
+    """The notice printed when older messages left the context window (same words as `chat` piped)."""
+    return (
+        f"context: dropped {stats.messages_dropped} oldest messages ({stats.tokens_dropped:,} tokens) "
+        f"to fit {limit:,}"
+    )
+
+
+def disable_history(session: Any, err: Exception, warn: Callable[[str], None]) -> None:
+    """A history write failed (locked, disk full): say so once and go on without saving.
+
+    Once `session.history` is None nothing writes to the store again, so the warning cannot repeat.
+    """
+    store, session.history = session.history, None
+    if store is None:
+        return
+    try:
+        store.close()
+    except Exception:  # the store is already broken; closing is a courtesy
+        pass
+    warn(f"warning: {err}; this chat goes on without saving to the history")
+
+
+def _write_history(ctx: CommandContext, work: Callable[[Any], Any]) -> Any:
+    """Run a history write; on HistoryError, turn the history off (once) and return None."""
+    store = ctx.session.history
+    if store is None:
+        return None
+    try:
+        return work(store)
+    except HistoryError as err:
+        disable_history(ctx.session, err, ctx.error)
+        return None
+
+
+def split_command(line: str) -> tuple[str, str]:
+    """'/set temperature 0.2' -> ('/set', 'temperature 0.2'). The name is case-insensitive."""
+    stripped = line.strip()
+    name, _, rest = stripped.partition(" ")
+    if "\n" in name:  # '/system\nline two' : the newline separates like a space
+        name, _, more = name.partition("\n")
+        rest = more + (" " + rest if rest else "")
+    return name.lower(), rest.strip()
+
+
+def is_command(line: str) -> bool:
+    """A line starting with one slash is a command; `//text` sends `/text` as a message."""
+    stripped = line.lstrip()
+    return stripped.startswith("/") and not stripped.startswith("//")
+
+
+def unescape_message(line: str) -> str:
+    """`//etc/hosts is ...` -> `/etc/hosts is ...` (the escape for messages that start with a slash)."""
+    stripped = line.lstrip()
+    return stripped[1:] if stripped.startswith("//") else line
+
+
+# --------------------------------------------------------------------------- handlers
+
+
+def cmd_help(ctx: CommandContext, arg: str) -> Outcome:
+    from rich.table import Table
+
+    table = Table(box=None, show_header=False, pad_edge=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    for command in COMMANDS.values():
+        if command.name in ALIASES:
+            continue
+        usage = command.name + (f" {command.args}" if command.args else "")
+        table.add_row(usage, command.help)
+    ctx.out.print(table)
+    ctx.out.print(
+        "Enter sends · Alt-Enter (or Esc then Enter) adds a line · pasted text stays one message\n"
+        "Ctrl-C stops a reply or clears the line; twice on an empty line exits · Ctrl-D exits\n"
+        "Start a message with // to send text that begins with a slash",
+        highlight=False,
+    )
+    return CONTINUE
+
+
+def cmd_exit(ctx: CommandContext, arg: str) -> Outcome:
+    return EXIT
+
+
+def cmd_clear(ctx: CommandContext, arg: str) -> Outcome:
+    ctx.session.new_conversation()
+    ctx.info("new conversation (the system prompt and settings are kept)")
+    return CONTINUE
+
+
+def cmd_system(ctx: CommandContext, arg: str) -> Outcome:
+    session = ctx.session
+    if not arg:
+        current = session.conversation.system
+        if current:
+            ctx.out.print(current, markup=False, highlight=False)
+        else:
+            ctx.info("no system prompt; set one with /system TEXT")
+        return CONTINUE
+    new = None if arg == "--clear" else arg
+    try:
+        session.with_system(new)
+    except HistoryError as err:
+        # with_system changes the conversation first, then the store: the chat keeps the new prompt.
+        disable_history(session, err, ctx.error)
+    ctx.info("system prompt cleared" if new is None else "system prompt set")
+    return CONTINUE
+
+
+def cmd_set(ctx: CommandContext, arg: str) -> Outcome:
+    parts = arg.split(None, 1)
+    if len(parts) != 2:
+        ctx.error(f"usage: /set KEY VALUE, KEY one of: {', '.join(SETTABLE)}, preset")
+        return CONTINUE
+    key, value = parts[0].lower().replace("-", "_"), parts[1].strip()
+    if key == "temp":
+        key = "temperature"
+    session = ctx.session
+    try:
+        session.set_sampling(with_setting(session.sampling, key, value))
+    except LlmchatError as err:
+        ctx.error(f"error: {err}")
+        return CONTINUE
+    if key == "preset":
+        ctx.info(f"preset {value}: " + ", ".join(f"{k}={_value(session.sampling, k)}" for k in PRESETS[value]))
+    else:
+        ctx.info(f"{key} = {_value(session.sampling, key)}")
+    return CONTINUE
+
+
+def _value(sampling: Any, name: str) -> str:
+    value = getattr(sampling, name)
+    if value is None:
+        return {"seed": "random (a fresh seed per reply)", "max_tokens": "auto (the room left in the context)"}.get(name, "none")
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def cmd_show(ctx: CommandContext, arg: str) -> Outcome:
+    from rich.table import Table
+
+    session = ctx.session
+    template = session.template
+    limit = session.engine.n_ctx
+    used = session.context_used()
+    budget = session.budget()
+    table = Table(box=None, show_header=False, pad_edge=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    table.add_column(style="dim")
+    table.add_row("model", session.model_label, str(getattr(session.engine, "model_path", "")))
+    table.add_row("template", template.name, f"from {template.source_detail or template.source}")
+    table.add_row(
+        "context",
+        f"{used:,} / {limit:,} tokens used",
+        f"prompts up to {budget.prompt_limit:,}, {budget.reply_reserve:,} kept for the reply",
+    )
+    system = session.conversation.system
+    table.add_row("system", _one_line(system) if system else "(none)", "")
+    if session.history is None:
+        saved = "not saved (history off)"
+    elif session.conversation_id is None:
+        saved = "not saved yet (saved after the first reply)"
+    else:
+        saved = session.conversation_id
+    table.add_row("conversation", saved, f"{len(session.conversation.messages)} messages")
+    sampling = session.sampling
+    table.add_row("sampling", f"preset {sampling.preset}", "")
+    for name in SETTABLE:
+        table.add_row(f"  {name}", _value(sampling, name), sampling.source_of(name))
+    if sampling.stop:
+        table.add_row("  stop", ", ".join(repr(s) for s in sampling.stop), "flag")
+    ctx.out.print(table, markup=False, highlight=False)
+    return CONTINUE
+
+
+def _one_line(text: str, width: int = 70) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def cmd_stats(ctx: CommandContext, arg: str) -> Outcome:
+    from rich.table import Table
+
+    result = ctx.session.last_result
+    if result is None:
+        ctx.info("no reply yet in this conversation")
+        return CONTINUE
+    table = Table(box=None, show_header=False, pad_edge=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(justify="right")
+    for key, value in result.stats.to_dict().items():
+        table.add_row(key, f"{value:g}" if isinstance(value, float) else str(value))
+    table.add_row("seed", str(result.seed))
+    ctx.out.print(table, highlight=False)
+    return CONTINUE
+
+
+def _drop_last_exchange(ctx: CommandContext) -> str | None:
+    """Remove the last user message and its reply from the conversation and the history; returns
+    the user message, or None when there was nothing to remove."""
+    session = ctx.session
+    messages = session.conversation.messages
+    if len(messages) < 2 or messages[-2]["role"] != "user":
+        return None
+    user_text = messages[-2]["content"]
+    session.conversation.drop_last_exchange()
+    if session.conversation_id is not None:
+        _write_history(ctx, lambda store: store.delete_last_exchange(session.conversation_id))
+    session.last_result = None
+    return user_text
+
+
+def cmd_undo(ctx: CommandContext, arg: str) -> Outcome:
+    user_text = _drop_last_exchange(ctx)
+    if user_text is None:
+        ctx.error("nothing to undo")
+    else:
+        ctx.info(f"removed the last exchange ({_one_line(user_text, 50)!r} and its reply)")
+    return CONTINUE
+
+
+def cmd_retry(ctx: CommandContext, arg: str) -> Outcome:
+    user_text = _drop_last_exchange(ctx)
+    if user_text is None:
+        ctx.error("nothing to retry: send a message first")
+        return CONTINUE
+    return Outcome(Action.TURN, user_text)
+
+
+def cmd_save(ctx: CommandContext, arg: str) -> Outcome:
+    session = ctx.session
+    if session.history is None:
+        ctx.error(HISTORY_OFF)
+        return CONTINUE
+    if session.conversation_id is None:
+        ctx.error("nothing saved yet: a conversation is stored after its first reply")
+        return CONTINUE
+    if not arg:
+        ctx.info(f"this conversation is saved as {session.conversation_id} (each turn is saved as it ends); /save NAME names it")
+        return CONTINUE
+    try:
+        _write_history(ctx, lambda store: store.rename(session.conversation_id, arg))
+    except LlmchatError as err:  # the name is taken or reserved
+        ctx.error(f"error: {err}")
+        return CONTINUE
+    if session.history is not None:  # None: the write failed and disable_history said so
+        ctx.info(f"saved as {arg!r} ({session.conversation_id}); /load {arg} continues it later")
+    return CONTINUE
+
+
+def cmd_load(ctx: CommandContext, arg: str) -> Outcome:
+    session = ctx.session
+    if session.history is None:
+        ctx.error(HISTORY_OFF)
+        return CONTINUE
+    if not arg:
+        ctx.error("usage: /load NAME|ID (see /history)")
+        return CONTINUE
+    try:
+        stored = session.history.get(arg)
+    except LlmchatError as err:
+        ctx.error(f"error: {err}")
+        return CONTINUE
+    session.load_conversation(stored)
+    session.last_result = None
+    label = f"{stored.name!r} ({stored.id})" if stored.name else stored.id
+    ctx.info(f"loaded {label}: {len(session.conversation.messages)} messages")
+    last_user = session.conversation.last_user_message()
+    if last_user is not None:
+        ctx.info(f"last message: {_one_line(last_user, 60)!r}")
+    return CONTINUE
+
+
+def cmd_history(ctx: CommandContext, arg: str) -> Outcome:
+    from rich.table import Table
+
+    session = ctx.session
+    if session.history is None:
+        ctx.error(HISTORY_OFF)
+        return CONTINUE
+    try:
+        limit = int(arg) if arg else 10
+    except ValueError:
+        ctx.error(f"usage: /history [N], N a number, got {arg!r}")
+        return CONTINUE
+    try:
+        summaries = session.history.list_conversations(limit=max(limit, 1))
+    except LlmchatError as err:
+        ctx.error(f"error: {err}")
+        return CONTINUE
+    if not summaries:
+        ctx.info("no saved conversations yet")
+        return CONTINUE
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for header in ("", "ID", "Name", "Updated (UTC)", "Msgs", "First message"):
+        table.add_column(header, no_wrap=True, overflow="ellipsis", justify="right" if header == "Msgs" else "left")
+    for summary in summaries:
+        current = "*" if summary.id == session.conversation_id else ""
+        table.add_row(current, summary.id, summary.name or "", summary.updated_at[:16].replace("T", " "), str(summary.n_messages), summary.preview)
+    ctx.out.print(table, markup=False, highlight=False)
+    return CONTINUE
+
+
+# --------------------------------------------------------------------------- the table
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    args: str
+    help: str
+    handler: Callable[[CommandContext, str], Outcome]
+
+
+def _table(commands: Iterable[Command]) -> dict[str, Command]:
+    return {command.name: command for command in commands}
+
+
+COMMANDS: dict[str, Command] = _table(
+    [
+        Command("/help", "", "this list", cmd_help),
+        Command("/exit", "", "leave the chat (also /quit, Ctrl-D)", cmd_exit),
+        Command("/quit", "", "leave the chat", cmd_exit),
+        Command("/clear", "", "start a new conversation", cmd_clear),
+        Command("/system", "[TEXT|--clear]", "show or set the system prompt", cmd_system),
+        Command("/set", "KEY VALUE", f"change a setting: {', '.join(SETTABLE)}, preset", cmd_set),
+        Command("/show", "", "model, template, context use, settings and where each came from", cmd_show),
+        Command("/stats", "", "every number about the last reply", cmd_stats),
+        Command("/retry", "", "regenerate the last reply", cmd_retry),
+        Command("/undo", "", "remove the last message and its reply", cmd_undo),
+        Command("/save", "[NAME]", "name this conversation in the history", cmd_save),
+        Command("/load", "NAME|ID", "continue a saved conversation", cmd_load),
+        Command("/history", "[N]", "recent saved conversations", cmd_history),
+    ]
+)
+ALIASES = {"/quit"}
+
+
+def dispatch(line: str, ctx: CommandContext) -> Outcome:
+    """Run one slash command line. Bad input prints one line and keeps the session."""
+    name, arg = split_command(line)
+    command = COMMANDS.get(name)
+    if command is None:
+        ctx.error(f"unknown command {name}; /help lists them")
+        return CONTINUE
+    return command.handler(ctx, arg)
+
+
+# --------------------------------------------------------------------------- completion
+
+try:
+    from prompt_toolkit.completion import Completer, Completion
+except ImportError:  # pragma: no cover - prompt-toolkit is a dependency
+    Completer = object  # type: ignore[assignment,misc]
+    Completion = None  # type: ignore[assignment]
+
+
+class SlashCompleter(Completer):
+    """Completes only on a line that starts with "/": command names, /set keys, /set preset names,
+    and /load's saved conversation names."""
+
+    def __init__(self, session: Any = None):
+        self.session = session
+
+    def get_completions(self, document: Any, complete_event: Any):
+        text = document.text_before_cursor
+        if not text.startswith("/") or text.startswith("//") or "\n" in text:
+            return
+        replaced, candidates = self.candidates(text)
+        for word, meta in candidates:
+            yield Completion(word, start_position=-len(replaced), display_meta=meta)
+
+    def candidates(self, text: str) -> tuple[str, list[tuple[str, str]]]:
+        """The part of the line being completed, and (completion, description) pairs for it.
+        Pure apart from /load's look-up in the history, for tests."""
+        if " " not in text:
+            return text, [(c.name, c.help) for c in COMMANDS.values() if c.name.startswith(text.lower())]
+        name, rest = text.split(" ", 1)
+        name = name.lower()
+        words = rest.split(" ")
+        if name == "/set":
+            if len(words) == 1:
+                return words[0], [(key, "setting") for key in (*SETTABLE, "preset") if key.startswith(words[0].lower())]
+            if len(words) == 2 and words[0].lower() == "preset":
+                return words[1], [(p, _preset_meta(p)) for p in PRESETS if p.startswith(words[1].lower())]
+        if name == "/load":
+            # The whole rest of the line is the reference: names may contain spaces.
+            return rest, [(ref, meta) for ref, meta in self._saved() if ref.startswith(rest)]
+        return text, []
+
+    def _saved(self) -> list[tuple[str, str]]:
+        store = getattr(self.session, "history", None)
+        if store is None:
+            return []
+        try:
+            summaries = store.list_conversations(limit=50)
+        except Exception:  # completion must never break typing
+            return []
+        found = []
+        for summary in summaries:
+            if summary.name:
+                found.append((summary.name, summary.preview))
+            found.append((summary.id, summary.name or summary.preview))
+        return found
+
+
+def _preset_meta(name: str) -> str:
+    return ", ".join(f"{k}={v}" for k, v in PRESETS[name].items() if k in ("temperature", "top_k", "top_p"))

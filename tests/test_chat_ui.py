@@ -1,0 +1,595 @@
+"""The interactive chat: the prompt loop, every slash command, Ctrl-C, and a real terminal.
+
+Most tests drive `run_interactive` in-process: prompt-toolkit reads keys from a pipe
+(`create_pipe_input`) and draws into a DummyOutput, while the reply and the summary go to the
+captured stdout and stderr. The engine is the real SmolLM2 (greedy, short replies); only the pure
+UI logic (Ctrl-C state machine, completer, key handling) also has fake-session tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from prompt_toolkit.application import create_app_session
+from prompt_toolkit.document import Document
+from prompt_toolkit.input import create_pipe_input
+from prompt_toolkit.output import DummyOutput
+
+from llmchat import chat_ui, slash
+from llmchat.chat_ui import CtrlCGuard, run_interactive
+from llmchat.conversation import Conversation
+from llmchat.errors import HistoryError
+from llmchat.metrics import TurnStats
+from llmchat.render import StreamPrinter
+from llmchat.slash import SlashCompleter, trim_notice
+
+SUMMARY = re.compile(r"TTFT \d+ ms · [\d.]+ tok/s · \d+ tokens · prompt \d+ \(\d+ cached\) · ctx \d+/\d+")
+ENTER = "\r"
+CTRL_C = "\x03"
+CTRL_D = "\x04"
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+def _load(tmp_path_factory, **options):
+    """A real engine + sampling, loaded once per module with its own LLMCHAT_HOME (no config)."""
+    from llmchat.loading import load_model
+    from llmchat.options import RunOptions
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LLMCHAT_HOME", str(tmp_path_factory.mktemp("load-home")))
+        mp.delenv("LLMCHAT_MODEL", raising=False)
+        return load_model(RunOptions(**options), announce=False)
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    # Greedy and short: replies are repeatable and the tests stay quick.
+    result = _load(tmp_path_factory, ctx=2048, temperature=0.0, seed=1, max_tokens=24)
+    yield result
+    result.engine.close()
+
+
+@pytest.fixture(scope="module")
+def small_loaded(tmp_path_factory):
+    """A 256-token context, so that trimming and overflow happen after a few short turns."""
+    result = _load(tmp_path_factory, ctx=256, temperature=0.0, seed=1, max_tokens=16)
+    yield result
+    result.engine.close()
+
+
+def _session(loaded, *, history=True):
+    from llmchat.history import HistoryStore
+    from llmchat.session import ChatSession
+
+    return ChatSession.start(
+        loaded.engine,
+        sampling=loaded.sampling,
+        model_label=loaded.model.name,
+        history=HistoryStore.open() if history else None,  # under the test's LLMCHAT_HOME
+    )
+
+
+@pytest.fixture
+def session(loaded):
+    chat = _session(loaded)
+    yield chat
+    if chat.history is not None:
+        chat.history.close()
+
+
+def drive(session, keys: str, *, show_stats: bool = True, markdown: bool = False) -> None:
+    """Type `keys` into the chat, then Ctrl-D (a no-op when `/exit` came first)."""
+    with create_pipe_input() as pipe, create_app_session(input=pipe, output=DummyOutput()):
+        pipe.send_text(keys + CTRL_D)
+        run_interactive(session, show_stats=show_stats, markdown=markdown, verbose=False)
+
+
+def stored_messages(session):
+    return [(m.role, m.content, m.interrupted) for m in session.history.get(session.conversation_id).messages]
+
+
+def conversation_messages(session):
+    return [(m["role"], m["content"], bool(m.get("interrupted"))) for m in session.conversation.messages]
+
+
+# --------------------------------------------------------------------------- streaming
+
+
+def test_reply_streams_and_summary_follows(session, capsys, monkeypatch):
+    fragments = []
+
+    class Recording(StreamPrinter):
+        def text(self, fragment):
+            fragments.append(fragment)
+            super().text(fragment)
+
+    monkeypatch.setattr(chat_ui, "StreamPrinter", Recording)
+    drive(session, "What is the capital of France?" + ENTER + "/exit" + ENTER)
+    out, err = capsys.readouterr()
+    reply = session.last_result.reply
+    assert reply.strip() and len(fragments) > 3, "the reply arrives piece by piece"
+    assert out == reply + ("" if reply.endswith("\n") else "\n"), "stdout holds exactly the reply"
+    assert SUMMARY.search(err), err
+    assert "/help for commands" in err and "SmolLM2" in err
+    assert conversation_messages(session) == stored_messages(session) == [
+        ("user", "What is the capital of France?", False),
+        ("assistant", reply, False),
+    ]
+
+
+def test_no_stats_hides_the_summary(session, capsys):
+    drive(session, "Say hello." + ENTER, show_stats=False)
+    out, err = capsys.readouterr()
+    assert out.strip() == session.last_result.reply.strip() != ""
+    assert "tok/s" not in err and "TTFT" not in err
+
+
+def test_markdown_prints_the_rendered_reply_once(session, capsys):
+    drive(session, "Write a Python function that adds two numbers, in a code block." + ENTER, markdown=True)
+    out, err = capsys.readouterr()
+    reply = session.last_result.reply
+    assert reply.strip()
+    assert "```" not in out, "the fences are rendered, not printed"
+    first_line = [line.strip() for line in reply.splitlines() if line.strip() and not line.startswith("```")][0]
+    assert out.count(first_line) == 1, "the reply is printed once, rendered"
+    assert SUMMARY.search(err)
+
+
+def test_input_history_is_saved_to_the_file(session, isolated_home):
+    drive(session, "Say hello." + ENTER + "/show" + ENTER)
+    from llmchat import paths
+
+    saved = paths.input_history_file().read_text()
+    assert "+Say hello." in saved and "+/show" in saved
+
+
+def test_no_history_keeps_typed_lines_off_disk(loaded, isolated_home, capsys):
+    from llmchat import paths
+
+    drive(_session(loaded, history=False), "Say hello." + ENTER)
+    assert not paths.input_history_file().exists()
+
+
+def test_unwritable_input_history_warns_once_and_goes_on(session, isolated_home, monkeypatch, capsys):
+    from llmchat import paths
+
+    blocker = isolated_home / "not-a-folder"
+    blocker.write_text("a file where a folder should be")
+    monkeypatch.setattr(paths, "input_history_file", lambda: blocker / "input_history")
+    drive(session, "Say hello." + ENTER + "Say bye." + ENTER)
+    out, err = capsys.readouterr()
+    assert err.count("cannot write the input history") == 1
+    assert len(session.conversation.messages) == 4
+
+
+# --------------------------------------------------------------------------- slash commands
+
+
+def test_set_changes_sampling_and_bad_values_keep_the_session(session, capsys):
+    drive(
+        session,
+        "/set temperature 0.3" + ENTER
+        + "/set top-k 7" + ENTER
+        + "/set max_tokens 12" + ENTER
+        + "/set temperature hot" + ENTER
+        + "/set top_p 5" + ENTER
+        + "/set bogus 1" + ENTER
+        + "/set seed" + ENTER
+        + "Say hello." + ENTER,
+    )
+    out, err = capsys.readouterr()
+    sampling = session.sampling
+    assert (sampling.temperature, sampling.top_k, sampling.max_tokens) == (0.3, 7, 12)
+    assert sampling.source_of("temperature") == sampling.source_of("top_k") == "/set"
+    assert "error: temperature must be a number, got 'hot'" in err
+    assert "error: top-p must be in (0, 1], got 5" in err
+    assert "error: unknown setting 'bogus'" in err
+    assert "usage: /set KEY VALUE" in err
+    assert session.last_result.stats.generated_tokens <= 12, "the new max_tokens applies to the next reply"
+
+
+def test_set_preset(session, capsys):
+    drive(session, "/set preset creative" + ENTER + "/set preset wild" + ENTER)
+    _, err = capsys.readouterr()
+    assert session.sampling.preset == "creative" and session.sampling.temperature == 1.0
+    assert session.sampling.source_of("temperature") == "preset creative"
+    assert "unknown preset 'wild'" in err
+
+
+def test_system_shows_and_sets_the_prompt_in_conversation_and_history(session, capsys):
+    drive(session, "/system" + ENTER + "Say hello." + ENTER + "/system You are a pirate." + ENTER + "/system" + ENTER)
+    out, err = capsys.readouterr()
+    assert "no system prompt" in err
+    assert session.conversation.system == "You are a pirate."
+    assert out.rstrip().endswith("You are a pirate.")
+    assert session.history.get(session.conversation_id).system_prompt == "You are a pirate."
+    drive(session, "/system --clear" + ENTER)
+    assert session.conversation.system is None
+    assert session.history.get(session.conversation_id).system_prompt is None
+
+
+def test_undo_removes_the_last_exchange_from_conversation_and_history(session, capsys):
+    drive(session, "Say hello." + ENTER + "Say goodbye." + ENTER + "/undo" + ENTER)
+    assert [m[1] for m in conversation_messages(session) if m[0] == "user"] == ["Say hello."]
+    assert conversation_messages(session) == stored_messages(session)
+    drive(session, "/undo" + ENTER + "/undo" + ENTER)
+    _, err = capsys.readouterr()
+    assert session.conversation.messages == [] and stored_messages(session) == []
+    assert "nothing to undo" in err
+
+
+def test_retry_regenerates_the_last_reply(session, capsys):
+    drive(session, "Name a colour." + ENTER)
+    first = session.last_result.reply
+    capsys.readouterr()
+    drive(session, "/retry" + ENTER)
+    out, err = capsys.readouterr()
+    assert session.last_result is not None and session.last_result.user == "Name a colour."
+    # Not asserted equal to `first`: even greedy, the retry starts from a KV cache that holds the
+    # whole prompt, and llama.cpp's numbers for a 1-token batch differ slightly from a full prefill.
+    assert session.last_result.reply.strip()
+    assert out.strip() == session.last_result.reply.strip(), "the new reply was streamed"
+    assert first.strip()
+    assert SUMMARY.search(err)
+    assert len(session.conversation.messages) == 2
+    assert conversation_messages(session) == stored_messages(session)
+
+
+def test_retry_with_nothing_to_retry(session, capsys):
+    drive(session, "/retry" + ENTER)
+    assert "nothing to retry" in capsys.readouterr().err
+    assert session.conversation.messages == []
+
+
+def test_clear_starts_a_new_conversation(session, capsys):
+    drive(session, "Say hello." + ENTER)
+    first_id = session.conversation_id
+    drive(session, "/clear" + ENTER)
+    assert session.conversation.messages == [] and session.conversation_id is None
+    assert session.last_result is None
+    drive(session, "Say bye." + ENTER)
+    assert session.conversation_id != first_id
+    assert len(session.history.list_conversations()) == 2
+
+
+def test_save_and_load_round_trip(session, capsys):
+    drive(session, "/save early" + ENTER)
+    assert "nothing saved yet" in capsys.readouterr().err
+    drive(session, "Say hello." + ENTER + "/save greeting" + ENTER + "/clear" + ENTER + "Say bye." + ENTER)
+    saved = session.history.get("greeting")
+    assert [m.content for m in saved.messages][0] == "Say hello."
+    other_id = session.conversation_id
+    assert other_id != saved.id
+    drive(session, "/save greeting" + ENTER)  # taken by the other conversation
+    assert "already used" in capsys.readouterr().err
+
+    drive(session, "/load greeting" + ENTER)
+    _, err = capsys.readouterr()
+    assert session.conversation_id == saved.id
+    assert [m["content"] for m in session.conversation.messages] == [m.content for m in saved.messages]
+    assert "loaded 'greeting'" in err
+    drive(session, "Say it again." + ENTER)
+    assert len(session.history.get("greeting").messages) == 4, "the loaded conversation goes on"
+    drive(session, "/load nosuch" + ENTER + f"/load {other_id[:12]}" + ENTER)
+    _, err = capsys.readouterr()
+    assert "no conversation matches 'nosuch'" in err
+    assert session.conversation_id == other_id
+
+
+def test_history_lists_recent_conversations(session, capsys):
+    drive(session, "/history" + ENTER)
+    assert "no saved conversations yet" in capsys.readouterr().err
+    drive(session, "Say hello." + ENTER + "/save first" + ENTER + "/history" + ENTER)
+    out, _ = capsys.readouterr()
+    assert session.conversation_id in out and "first" in out and "Say hello." in out
+
+
+def test_history_commands_without_a_store(loaded, capsys):
+    drive(_session(loaded, history=False), "/save x" + ENTER + "/load x" + ENTER + "/history" + ENTER)
+    assert capsys.readouterr().err.count("history is off") == 3
+
+
+def test_show_lists_settings_and_where_they_came_from(session, capsys):
+    drive(session, "/set top_p 0.5" + ENTER + "Say hello." + ENTER + "/show" + ENTER)
+    out, _ = capsys.readouterr()
+    for expected in ("model", "SmolLM2", "template", session.template.name, "context", "/ 2,048 tokens used", "sampling"):
+        assert expected in out, expected
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    assert rows["temperature"].rstrip().endswith("flag")  # from the fixture's RunOptions
+    assert rows["top_p"].rstrip().endswith("/set")
+    assert rows["min_p"].rstrip().endswith("default")
+    used = int(re.search(r"([\d,]+) / 2,048 tokens used", out).group(1).replace(",", ""))
+    assert used == session.context_used() > 0
+
+
+def test_stats_prints_the_numbers_of_the_last_reply(session, capsys):
+    drive(session, "/stats" + ENTER)
+    assert "no reply yet" in capsys.readouterr().err
+    drive(session, "Say hello." + ENTER + "/stats" + ENTER)
+    out, _ = capsys.readouterr()
+    stats = session.last_result.stats.to_dict()
+    numbers = dict(re.findall(r"^(\w+)\s+(\S+)$", out, re.M))
+    assert int(numbers["generated_tokens"]) == stats["generated_tokens"] > 0
+    assert int(numbers["prompt_tokens"]) == stats["prompt_tokens"]
+    assert float(numbers["decode_tok_s"]) == pytest.approx(stats["decode_tok_s"], rel=1e-3)
+    assert float(numbers["ttft_s"]) > 0
+
+
+def test_help_and_unknown_commands(session, capsys):
+    drive(session, "/help" + ENTER + "/foo bar" + ENTER + "/HELP" + ENTER)
+    out, err = capsys.readouterr()
+    for name in ("/exit", "/clear", "/system", "/set", "/show", "/stats", "/retry", "/undo", "/save", "/load", "/history"):
+        assert name in out
+    assert "unknown command /foo; /help lists them" in err
+    assert session.conversation.messages == []
+
+
+def test_quit_and_exit_end_the_loop(session, capsys):
+    drive(session, "/quit" + ENTER + "Say hello." + ENTER)
+    assert session.conversation.messages == [], "nothing after /quit is read"
+
+
+def test_double_slash_sends_a_message_starting_with_a_slash(session, capsys):
+    drive(session, "//etc/hosts is a file. Say ok." + ENTER)
+    assert session.conversation.messages[0]["content"] == "/etc/hosts is a file. Say ok."
+
+
+# --------------------------------------------------------------------------- Ctrl-C and failures
+
+
+def _interrupting_printer(after_fragments: int, times: int = 1):
+    """A StreamPrinter that sends the process a real SIGINT (as Ctrl-C does) mid-reply."""
+
+    class Interrupting(StreamPrinter):
+        seen = 0
+
+        def text(self, fragment):
+            super().text(fragment)
+            Interrupting.seen += 1
+            if Interrupting.seen == after_fragments:
+                for _ in range(times):
+                    os.kill(os.getpid(), signal.SIGINT)
+
+    return Interrupting
+
+
+@pytest.mark.parametrize("presses", [1, 3])
+def test_ctrl_c_mid_reply_keeps_session_and_history_consistent(session, capsys, monkeypatch, presses):
+    monkeypatch.setattr(chat_ui, "StreamPrinter", _interrupting_printer(after_fragments=3, times=presses))
+    session.set_sampling(dataclasses.replace(session.sampling, max_tokens=200))
+    drive(session, "Count from 1 to 100, one number per line." + ENTER + "Say hello." + ENTER)
+    out, err = capsys.readouterr()
+    assert "[interrupted]" in err
+    messages = conversation_messages(session)
+    assert messages[1][0] == "assistant" and messages[1][2] is True, "the partial reply is kept, marked"
+    assert messages[1][1].strip(), "the partial reply has the text streamed so far"
+    assert messages[1][1] in out
+    assert len(messages) == 4 and messages[3][2] is False, "the chat went on after Ctrl-C"
+    assert stored_messages(session) == messages
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "the SIGINT handler is restored"
+
+
+def test_message_too_long_is_reported_and_put_back(small_loaded, capsys):
+    from llmchat import paths
+
+    session = _session(small_loaded)
+    long_text = " ".join(["word"] * 300)
+    drive(session, "Say hello." + ENTER + long_text + ENTER + " END" + ENTER + CTRL_C + "Say bye." + ENTER)
+    _, err = capsys.readouterr()
+    assert err.count("error: the prompt is") == 2, "the message came back to the prompt and was sent again"
+    # The text was put back: " END" was typed after it, and that longer line reached the history.
+    assert "+" + long_text + " END" in paths.input_history_file().read_text()
+    assert [m["content"] for m in session.conversation.messages if m["role"] == "user"] == ["Say hello.", "Say bye."]
+    assert conversation_messages(session) == stored_messages(session)
+    session.history.close()
+
+
+def test_trimming_prints_a_notice(small_loaded, capsys):
+    session = _session(small_loaded, history=False)
+    filler = " ".join(["apple banana cherry"] * 8)
+    keys = "".join(f"{filler} Reply with one word {i}." + ENTER for i in range(6))
+    drive(session, keys)
+    _, err = capsys.readouterr()
+    assert re.search(r"context: dropped \d+ oldest messages \([\d,]+ tokens\) to fit \d+", err), err
+    assert session.conversation.window_start > 0
+    assert len(session.conversation.messages) == 12, "trimmed from the context, not from the conversation"
+
+
+def test_history_failure_warns_once_and_the_chat_goes_on(session, capsys, monkeypatch):
+    drive(session, "Say hello." + ENTER)
+    store = session.history
+
+    def locked(*args, **kwargs):
+        raise HistoryError("history database x is locked by another process (waited 10s)")
+
+    monkeypatch.setattr(store, "add_turn", locked)
+    drive(session, "Say bye." + ENTER + "Say it again." + ENTER + "/undo" + ENTER)
+    out, err = capsys.readouterr()
+    assert err.count("is locked by another process") == 1
+    assert session.history is None
+    assert SUMMARY.search(err), "the reply whose save failed still got its summary"
+    assert len(session.conversation.messages) == 4  # three turns, one undone
+
+
+# --------------------------------------------------------------------------- pure UI logic (fake session)
+
+
+class FakeResult(SimpleNamespace):
+    @property
+    def interrupted(self):
+        return self.finish_reason == "interrupted"
+
+
+class FakeSession:
+    """Echoes each message back; enough for the key handling and the loop."""
+
+    def __init__(self, reply=None):
+        self.sent = []
+        self.reply = reply
+        self.history = None
+        self.template = SimpleNamespace(name="chatml", source="builtin", source_detail="built-in chatml")
+        self.engine = SimpleNamespace(n_ctx=2048)
+        self.model_label = "fake"
+        self.last_result = None
+        self.conversation = Conversation()
+
+    def turn(self, text, observer):
+        self.sent.append(text)
+        reply = self.reply if self.reply is not None else f"echo: {text}"
+        observer.prefill_started(5, 0, 2048)
+        for index, piece in enumerate(re.findall(r"\S+\s*", reply)):
+            observer.text(piece)
+            observer.token(index + 1, 0.0, 0.0)
+        self.last_result = FakeResult(user=text, reply=reply, finish_reason="stop", stats=TurnStats(generated_tokens=2), seed=1)
+        observer.finished(self.last_result)
+        return self.last_result
+
+
+def test_ctrl_c_guard_state_machine():
+    guard = CtrlCGuard()
+    assert guard.press("some text") == "clear"
+    assert guard.press("") == "hint"
+    assert guard.press("") == "exit"
+    guard.reset()
+    assert guard.press("") == "hint"
+    assert guard.press("x") == "clear"
+    assert guard.press("") == "hint"
+
+
+def test_ctrl_c_at_the_prompt(capsys):
+    fake = FakeSession()
+    # typed text + Ctrl-C clears it; then the hint; typing disarms; one Ctrl-C more is a hint again.
+    drive(fake, "draft" + CTRL_C + CTRL_C + "real" + ENTER + CTRL_C + "a" + CTRL_C + CTRL_C + "b" + ENTER + CTRL_C + CTRL_C + "never sent" + ENTER)
+    _, err = capsys.readouterr()
+    assert fake.sent == ["real", "b"]
+    assert err.count(chat_ui.EXIT_HINT) == 4  # after "draft" is cleared, before "real", before "b", before exiting
+
+
+def test_ctrl_d_exits(capsys):
+    fake = FakeSession()
+    drive(fake, "one" + ENTER + CTRL_D + "two" + ENTER)
+    assert fake.sent == ["one"]
+
+
+def test_alt_enter_inserts_a_newline_and_paste_stays_one_message(capsys):
+    fake = FakeSession()
+    paste = "\x1b[200~first line\nsecond line\r\nthird line\x1b[201~"
+    drive(fake, "a\x1b\rb" + ENTER + paste + ENTER + "/exit" + ENTER)
+    assert fake.sent == ["a\nb", "first line\nsecond line\nthird line"]
+
+
+def test_markdown_rendering_with_a_known_reply(capsys, monkeypatch):
+    fake = FakeSession(reply="# Title\n\nSome **bold** text.\n\n```python\nprint(1)\n```\n")
+    drive(fake, "anything" + ENTER, markdown=True)
+    out, _ = capsys.readouterr()
+    assert "Title" in out and "# Title" not in out
+    assert "bold" in out and "**" not in out
+    assert "print(1)" in out and "```" not in out
+    assert out.count("Title") == 1
+
+
+def test_completer_only_on_slash_lines():
+    completer = SlashCompleter(FakeSession())
+
+    def words(text):
+        return [c.text for c in completer.get_completions(Document(text), None)]
+
+    assert words("hello /s") == [] and words("") == [] and words("//x") == []
+    assert set(words("/s")) == {"/system", "/set", "/show", "/stats", "/save"}
+    assert words("/hel") == ["/help"]
+    assert words("/set t") == ["temperature", "top_p", "top_k"]
+    assert words("/set pre") == ["preset"]
+    assert words("/set preset c") == ["creative", "code"]
+    assert words("/set temperature 0") == []
+    completion = next(completer.get_completions(Document("/set top_k"), None))
+    assert completion.start_position == -len("top_k")
+
+
+def test_completer_offers_saved_conversations_for_load():
+    summary = SimpleNamespace(id="01abc", name="my chat", preview="hello")
+    fake = FakeSession()
+    fake.history = SimpleNamespace(list_conversations=lambda limit: [summary])
+    completer = SlashCompleter(fake)
+    found = list(completer.get_completions(Document("/load my"), None))
+    assert [(c.text, c.start_position) for c in found] == [("my chat", -2)]
+    assert [c.text for c in completer.get_completions(Document("/load 01"), None)] == ["01abc"]
+
+    def broken(limit):
+        raise HistoryError("locked")
+
+    fake.history = SimpleNamespace(list_conversations=broken)
+    assert list(completer.get_completions(Document("/load "), None)) == []
+
+
+def test_trim_notice_wording():
+    stats = TurnStats(messages_dropped=4, tokens_dropped=1234)
+    assert trim_notice(stats, 3000) == "context: dropped 4 oldest messages (1,234 tokens) to fit 3,000"
+
+
+def test_split_command():
+    assert slash.split_command("  /Set  temperature 0.2 ") == ("/set", "temperature 0.2")
+    assert slash.split_command("/system\nline two") == ("/system", "line two")
+    assert slash.is_command("/x") and not slash.is_command("//x") and not slash.is_command("x /y")
+
+
+# --------------------------------------------------------------------------- a real terminal
+
+
+def _spawn_chat(home: Path, *extra: str):
+    pexpect = pytest.importorskip("pexpect")
+    env = dict(os.environ, LLMCHAT_HOME=str(home), TERM="xterm-256color", PROMPT_TOOLKIT_NO_CPR="1", COLUMNS="100", LINES="30")
+    env.pop("LLMCHAT_MODEL", None)
+    child = pexpect.spawn(
+        sys.executable, ["-m", "llmchat", "chat", "--no-history", "--temperature", "0", *extra],
+        env=env, encoding="utf-8", codec_errors="replace", dimensions=(30, 100), timeout=180,
+    )
+    return pexpect, child
+
+
+def _screen_text(raw: str) -> str:
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[78=>]|\r", "", raw)
+
+
+def test_end_to_end_in_a_pseudo_terminal(isolated_home):
+    pexpect, child = _spawn_chat(isolated_home, "--max-tokens", "32")
+    try:
+        child.expect_exact("/help for commands")
+        child.expect_exact("> ")
+        child.send("What is the capital of France?" + ENTER)
+        child.expect(r"prompt \d+ \(\d+ cached\) · ctx \d+/\d+")  # the summary after the reply
+        seen = _screen_text(child.before)
+        assert "tok/s" in seen
+        child.expect_exact("> ")
+        child.send("/exit" + ENTER)
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0, (child.exitstatus, child.signalstatus)
+
+
+def test_ctrl_c_in_a_pseudo_terminal_stops_the_reply(isolated_home):
+    pexpect, child = _spawn_chat(isolated_home, "--max-tokens", "400")
+    try:
+        child.expect_exact("> ")
+        child.send("Count from 1 to 200, one number per line." + ENTER)
+        child.expect(r"\n\s*\d+")  # the reply has begun
+        child.sendintr()
+        index = child.expect([r"\[interrupted\]", r"prompt \d+ \(\d+ cached\)"])
+        if index == 1:
+            pytest.skip("the reply ended before Ctrl-C arrived")
+        child.expect(r"interrupted")  # the summary names the finish reason
+        child.expect_exact("> ")
+        child.send("/exit" + ENTER)
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0

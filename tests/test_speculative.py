@@ -1,0 +1,111 @@
+"""Speculative decoding on the real SmolLM2: drafting must never change a greedy reply.
+
+`--lookup` (prompt-lookup n-grams) and `--draft-model` (a second model drafting greedily; here the
+same SmolLM2 file, so the vocabulary matches and nearly every draft should be accepted) only
+propose tokens; the main model verifies them. At temperature 0 with a fixed seed the reply must be
+byte-identical to plain decoding, and `--json` must report how many drafts were accepted.
+No wall-clock assertions: speed is measured by bench/speculative_bench.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+GREEDY = ("--temperature", "0", "--seed", "1", "--max-tokens", "64", "--no-history", "--json")
+SUBPROCESS_TIMEOUT_S = 300  # a guard against a hung child, not an assertion
+
+PROMPTS = {
+    # Copy-heavy: the reply repeats the prompt, so prompt lookup finds long matches.
+    "copy": (
+        "Repeat this paragraph exactly, changing only the word cat to dog: The cat sat on the warm mat "
+        "by the kitchen door and watched the rain fall on the garden all afternoon, while the old clock "
+        "in the hall ticked slowly and the kettle began to sing."
+    ),
+    # Free-form: few matches, so most drafts are rejected and the rollback path is exercised.
+    "free": "Write three sentences about the history of the bicycle.",
+}
+
+
+@pytest.fixture(scope="module")
+def ask(tmp_path_factory, smollm2_path):
+    home = tmp_path_factory.mktemp("spec-home")
+    cache: dict[tuple, dict] = {}
+
+    def run(prompt_key: str, *extra: str) -> dict:
+        key = (prompt_key, *extra)
+        if key not in cache:
+            env = dict(os.environ, LLMCHAT_HOME=str(home))
+            env.pop("LLMCHAT_MODEL", None)
+            proc = subprocess.run(
+                [sys.executable, "-m", "llmchat", "ask", "-m", str(smollm2_path), *GREEDY, *extra, PROMPTS[prompt_key]],
+                capture_output=True,
+                text=True,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                timeout=SUBPROCESS_TIMEOUT_S,
+            )
+            assert proc.returncode == 0, proc.stderr
+            lines = proc.stdout.strip().splitlines()
+            assert len(lines) == 1, proc.stdout
+            cache[key] = json.loads(lines[0])
+        return cache[key]
+
+    return run
+
+
+@pytest.mark.parametrize("prompt_key", sorted(PROMPTS))
+def test_lookup_gives_the_same_greedy_reply(ask, prompt_key):
+    plain = ask(prompt_key)
+    drafted = ask(prompt_key, "--lookup")
+    assert plain["reply"], "plain decoding produced no reply"
+    assert drafted["reply"] == plain["reply"]
+    assert drafted["finish_reason"] == plain["finish_reason"]
+    assert drafted["stats"]["generated_tokens"] == plain["stats"]["generated_tokens"]
+    # Plain decoding reports no drafting at all.
+    assert "draft_acceptance" not in plain["stats"]
+
+
+def test_lookup_reports_acceptance_on_a_copy_task(ask):
+    stats = ask("copy", "--lookup")["stats"]
+    assert stats["draft_proposed"] > 0
+    assert 0 <= stats["draft_accepted"] <= stats["draft_proposed"]
+    assert stats["draft_acceptance"] == pytest.approx(stats["draft_accepted"] / stats["draft_proposed"], abs=1e-3)
+    assert stats["draft_accepted"] > 0, "a reply that copies the prompt should accept some lookup drafts"
+
+
+@pytest.mark.parametrize("prompt_key", sorted(PROMPTS))
+def test_draft_model_gives_the_same_greedy_reply(ask, smollm2_path, prompt_key):
+    plain = ask(prompt_key)
+    drafted = ask(prompt_key, "--draft-model", str(smollm2_path))
+    assert drafted["reply"] == plain["reply"]
+    assert drafted["finish_reason"] == plain["finish_reason"]
+    assert drafted["stats"]["generated_tokens"] == plain["stats"]["generated_tokens"]
+
+
+def test_self_draft_is_almost_always_accepted(ask, smollm2_path):
+    stats = ask("free", "--draft-model", str(smollm2_path))["stats"]
+    assert stats["draft_proposed"] > 0
+    assert 0 <= stats["draft_accepted"] <= stats["draft_proposed"]
+    # The drafter is the same model decoding greedily: only drafts past the end of the reply (and
+    # rare batch-vs-single rounding flips) can be rejected.
+    assert stats["draft_acceptance"] >= 0.7, stats
+
+
+def test_lookup_and_draft_model_together_is_a_usage_error(smollm2_path, tmp_path):
+    env = dict(os.environ, LLMCHAT_HOME=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmchat", "ask", "-m", str(smollm2_path), "--lookup", "--draft-model", str(smollm2_path), "--no-history", "hi"],
+        capture_output=True,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        timeout=SUBPROCESS_TIMEOUT_S,
+    )
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("llmchat: error:")]
+    assert len(errors) == 1 and "--lookup" in errors[0] and "--draft-model" in errors[0]
