@@ -11,7 +11,7 @@ machine's load hits both sides alike.
     python bench/chat_vs_ask.py                 # 7 pairs, 128 tokens
     python bench/chat_vs_ask.py --runs 11 --write bench/results/chat_vs_ask.md
 
-Target: chat / ask >= 0.95.
+Target: chat / ask >= 0.95 (median of the paired ratios).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import pexpect
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
 SUMMARY = re.compile(r"TTFT (\d+) ms · ([\d.]+) tok/s · (\d+) tokens · prompt (\d+) \((\d+) cached\)")
+LIVE_DRAW = re.compile(r"\x1b7\x1b\[\d+;1H\x1b\[2K\x1b\[2m(?:TTFT|prefill)")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[78=>]")
 
 
@@ -67,6 +68,8 @@ class Chat:
         self.child.send(prompt + "\r")
         self.child.expect(SUMMARY)
         stats = parse_summary(self.child.before + self.child.after)
+        # Proof that the live readout was drawn on the bottom row while decoding.
+        stats["live_redraws"] = len(LIVE_DRAW.findall(self.child.before))
         self.child.expect_exact("> ")
         return stats
 
@@ -115,6 +118,7 @@ def main() -> None:
     parser.add_argument("--write", type=Path, default=None, help="append the result as Markdown to this file")
     args = parser.parse_args()
 
+    load_before = os.getloadavg()
     home = tempfile.mkdtemp(prefix="llmchat-bench-")
     env = base_env(home)
     flags = common_flags(args.tokens, args.threads)
@@ -129,7 +133,8 @@ def main() -> None:
             for side in order:
                 pair[side] = chat.turn(args.prompt) if side == "chat" else ask(env, flags, args.prompt)
             rows.append(pair)
-            print(f"run {index + 1}: chat {pair['chat']['tok_s']:.1f} tok/s ({pair['chat']['tokens']} tokens), "
+            print(f"run {index + 1}: chat {pair['chat']['tok_s']:.1f} tok/s ({pair['chat']['tokens']} tokens, "
+                  f"{pair['chat']['live_redraws']} live redraws), "
                   f"ask {pair['ask']['tok_s']:.1f} tok/s ({pair['ask']['tokens']} tokens)", flush=True)
     finally:
         chat.close()
@@ -139,12 +144,18 @@ def main() -> None:
     ratios = [c / a for c, a in zip(chat_rates, ask_rates) if a > 0]
     short = [r for r in rows if r["chat"]["tokens"] != args.tokens or r["ask"]["tokens"] != args.tokens]
     ratio = statistics.median(chat_rates) / statistics.median(ask_rates)
-    verdict = "meets" if ratio >= 0.95 else "misses"
+    # The verdict uses the paired ratios: the two runs of a pair are seconds apart and see the same
+    # machine load, while the medians of each side can drift apart on a shared, busy machine.
+    paired = statistics.median(ratios)
+    verdict = "meets" if paired >= 0.95 else "misses"
     summary = (
         f"chat (pty, live readout): median {statistics.median(chat_rates):.1f} tok/s, mean {statistics.mean(chat_rates):.1f}\n"
         f"ask  (stdout to a pipe):  median {statistics.median(ask_rates):.1f} tok/s, mean {statistics.mean(ask_rates):.1f}\n"
-        f"ratio chat/ask of medians: {ratio:.3f} ({verdict} the 0.95 target); median of paired ratios {statistics.median(ratios):.3f}"
+        f"live readout redraws per chat turn: median {statistics.median(r['chat']['live_redraws'] for r in rows)}\n"
+        f"median of paired ratios chat/ask: {paired:.3f} ({verdict} the 0.95 target); ratio of the medians {ratio:.3f}"
     )
+    load_after = os.getloadavg()
+    summary += f"\nload average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f} on {os.cpu_count()} CPUs"
     print(summary)
     if short:
         print(f"note: {len(short)} run(s) stopped before {args.tokens} tokens")
@@ -157,12 +168,12 @@ def main() -> None:
             + (f" `--threads {args.threads}`" if args.threads else "")
             + f"; bundled SmolLM2-135M-Instruct Q4_1, greedy, prompt {args.prompt!r}.",
             "",
-            "| run | chat tok/s | ask tok/s | chat/ask | tokens (chat, ask) |",
-            "|---:|---:|---:|---:|---|",
+            "| run | chat tok/s | ask tok/s | chat/ask | tokens (chat, ask) | live redraws (chat) |",
+            "|---:|---:|---:|---:|---|---:|",
         ]
         for index, row in enumerate(rows, 1):
             c, a = row["chat"], row["ask"]
-            lines.append(f"| {index} | {c['tok_s']:.1f} | {a['tok_s']:.1f} | {c['tok_s'] / a['tok_s']:.3f} | {c['tokens']}, {a['tokens']} |")
+            lines.append(f"| {index} | {c['tok_s']:.1f} | {a['tok_s']:.1f} | {c['tok_s'] / a['tok_s']:.3f} | {c['tokens']}, {a['tokens']} | {c['live_redraws']} |")
         lines += ["", "```", summary, "```", "", "Machine (`lscpu | head`), " + versions() + ":", "", "```", machine(), "```", ""]
         args.write.parent.mkdir(parents=True, exist_ok=True)
         with args.write.open("a", encoding="utf-8") as out:

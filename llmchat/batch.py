@@ -346,12 +346,20 @@ class Progress:
             self._last_line_t, self._last_line_done = now, self.done
             self._line(elapsed, items_s, tok_s)
 
+    def _state(self, elapsed: float, items_s: float, tok_s: float) -> dict:
+        return {
+            "done": self.done, "total": self.total, "ok": self.ok, "failed": self.failed,
+            "elapsed_s": round(elapsed, 2), "items_s": round(items_s, 3), "tok_s": round(tok_s, 1),
+        }
+
+    def final_json(self, skipped: int = 0, interrupted: bool = False) -> None:
+        state = self._state(*self.rates()) | {"skipped": skipped, "final": True, "interrupted": interrupted}
+        self.stream.write(json.dumps(state) + "\n")
+        self.stream.flush()
+
     def _line(self, elapsed: float, items_s: float, tok_s: float) -> None:
         if self.mode == "json":
-            self.stream.write(json.dumps({
-                "done": self.done, "total": self.total, "ok": self.ok, "failed": self.failed,
-                "elapsed_s": round(elapsed, 2), "items_s": round(items_s, 3), "tok_s": round(tok_s, 1),
-            }) + "\n")
+            self.stream.write(json.dumps(self._state(elapsed, items_s, tok_s)) + "\n")
         else:
             remaining = (self.total - self.done) / items_s if items_s > 0 else 0.0
             self.stream.write(f"batch: {self.done}/{self.total} items, {items_s:.2f} items/s, {tok_s:.0f} tok/s, ETA {remaining:.0f} s\n")
@@ -435,7 +443,9 @@ class BatchRunner:
             raise
         finally:
             progress.close()
-            if progress.mode != "off" or interrupted:
+            if progress.mode == "json":
+                progress.final_json(self.skipped, interrupted=interrupted)
+            elif progress.mode != "off" or interrupted:
                 notice(progress.summary(self.skipped, interrupted=interrupted))
         return progress.failed
 

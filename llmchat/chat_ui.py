@@ -235,7 +235,7 @@ class ChatUI:
         source = template.source_detail if self.verbose else template.source
         shown = template.name if source in ("", template.name) else f"{template.name} ({source})"
         notice(
-            f"llmchat · {session.model_label} · template {shown} · "
+            f"{session.model_label} · template {shown} · "
             f"ctx {session.engine.n_ctx:,} · /help for commands",
             self.stderr,
         )
@@ -264,7 +264,14 @@ class ChatUI:
             else:
                 event.app.exit(exception=EOFError())
 
+        output = None
+        if not is_tty(self.stdout) and is_tty(self.stderr):
+            # `llmchat chat | tee log`: replies go to the pipe, the prompt stays on the terminal.
+            from prompt_toolkit.output import create_output
+
+            output = create_output(stdout=self.stderr)
         prompt = PromptSession(
+            output=output,
             history=input_history(self.error, self.persist_input),
             completer=SlashCompleter(self.session),
             complete_while_typing=True,

@@ -5,6 +5,7 @@ Heavy modules (llama_cpp, rich, prompt-toolkit) are imported inside the commands
 annotations at run time, including those that `options.model_command` adds.)
 """
 
+import errno
 import os
 import signal
 import sys
@@ -63,6 +64,10 @@ def read_prompt(argument: Optional[str]) -> str:
         if piped.strip():
             parts.append(piped.strip("\n"))
     if argument:
+        try:
+            argument.encode("utf-8")
+        except UnicodeEncodeError:  # undecodable argv bytes arrive as lone surrogates
+            raise UsageError("the prompt argument is not UTF-8 text; convert it first, e.g. with iconv") from None
         parts.append(argument)
     prompt = "\n\n".join(parts)
     if "\x00" in prompt:
@@ -96,12 +101,13 @@ def ask(
             continue_conversation(session, cid or "last")
         on_terminal = is_tty(sys.stderr)
         show_stats = on_terminal if stats is None else stats
-        printer = StreamPrinter(show_live=show_stats and on_terminal and not json_output, show_summary=show_stats and not json_output, echo_text=not json_output)
-        try:
-            result = session.turn(text, printer)
-        except BaseException:
-            printer.abort()
-            raise
+        printer = StreamPrinter(
+            show_live=show_stats and on_terminal and not json_output,
+            show_summary=show_stats and not json_output,
+            echo_text=not json_output,
+            mark_interrupted=False,  # `main` reports the interruption in its one line
+        )
+        result = run_turn(session, text, printer)
         if json_output:
             write_json(
                 {
@@ -165,18 +171,22 @@ def run_scripted_chat(session, *, json_output: bool, show_stats: bool) -> int:
 
     exit_code = 0
     turn_number = 0
-    for line in sys.stdin:
-        message = line.rstrip("\r\n")
-        if not message.strip():
+    # Bytes, decoded line by line: one undecodable line is reported like any bad message, and
+    # never reaches the tokenizer as surrogates (text-mode stdin would pass them through).
+    for raw in sys.stdin.buffer:
+        message, bad_input = _decode_line(raw.rstrip(b"\r\n"))
+        if not bad_input and not message.strip():
             continue
         turn_number += 1
-        printer = StreamPrinter(show_live=False, show_summary=show_stats, echo_text=not json_output)
+        printer = StreamPrinter(show_live=False, show_summary=show_stats, echo_text=not json_output, mark_interrupted=False)
         try:
-            result = session.turn(message, printer)
-        except ContextOverflowError as err:
+            if bad_input:
+                raise UsageError(bad_input)
+            result = run_turn(session, message, printer)
+        except (ContextOverflowError, UsageError) as err:
             # The session goes on: this message is reported and skipped, nothing else is lost.
             notice(f"llmchat: error: turn {turn_number}: {err}")
-            exit_code = int(ExitCode.CONTEXT)
+            exit_code = exit_code or int(err.exit_code)
             if json_output:
                 write_json({"turn": turn_number, "reply": None, "finish_reason": "error", "error": str(err), "stats": None})
             continue
@@ -193,7 +203,47 @@ def run_scripted_chat(session, *, json_output: bool, show_stats: bool) -> int:
     return exit_code
 
 
+def _decode_line(raw: bytes) -> tuple[str, str | None]:
+    """(text, None), or ("", why the line cannot be a message)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return "", f"the line is not UTF-8 text (bad byte at offset {err.start}); convert the input first, e.g. with iconv"
+    if "\x00" in text:
+        return "", "the line contains NUL bytes (binary input?); pass text"
+    return text, None
+
+
 # --- shared plumbing ------------------------------------------------------------------------------
+def run_turn(session, text: str, printer):
+    """One turn for ask and scripted chat. When saving it to the history fails (disk full, read-only,
+    locked past the timeout), the reply has still been produced: finish showing it, warn once, and
+    go on without history, as the interactive chat does. The exit status stays that of the reply.
+    """
+    from llmchat.errors import HistoryError
+    from llmchat.render import notice
+
+    before = session.last_result
+    try:
+        return session.turn(text, printer)
+    except HistoryError as err:
+        result = session.last_result
+        if result is before:  # failed before a reply existed (not expected): a real error
+            printer.abort()
+            raise
+        printer.finished(result)
+        store, session.history = session.history, None
+        try:
+            store.close()
+        except Exception:  # the store is already broken; closing is a courtesy
+            pass
+        notice(f"warning: {err}; this reply was not saved, and nothing more will be")
+        return result
+    except BaseException:
+        printer.abort()
+        raise
+
+
 def check_overflow(value: str) -> None:
     if value not in ("drop", "error"):
         raise UsageError(f"--overflow must be drop or error, got {value!r}")
@@ -272,9 +322,42 @@ def report_error(message: str) -> None:
     sys.stderr.flush()
 
 
+_terminated = False
+
+
 def _terminate(signum, frame) -> None:
     # SIGTERM unwinds like Ctrl-C (finally blocks close history and outputs), then exits 143.
+    # Only the first one: a second SIGTERM must not cut that cleanup short (SIGKILL still works).
+    global _terminated
+    if _terminated:
+        return
+    _terminated = True
     raise SystemExit(int(ExitCode.TERMINATED))
+
+
+def _from_broken_pipe(exc: BaseException) -> bool:
+    """Whether an exit was caused by writing to a closed stdout. Typer turns that into a plain
+    sys.exit(1), and rich into SystemExit(1); both raise it while handling the EPIPE error."""
+    seen = exc.__context__
+    while seen is not None:
+        if isinstance(seen, BrokenPipeError) or (isinstance(seen, OSError) and seen.errno == errno.EPIPE):
+            return True
+        seen = seen.__context__
+    return False
+
+
+def _stopped(message: str, code: ExitCode) -> None:
+    # On a terminal the line starts fresh after the echoed ^C; elsewhere it is exactly one line.
+    try:
+        sys.stderr.write(("\n" if sys.stderr.isatty() else "") + f"llmchat: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    sys.exit(int(code))
+
+
+def _interrupted() -> None:
+    _stopped("interrupted", ExitCode.INTERRUPTED)
 
 
 def _quiet_broken_pipe() -> None:
@@ -294,8 +377,19 @@ def main(argv: Optional[list] = None) -> None:
     try:
         # Outside standalone mode, click turns `typer.Exit(code)` into the return value.
         returned = app(args=args, prog_name="llmchat", standalone_mode=False)
+        if returned == ExitCode.INTERRUPTED:
+            # Typer turns KeyboardInterrupt into a *returned* 130, without a word: say it here.
+            # (batch reports its own interruption and raises SystemExit, which is not returned.)
+            _interrupted()
         if isinstance(returned, int) and returned:
             sys.exit(returned)
+    except SystemExit as done:
+        if _terminated:
+            _stopped("terminated (SIGTERM)", ExitCode.TERMINATED)
+        if done.code and _from_broken_pipe(done):
+            _quiet_broken_pipe()
+            sys.exit(141)
+        raise
     except LlmchatError as err:
         if debug:
             raise
@@ -304,8 +398,7 @@ def main(argv: Optional[list] = None) -> None:
     except typer.Exit as done:
         sys.exit(done.exit_code)
     except typer.Abort:
-        sys.stderr.write("\nllmchat: interrupted\n")
-        sys.exit(int(ExitCode.INTERRUPTED))
+        _interrupted()
     except click.ClickException as err:
         if type(err).__name__ == "NoArgsIsHelpError" and getattr(err, "ctx", None) is not None:
             sys.stdout.write(err.ctx.get_help() + "\n")
@@ -314,14 +407,14 @@ def main(argv: Optional[list] = None) -> None:
         report_error(err.format_message().replace("\n", " ") + hint)
         sys.exit(int(ExitCode.USAGE))
     except KeyboardInterrupt:
-        sys.stderr.write("\nllmchat: interrupted\n")
-        sys.exit(int(ExitCode.INTERRUPTED))
+        _interrupted()
     except BrokenPipeError:
         _quiet_broken_pipe()
         sys.exit(141)
     except OSError as err:
         if debug:
             raise
-        report_error(f"{err.strerror or err} ({err.filename or 'I/O'}); check the path and free space")
+        where = f" ({err.filename})" if err.filename else ""
+        report_error(f"{err.strerror or err}{where}; check the path and free space")
         sys.exit(int(ExitCode.ERROR))
     sys.exit(0)

@@ -88,6 +88,9 @@ def load_model(opts: RunOptions, *, n_ctx_override: int | None = None, announce:
 
     metadata = read_metadata(model.path)
     check_loadable(metadata, model.path)
+    if opts.draft_model is not None:
+        # The draft model reaches llama.cpp too, which aborts the process on some malformed files.
+        check_loadable(read_metadata(opts.draft_model), opts.draft_model)
     arch = metadata.scalars.get("general.architecture", "")
     trained_ctx = int(metadata.scalars.get(f"{arch}.context_length", 0) or 0)
 

@@ -81,10 +81,21 @@ class StreamPrinter:
 
     REFRESH_S = 0.1
 
-    def __init__(self, out: IO[str] | None = None, err: IO[str] | None = None, *, show_live: bool, show_summary: bool, echo_text: bool = True):
+    def __init__(
+        self,
+        out: IO[str] | None = None,
+        err: IO[str] | None = None,
+        *,
+        show_live: bool,
+        show_summary: bool,
+        echo_text: bool = True,
+        mark_interrupted: bool = True,
+    ):
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.echo_text = echo_text
+        # False where the command itself ends with a one-line "interrupted" report (ask, scripted chat).
+        self.mark_interrupted = mark_interrupted
         self.show_live = show_live and is_tty(self.err)
         self.show_summary = show_summary
         self.bottom_row = self.show_live and is_tty(self.out) and same_terminal(self.out, self.err)
@@ -127,7 +138,7 @@ class StreamPrinter:
         if self.echo_text and not self._ended_with_newline:
             self.out.write("\n")
             self.out.flush()
-        if result.interrupted:
+        if result.interrupted and self.mark_interrupted:
             notice("[interrupted]", self.err)
         if self.show_summary:
             notice(result.stats.summary(), self.err)

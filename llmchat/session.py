@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from llmchat.chat_template import ModelFacts, ResolvedTemplate, marker_tokens, render_prompt, resolve_template
 from llmchat.conversation import Budget, Conversation, default_reply_reserve, fit_to_context
+from llmchat.errors import ContextOverflowError, HistoryError
 from llmchat.metrics import TurnStats
 from llmchat.sampling import SamplingParams
 
@@ -132,6 +133,7 @@ class ChatSession:
         marked interrupted; it is kept in the conversation and history like any other."""
         observer = observer or NullObserver()
         t_submit = time.perf_counter()
+        self._check_size(user_text)
         fit = fit_to_context(self.conversation, user_text, self.budget(), self.tokenize_messages, overflow=self.overflow)
         generation = self.engine.generate(
             fit.prompt_tokens,
@@ -143,6 +145,7 @@ class ChatSession:
         observer.prefill_started(len(fit.prompt_tokens), self.engine.cached_prefix(fit.prompt_tokens), self.engine.n_ctx)
         fragments: list[str] = []
         t_first_written: float | None = None
+        stopped: BaseException | None = None
         try:
             for event in generation:
                 if event.text:
@@ -154,15 +157,48 @@ class ChatSession:
                 observer.token(outcome.generated_tokens, t_first_written, now)
         except KeyboardInterrupt:
             outcome.finish_reason = "interrupted"
+        except (SystemExit, BrokenPipeError) as err:
+            # SIGTERM (raised as SystemExit by cli) or the reader closing stdout: the process ends,
+            # but the partial reply is saved first, marked interrupted, as for Ctrl-C.
+            outcome.finish_reason = "interrupted"
+            stopped = err
         reply = "".join(fragments)
         stats = self._stats(outcome, fit, t_submit, t_first_written)
         result = TurnResult(user_text, reply, outcome.finish_reason, stats, generation.seed)
         self.conversation.add_exchange(user_text, reply, interrupted=result.interrupted)
         self.last_result = result
+        if stopped is not None:
+            if record:
+                try:
+                    self._record(result)
+                except HistoryError:
+                    pass  # the process is ending for another reason; that one is reported
+            raise stopped
         if record:
             self._record(result)
         observer.finished(result)
         return result
+
+    def _check_size(self, user_text: str) -> None:
+        """Refuse a message that certainly cannot fit, before rendering or tokenizing it.
+
+        Pasting a 10 MB file would otherwise be rendered by the template (whose size limits
+        would then blame the template) and tokenized several times (seconds each) only to fail.
+        Only a certain bound is used (`Engine.min_tokens`); anything closer is left to the exact
+        count in `fit_to_context`.
+        """
+        budget = self.budget()
+        if len(user_text) <= budget.prompt_limit:
+            return  # the bound cannot exceed the limit here (at most one token per 4 bytes)
+        at_least = self.engine.min_tokens(user_text)
+        if at_least is not None and at_least > budget.prompt_limit:
+            raise ContextOverflowError(
+                f"the message cannot fit: it is {len(user_text.encode('utf-8', errors='replace')):,} bytes, at least "
+                f"{at_least:,} tokens, but the context of {budget.n_ctx:,} holds at most {budget.prompt_limit:,} with "
+                f"{budget.reply_reserve:,} kept for the reply; raise --ctx or shorten the message",
+                prompt_tokens=at_least,
+                limit=budget.prompt_limit,
+            )
 
     def _stats(self, outcome: Any, fit: Any, t_submit: float, t_first_written: float | None) -> TurnStats:
         end = outcome.t_last_token or outcome.t_first_token or time.perf_counter()

@@ -340,13 +340,26 @@ def cmd_history(ctx: CommandContext, arg: str) -> Outcome:
     if not summaries:
         ctx.info("no saved conversations yet")
         return CONTINUE
+    headers = ("", "ID", "Name", "Updated (UTC)", "Msgs")
+    rows = [
+        ("*" if s.id == session.conversation_id else "", s.id, s.name or "", s.updated_at[:16].replace("T", " "), str(s.n_messages))
+        for s in summaries
+    ]
+    # Ids are what /load takes: those columns never clip; only the preview gives way.
+    fixed = sum(max(len(text) for text in column) for column in zip(headers, *rows)) + 2 * len(headers)
+    room = ctx.out.width - fixed
+    show_preview = room >= 12
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for header in ("", "ID", "Name", "Updated (UTC)", "Msgs", "First message"):
-        table.add_column(header, no_wrap=True, overflow="ellipsis", justify="right" if header == "Msgs" else "left")
-    for summary in summaries:
-        current = "*" if summary.id == session.conversation_id else ""
-        table.add_row(current, summary.id, summary.name or "", summary.updated_at[:16].replace("T", " "), str(summary.n_messages), summary.preview)
+    for header in headers:
+        table.add_column(header, no_wrap=True, justify="right" if header == "Msgs" else "left")
+    if show_preview:
+        longest = max(len("First message"), *(len(s.preview) for s in summaries))
+        table.add_column("First message", no_wrap=True, overflow="ellipsis", width=min(room, longest))
+    for row, summary in zip(rows, summaries):
+        table.add_row(*row, *([summary.preview] if show_preview else []))
     ctx.out.print(table, markup=False, highlight=False)
+    marked = any(row[0] for row in rows)
+    ctx.info(("* marks this conversation · " if marked else "") + "/load ID|NAME continues one")
     return CONTINUE
 
 

@@ -544,12 +544,12 @@ def test_split_command():
 # --------------------------------------------------------------------------- a real terminal
 
 
-def _spawn_chat(home: Path, *extra: str):
+def _spawn_chat(home: Path, *extra: str, history: bool = False):
     pexpect = pytest.importorskip("pexpect")
     env = dict(os.environ, LLMCHAT_HOME=str(home), TERM="xterm-256color", PROMPT_TOOLKIT_NO_CPR="1", COLUMNS="100", LINES="30")
     env.pop("LLMCHAT_MODEL", None)
     child = pexpect.spawn(
-        sys.executable, ["-m", "llmchat", "chat", "--no-history", "--temperature", "0", *extra],
+        sys.executable, ["-m", "llmchat", "chat", *([] if history else ["--no-history"]), "--temperature", "0", *extra],
         env=env, encoding="utf-8", codec_errors="replace", dimensions=(30, 100), timeout=180,
     )
     return pexpect, child
@@ -593,3 +593,25 @@ def test_ctrl_c_in_a_pseudo_terminal_stops_the_reply(isolated_home):
     finally:
         child.close()
     assert child.exitstatus == 0
+
+
+def test_bracketed_paste_in_a_pseudo_terminal_is_one_message(isolated_home):
+    """A terminal wraps a paste in ESC[200~ ... ESC[201~; its newlines must not send the message."""
+    pexpect, child = _spawn_chat(isolated_home, "--max-tokens", "8", history=True)
+    try:
+        child.expect_exact("> ")
+        child.send("\x1b[200~First line of the paste.\nSecond line of the paste.\x1b[201~")
+        child.send(ENTER)
+        child.expect(r"prompt \d+ \(\d+ cached\)")
+        child.expect_exact("> ")
+        child.send("/exit" + ENTER)
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+    from llmchat.history import HistoryStore
+
+    with HistoryStore.open(isolated_home / "history.db") as store:
+        messages = store.get("last").messages
+    assert [(m.role, m.content) for m in messages][0] == ("user", "First line of the paste.\nSecond line of the paste.")
+    assert len(messages) == 2, "one message, one reply"

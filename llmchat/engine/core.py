@@ -9,6 +9,7 @@ drafter is set (drafted tokens are verified in one pass).
 from __future__ import annotations
 
 import codecs
+import contextlib
 import ctypes
 import os
 import random
@@ -172,6 +173,7 @@ class Engine:
         self.notices = notices  # things worth a line under --verbose
         self._vocab = llama_cpp.llama_model_get_vocab(llm._model.model)
         self._pieces: dict[int, bytes] = {}
+        self._max_token_bytes: int | None = None
         self._drafter: _CountingDrafter | None = llm.draft_model  # type: ignore[assignment]
         self.metadata: dict[str, str] = dict(llm.metadata)
         self.n_ctx: int = llm.n_ctx()
@@ -242,7 +244,39 @@ class Engine:
 
     def tokenize(self, text: str, *, special: bool) -> list[int]:
         """Tokenize without adding BOS: the prompt builder decides about BOS exactly once."""
-        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
+        # errors="replace": a lone surrogate (undecodable bytes smuggled in through surrogateescape,
+        # or a "\udcff" escape in JSON input) cannot be encoded; it becomes U+FFFD instead of a crash.
+        return self._llm.tokenize(text.encode("utf-8", errors="replace"), add_bos=False, special=special)
+
+    def max_token_bytes(self) -> int:
+        """The most bytes of text any one token stands for (computed once, on first use).
+
+        `min_tokens` divides by it to bound a text's token count from below without tokenizing.
+        """
+        if self._max_token_bytes is None:
+            # Control tokens count with their text (special=True): where a template's marker meets
+            # message text, one such token may cover a few bytes of the message too.
+            # At least 4: even an <unk> token stands for one whole character (up to 4 bytes).
+            longest, size = 4, 256
+            buffer = ctypes.create_string_buffer(size)
+            for token_id in range(llama_cpp.llama_vocab_n_tokens(self._vocab)):
+                n = llama_cpp.llama_token_to_piece(self._vocab, token_id, buffer, size, 0, True)
+                longest = max(longest, abs(n))  # negative: the piece needs -n bytes
+            self._max_token_bytes = longest
+        return self._max_token_bytes
+
+    def min_tokens(self, text: str) -> int | None:
+        """A certain lower bound on the tokens `text` needs anywhere in a prompt, or None if unknown.
+
+        Only for SPM and BPE vocabularies, whose tokens' pieces concatenate back to the text: the
+        text's bytes are then covered by tokens of at most `max_token_bytes` each. Whitespace is not
+        counted, so the bound also holds when a template trims or collapses it. (Other vocabularies
+        normalize text or map a run of unknown characters to a single token.)
+        """
+        if llama_cpp.llama_vocab_type(self._vocab) not in (llama_cpp.LLAMA_VOCAB_TYPE_SPM, llama_cpp.LLAMA_VOCAB_TYPE_BPE):
+            return None
+        solid = len("".join(text.split()).encode("utf-8", errors="replace"))
+        return -(-solid // self.max_token_bytes())
 
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes a token stands for; control tokens give b"" so they are never shown."""
@@ -411,10 +445,54 @@ def _open_llama(
         kwargs.update(draft_model=draft_model, logits_all=True)
     logs.recent_errors.clear()
     try:
-        return llama_cpp.Llama(**kwargs)
+        with _library_templates_off():
+            return llama_cpp.Llama(**kwargs)
     except (ValueError, RuntimeError, OSError) as err:
-        reason = logs.last_error() or str(err)
-        raise ModelError(f"llama.cpp could not load {model_path}: {reason}; check the file, or try a smaller --ctx") from None
+        reason = logs.first_error() or str(err)
+    except Exception as err:  # the library's Python side of loading; never a traceback
+        reason = logs.first_error() or f"{type(err).__name__}: {err}"
+    reason = " ".join(reason.split())  # one line, whatever the library said
+    lowered = reason.lower()
+    if "context" in lowered or "alloc" in lowered or "memory" in lowered:
+        advice = "try a smaller --ctx"
+    else:
+        advice = "the file may be damaged or need a newer llama-cpp-python; check it, or download it again"
+    raise ModelError(f"llama.cpp could not load {model_path}: {reason}; {advice}")
+
+
+class _UncompiledTemplate:
+    """Stands in for llama-cpp-python's Jinja2ChatFormatter while a model loads: keeps the text,
+    compiles nothing. See `_library_templates_off`."""
+
+    def __init__(self, template: str, *args: object, **kwargs: object):
+        self.template = template
+
+    def to_chat_handler(self):
+        def unavailable(*args: object, **kwargs: object):
+            raise RuntimeError("llmchat renders chat templates itself (llmchat.chat_template)")
+
+        return unavailable
+
+
+@contextlib.contextmanager
+def _library_templates_off() -> Iterator[None]:
+    """Keep `Llama()` from compiling the GGUF's chat templates.
+
+    llama-cpp-python compiles every `tokenizer.chat_template*` string in the file as it loads, with
+    plain Jinja and no limits. The file may come from anyone: a template with a syntax error made
+    the load fail with a traceback, a deeply nested one exhausted the stack, and `--template`
+    could not route around either, because this happens before llmchat's own resolution. llmchat
+    never uses the library's chat handlers; it renders templates itself in its guarded sandbox
+    (llmchat.chat_template), which refuses such templates with a clear message.
+    """
+    from llama_cpp import llama_chat_format
+
+    original = llama_chat_format.Jinja2ChatFormatter
+    llama_chat_format.Jinja2ChatFormatter = _UncompiledTemplate
+    try:
+        yield
+    finally:
+        llama_chat_format.Jinja2ChatFormatter = original
 
 
 def _trained_context(model_path: Path) -> int:

@@ -45,3 +45,9 @@ def install(verbose: bool) -> None:
 
 def last_error() -> str | None:
     return recent_errors[-1] if recent_errors else None
+
+
+def first_error() -> str | None:
+    """The earliest error kept since `recent_errors` was cleared: usually the cause, where the last
+    one is often a generic wrapper ("llama_model_load_from_file_impl: failed to load model")."""
+    return " ".join(recent_errors[0].split()) if recent_errors else None

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Speculative decoding: decode tokens/s with prompt lookup (--lookup) and a draft model
+(--draft-model) against plain decoding, on a copy-heavy task, greedy, in one process.
+
+    python bench/speculative_bench.py [--reps 3] [--flash-attn] [--max-tokens 256] [--threads 2]
+
+The three engines (plain, lookup, draft) are loaded once each and run alternately, rep after rep,
+so that drift in machine load hits all of them alike. The KV cache is cleared before every run,
+so each run prefills the whole prompt. Reported per mode: decode tok/s (mean ± sd, as `ask`
+computes it: (generated - 1) / (last token - first token)), prefill tok/s, draft acceptance, and
+whether the reply is identical to the plain one.
+
+The draft model defaults to the main model itself (same vocabulary, so acceptance is high, but a
+drafter as costly as the target cannot be faster: it shows the mechanics, not a speed-up). Pass
+--draft PATH for a genuinely smaller drafter with the same tokenizer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+PARAGRAPH = (
+    "The old lighthouse stood at the edge of the northern cliffs, where the wind never seemed to rest. "
+    "Every evening the keeper climbed the narrow spiral stairs, counting each of the one hundred and "
+    "twelve steps, and lit the great lamp that warned the fishing boats away from the rocks below. "
+    "In the winter months the storms came in from the sea without warning, and the waves threw salt "
+    "spray high against the windows of the lantern room. The keeper kept a careful log of every ship "
+    "that passed, every change in the weather, and every night the lamp burned until dawn. Children "
+    "from the village sometimes walked up the cliff path on summer afternoons to ask about the ships, "
+    "and the keeper would show them the brass telescope, the heavy logbook and the spare lamp mantles "
+    "kept in a wooden box by the door."
+)
+PROMPT = f"Repeat this paragraph exactly, changing only the word keeper to guardian:\n\n{PARAGRAPH}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", "-m", help="main model (default: the bundled SmolLM2)")
+    parser.add_argument("--draft", help="draft model for --draft-model (default: the main model itself)")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--threads", "-t", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--ctx", type=int, default=2048)
+    parser.add_argument("--flash-attn", action="store_true", help="flash attention in every mode (see the notes on identical output)")
+    parser.add_argument("--modes", default="plain,lookup,draft")
+    parser.add_argument("--json-out", type=Path)
+    args = parser.parse_args()
+
+    from llmchat.loading import load_model
+    from llmchat.models import bundled_default_model
+    from llmchat.options import RunOptions
+    from llmchat.session import ChatSession
+
+    model = args.model or str(bundled_default_model())
+    draft = Path(args.draft or model)
+    base = RunOptions(
+        model=model, ctx=args.ctx, threads=args.threads, flash_attn=args.flash_attn,
+        temperature=0.0, seed=1, max_tokens=args.max_tokens,
+    )
+    variants = {"plain": base, "lookup": replace(base, lookup=True), "draft": replace(base, draft_model=draft)}
+    modes = [m for m in args.modes.split(",") if m]
+
+    sessions = {}
+    for mode in modes:
+        loaded = load_model(variants[mode], announce=False)
+        sessions[mode] = ChatSession.start(loaded.engine, sampling=loaded.sampling, model_label=loaded.model.name)
+
+    runs: dict[str, list] = {mode: [] for mode in modes}
+    for rep in range(args.reps):
+        for mode in modes:
+            session = sessions[mode]
+            session.new_conversation()
+            session.engine._llm.reset()  # bench-only: forget the cached prompt so every run prefills it
+            result = session.turn(PROMPT, record=False)
+            stats = result.stats
+            runs[mode].append(
+                {
+                    "decode_tok_s": stats.decode_tok_s,
+                    "prefill_tok_s": stats.prefill_tok_s,
+                    "ttft_s": stats.ttft_s,
+                    "generated": stats.generated_tokens,
+                    "proposed": stats.draft_proposed,
+                    "accepted": stats.draft_accepted,
+                    "reply_md5": hashlib.md5(result.reply.encode()).hexdigest(),
+                    "reply": result.reply,
+                }
+            )
+            print(f"rep {rep + 1} {mode:6s} decode {stats.decode_tok_s:6.1f} tok/s, {stats.generated_tokens} tokens", file=sys.stderr, flush=True)
+    for session in sessions.values():
+        session.engine.close()
+
+    def mean_sd(values):
+        return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+    plain_decode = mean_sd([r["decode_tok_s"] for r in runs["plain"]])[0] if "plain" in runs else None
+    plain_reply = runs["plain"][0]["reply_md5"] if "plain" in runs else None
+    print(f"\nmodel {Path(model).name}, threads {args.threads}, flash attention {'on' if args.flash_attn else 'off'}, {args.reps} reps, max {args.max_tokens} tokens\n")
+    print("| mode | decode tok/s | speed-up | prefill tok/s | generated | draft acceptance | reply = plain |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+    summary = {}
+    for mode in modes:
+        decode = mean_sd([r["decode_tok_s"] for r in runs[mode]])
+        prefill = mean_sd([r["prefill_tok_s"] for r in runs[mode]])
+        proposed = sum(r["proposed"] for r in runs[mode])
+        accepted = sum(r["accepted"] for r in runs[mode])
+        acceptance = accepted / proposed if proposed else None
+        same = all(r["reply_md5"] == plain_reply for r in runs[mode]) if plain_reply else None
+        speedup = decode[0] / plain_decode if plain_decode else None
+        summary[mode] = {"decode": decode, "prefill": prefill, "acceptance": acceptance, "identical": same, "speedup": speedup}
+        print(
+            f"| {mode} | {decode[0]:.1f} ± {decode[1]:.1f} | {speedup:.2f}x | {prefill[0]:.1f} ± {prefill[1]:.1f} | "
+            f"{runs[mode][0]['generated']} | {'-' if acceptance is None else f'{acceptance:.1%} ({accepted}/{proposed})'} | {same} |"
+        )
+    if "plain" in runs:
+        print("\nplain reply:\n" + runs["plain"][0]["reply"])
+    for mode in modes:
+        if mode != "plain" and plain_reply and runs[mode][0]["reply_md5"] != plain_reply:
+            print(f"\n{mode} reply (differs):\n" + runs[mode][0]["reply"])
+    if args.json_out:
+        args.json_out.write_text(json.dumps({"args": vars(args) | {"json_out": str(args.json_out)}, "runs": runs, "summary": summary}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
