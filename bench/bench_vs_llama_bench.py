@@ -162,6 +162,8 @@ def main() -> None:
             pooled = {"llama-bench": {"pp": [], "tg": []}, "llmchat": {"pp": [], "tg": [], "ttft": []}}
             build = None
             busy: list[float] = []
+            kept: dict[str, list] = {"llama-bench": [], "llmchat": []}
+            dropped: dict[str, int] = {}
             for round_no in range(args.rounds):
                 print(f"[{name}, fa={'on' if fa else 'off'}] round {round_no + 1}/{args.rounds}", file=sys.stderr, flush=True)
                 guard = dict(attempts=args.attempts, threshold=args.foreign_max, wait_s=args.wait_quiet)
@@ -169,11 +171,16 @@ def main() -> None:
                 build = ref["build"]
                 mine = guarded(lambda: run_llmchat(path, fa=fa, **common), **guard)
                 busy += [ref["foreign"], mine["foreign"]]
-                for test in ("pp", "tg"):
-                    pooled["llama-bench"][test] += ref[test]
-                    pooled["llmchat"][test] += mine[test]
-                pooled["llmchat"]["ttft"] += mine["ttft"]
-            results.append({"model": name, "path": str(path), "flash_attn": fa, "llama_bench_build": build, **common, "rounds": args.rounds, "foreign_load": busy, "samples": pooled})
+                kept["llama-bench"].append(ref)
+                kept["llmchat"].append(mine)
+            # Invocations that other processes disturbed are left out, as long as a clean one exists.
+            for tool, invocations in kept.items():
+                clean = [inv for inv in invocations if inv["foreign"] <= args.foreign_max] or invocations
+                dropped[tool] = len(invocations) - len(clean)
+                for inv in clean:
+                    for test in pooled[tool]:
+                        pooled[tool][test] += inv[test]
+            results.append({"model": name, "path": str(path), "flash_attn": fa, "llama_bench_build": build, **common, "rounds": args.rounds, "foreign_load": busy, "dropped_invocations": dropped, "samples": pooled})
 
     print(f"\nthreads {args.threads}, pp{args.p} / tg{args.n}, {args.rounds} alternating rounds x {args.r} reps per tool\n")
     print("| model | FA | test | llama-bench t/s | llmchat bench t/s | ratio | best llama-bench | best llmchat | ratio of bests |")
@@ -197,8 +204,13 @@ def main() -> None:
         ttft_mean, ttft_sd = summary(res["samples"]["llmchat"]["ttft"])
         print(f"\nllmchat TTFT pp{args.p} ({res['model']}, FA {'on' if res['flash_attn'] else 'off'}): {ttft_mean * 1000:.1f} ± {ttft_sd * 1000:.1f} ms")
     print(f"\nllama-bench build: {results[0]['llama_bench_build']}")
-    worst = max(b for res in results for b in res["foreign_load"])
-    print(f"share of the machine used by other processes during the kept invocations: worst {worst:.1%}" + ("  <-- disturbed, rerun" if worst > args.foreign_max else ""))
+    for res in results:
+        kept_loads = sorted(res["foreign_load"])
+        print(
+            f"{res['model']}, FA {'on' if res['flash_attn'] else 'off'}: invocations left out as disturbed by other processes "
+            f"(> {args.foreign_max:.0%} of the machine): {res['dropped_invocations']}; others' share per invocation: "
+            + ", ".join(f"{b:.1%}" for b in res["foreign_load"])
+        )
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=2))
 

@@ -204,6 +204,11 @@ def main() -> None:
         "```",
         "",
         "Produced by `python bench/endurance.py`. RSS is VmRSS of the llmchat process from /proc.",
+        "",
+        "How to read it: the KV cache and llama.cpp's compute buffers are allocated at load but only",
+        "counted in RSS as they are first touched (the context filling up, the first full-size prefill",
+        "after a trim), and the token-piece cache fills up to the vocabulary's size. So RSS rises early",
+        "in a run; a leak would show as growth over the second half, after the context has filled.",
     ]
     with tempfile.TemporaryDirectory(prefix="llmchat-endurance-") as tmp:
         work = Path(tmp)

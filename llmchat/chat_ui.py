@@ -23,7 +23,7 @@ import sys
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from llmchat.errors import ContextOverflowError, HistoryError
+from llmchat.errors import ContextOverflowError, HistoryError, LlmchatError
 from llmchat.render import StreamPrinter, is_tty, notice
 from llmchat.slash import (
     Action,
@@ -32,7 +32,6 @@ from llmchat.slash import (
     disable_history,
     dispatch,
     is_command,
-    trim_notice,
     unescape_message,
 )
 
@@ -314,6 +313,12 @@ class ChatUI:
             else:
                 printer.abort()
             disable_history(session, err, self.error)
+        except LlmchatError as err:
+            # Any other error the user can act on (a template that refuses this conversation, ...):
+            # one line, and the chat goes on with the message back at the prompt.
+            printer.abort()
+            self.error(f"error: {err}")
+            return text if session.last_result is before else ""
         except KeyboardInterrupt:
             # Ctrl-C outside the decode loop: before generation (nothing sent: give the text back)
             # or while the finished reply was being saved or shown.
@@ -326,7 +331,7 @@ class ChatUI:
             printer.abort()
             raise
         if result is not None and result.stats.messages_dropped:
-            self.info(trim_notice(result.stats, session.budget().prompt_limit))
+            self.info(result.stats.trim_notice(session.budget().prompt_limit))
         return ""
 
     # --- main loop --------------------------------------------------------------------------------

@@ -192,10 +192,7 @@ def run_scripted_chat(session, *, json_output: bool, show_stats: bool) -> int:
             continue
         stats = result.stats
         if stats.messages_dropped:
-            notice(
-                f"context: dropped {stats.messages_dropped} oldest messages ({stats.tokens_dropped:,} tokens) "
-                f"to fit {session.budget().prompt_limit:,}"
-            )
+            notice(stats.trim_notice(session.budget().prompt_limit))
         if json_output:
             write_json({"turn": turn_number, "reply": result.reply, "finish_reason": result.finish_reason, "error": None, "stats": stats.to_dict()})
         if result.interrupted:

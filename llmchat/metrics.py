@@ -67,6 +67,15 @@ class TurnStats:
             del data["draft_proposed"], data["draft_accepted"]
         return data
 
+    def trim_notice(self, prompt_limit: int) -> str:
+        """What a trim dropped, said on stderr after the turn (empty when nothing was dropped)."""
+        if not self.messages_dropped:
+            return ""
+        return (
+            f"context: dropped {self.messages_dropped} oldest messages ({self.tokens_dropped:,} tokens) "
+            f"to fit {prompt_limit:,}"
+        )
+
     def summary(self) -> str:
         """The dim one-line summary after each reply."""
         parts = [

@@ -133,7 +133,7 @@ class ChatSession:
         marked interrupted; it is kept in the conversation and history like any other."""
         observer = observer or NullObserver()
         t_submit = time.perf_counter()
-        self._check_size(user_text)
+        self.check_message_size(user_text)
         fit = fit_to_context(self.conversation, user_text, self.budget(), self.tokenize_messages, overflow=self.overflow)
         generation = self.engine.generate(
             fit.prompt_tokens,
@@ -179,15 +179,15 @@ class ChatSession:
         observer.finished(result)
         return result
 
-    def _check_size(self, user_text: str) -> None:
+    def check_message_size(self, user_text: str, budget: Budget | None = None) -> None:
         """Refuse a message that certainly cannot fit, before rendering or tokenizing it.
 
         Pasting a 10 MB file would otherwise be rendered by the template (whose size limits
         would then blame the template) and tokenized several times (seconds each) only to fail.
         Only a certain bound is used (`Engine.min_tokens`); anything closer is left to the exact
-        count in `fit_to_context`.
+        count in `fit_to_context`. `budget`: the one the caller fits with (default: this session's).
         """
-        budget = self.budget()
+        budget = budget or self.budget()
         if len(user_text) <= budget.prompt_limit:
             return  # the bound cannot exceed the limit here (at most one token per 4 bytes)
         at_least = self.engine.min_tokens(user_text)

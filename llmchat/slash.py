@@ -46,14 +46,6 @@ class CommandContext:
 # --------------------------------------------------------------------------- shared with the chat loop
 
 
-def trim_notice(stats: Any, limit: int) -> str:
-    """The notice printed when older messages left the context window (same words as `chat` piped)."""
-    return (
-        f"context: dropped {stats.messages_dropped} oldest messages ({stats.tokens_dropped:,} tokens) "
-        f"to fit {limit:,}"
-    )
-
-
 def disable_history(session: Any, err: Exception, warn: Callable[[str], None]) -> None:
     """A history write failed (locked, disk full): say so once and go on without saving.
 

@@ -28,7 +28,7 @@ from llmchat.conversation import Conversation
 from llmchat.errors import HistoryError
 from llmchat.metrics import TurnStats
 from llmchat.render import StreamPrinter
-from llmchat.slash import SlashCompleter, trim_notice
+from llmchat.slash import SlashCompleter
 
 SUMMARY = re.compile(r"TTFT \d+ ms · [\d.]+ tok/s · \d+ tokens · prompt \d+ \(\d+ cached\) · ctx \d+/\d+")
 ENTER = "\r"
@@ -385,7 +385,8 @@ def test_message_too_long_is_reported_and_put_back(small_loaded, capsys):
     long_text = " ".join(["word"] * 300)
     drive(session, "Say hello." + ENTER + long_text + ENTER + " END" + ENTER + CTRL_C + "Say bye." + ENTER)
     _, err = capsys.readouterr()
-    assert err.count("error: the prompt is") == 2, "the message came back to the prompt and was sent again"
+    refusals = [line for line in err.splitlines() if line.startswith("error: ") and "context of 256" in line]
+    assert len(refusals) == 2, "the message came back to the prompt and was sent again"
     # The text was put back: " END" was typed after it, and that longer line reached the history.
     assert "+" + long_text + " END" in paths.input_history_file().read_text()
     assert [m["content"] for m in session.conversation.messages if m["role"] == "user"] == ["Say hello.", "Say bye."]
@@ -487,6 +488,24 @@ def test_alt_enter_inserts_a_newline_and_paste_stays_one_message(capsys):
     assert fake.sent == ["a\nb", "first line\nsecond line\nthird line"]
 
 
+def test_an_error_in_one_turn_keeps_the_chat_and_the_text(capsys):
+    from llmchat.errors import TemplateError
+
+    class Refusing(FakeSession):
+        def turn(self, text, observer):
+            if text.startswith("bad"):
+                raise TemplateError("the template refused this conversation")
+            return super().turn(text, observer)
+
+    fake = Refusing()
+    # The refused text comes back to the prompt, so " fixed" extends it (still refused: it starts with
+    # "bad"); had it not come back, " fixed" alone would have been sent. Ctrl-C clears; the chat goes on.
+    drive(fake, "bad message" + ENTER + " fixed" + ENTER + CTRL_C + "good" + ENTER)
+    _, err = capsys.readouterr()
+    assert err.count("error: the template refused this conversation") == 2
+    assert fake.sent == ["good"]
+
+
 def test_markdown_rendering_with_a_known_reply(capsys, monkeypatch):
     fake = FakeSession(reply="# Title\n\nSome **bold** text.\n\n```python\nprint(1)\n```\n")
     drive(fake, "anything" + ENTER, markdown=True)
@@ -532,7 +551,7 @@ def test_completer_offers_saved_conversations_for_load():
 
 def test_trim_notice_wording():
     stats = TurnStats(messages_dropped=4, tokens_dropped=1234)
-    assert trim_notice(stats, 3000) == "context: dropped 4 oldest messages (1,234 tokens) to fit 3,000"
+    assert stats.trim_notice(3000) == "context: dropped 4 oldest messages (1,234 tokens) to fit 3,000"
 
 
 def test_split_command():

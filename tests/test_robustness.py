@@ -15,6 +15,7 @@ import json
 import os
 import random
 import select
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -291,7 +292,7 @@ def test_unreadable_model_file(tmp_path, home, bad_models):
     model = tmp_path / "locked.gguf"
     shutil.copy(bad_models["header ok, weights missing"], model)
     model.chmod(0)
-    command = " ".join(llmchat("ask", "-m", str(model), "hi"))
+    command = shlex.join(llmchat("ask", "-m", str(model), "hi"))
     proc = subprocess.run(
         ["capsh", "--drop=cap_dac_override,cap_dac_read_search", "--", "-c", command],
         capture_output=True, env=env_for(home), timeout=TIMEOUT,
@@ -424,6 +425,15 @@ def test_bad_lines_in_scripted_chat_are_skipped(cli):
     assert "not UTF-8" in turns[0]["error"] and "NUL" in turns[2]["error"]
     assert turns[1]["reply"]
     assert len([line for line in result.stderr.splitlines() if line.startswith("llmchat: error:")]) == 2
+
+
+def test_lone_surrogate_in_batch_json(cli, tmp_path):
+    """Valid JSON, but "\\udcff" is no character: it is replaced, not a crash in the tokenizer."""
+    items = tmp_path / "in.jsonl"
+    items.write_text('{"id": "s", "prompt": "hi \\udcff there"}\n')
+    result = cli("batch", str(items), *FAST, "--progress", "off", timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["reply"]
 
 
 @pytest.fixture(scope="session")

@@ -381,6 +381,8 @@ class ParallelDecoder:
             if slot.busy and slot.batch_index >= 0:
                 token = llama_cpp.llama_sampler_sample(slot.sampler, self._ctx, slot.batch_index)
                 self._on_token(slot, int(token), now, on_done)
+        # Before a finished slot takes a new item and trims its KV, let the items waiting on it copy.
+        self._resolve_waits(slots)
 
     def _on_token(self, slot: _Slot, token: int, now: float, on_done: Callable) -> None:
         """The same rules as `Generation.__iter__`: EOG ends (not counted), stop strings, the limit."""
