@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shlex
 import subprocess
 import sys
@@ -55,13 +56,52 @@ def make_items(count: int) -> list[dict]:
     return items
 
 
+LAST_SHARE = {"value": 0.0}
+
+
 def run(cmd: list[str], stdin: str | None = None) -> tuple[float, subprocess.CompletedProcess]:
+    """Run a command; LAST_SHARE is the CPU time it got per second of wall time (cores it had).
+
+    On a machine shared with other jobs this tells a clean run (about `threads` cores) from a run
+    that was starved, whatever the load average says."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    LAST_SHARE["value"] = cpu / elapsed if elapsed > 0 else 0.0
     if proc.returncode != 0:
         raise SystemExit(f"failed ({proc.returncode}): {shlex.join(cmd)}\n{proc.stderr[-2000:]}")
     return elapsed, proc
+
+
+def wait_quiet(max_load: float, max_wait_s: float) -> float:
+    """Wait (up to max_wait_s) until the 1-minute load average is below max_load; returns it."""
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        load = os.getloadavg()[0]
+        if load < max_load or time.monotonic() >= deadline:
+            return load
+        time.sleep(10)
+
+
+def measured(label: str, fn, *, clean_share: float, tries: int, max_load: float, max_wait_s: float, key: str):
+    """Run `fn` until it gets a clean run (CPU share >= clean_share), at most `tries` times, each
+    after waiting for a quiet machine; returns the best run by `key`, marked clean or not."""
+    best = None
+    for attempt in range(1, tries + 1):
+        load = wait_quiet(max_load, max_wait_s)
+        print(f"{label} (try {attempt}, load {load:.2f}) ...", file=sys.stderr, end=" ", flush=True)
+        result = fn()
+        result["share"] = LAST_SHARE["value"]
+        result["clean"] = result["share"] >= clean_share
+        print(f"{result[key]:.2f} ({key}), CPU share {result['share']:.2f}", file=sys.stderr)
+        if best is None or result[key] > best[key]:
+            best = result
+        if result["clean"]:
+            return result
+    return best
 
 
 SUMMARY = re.compile(r"in ([0-9.]+) s, ([0-9.]+) items/s, ([0-9.]+) tok/s")
@@ -84,7 +124,7 @@ def batch_run(items_path: Path, parallel: int, tokens: int, model_args: list[str
         "parallel": parallel, "wall_s": wall, "gen_s": gen_time, "items": len(records), "generated": generated,
         "prompt_tokens": prompt, "prompt_evaluated": evaluated,
         "decode_tok_s": generated / gen_time, "overall_tok_s": (evaluated + generated) / gen_time,
-        "per_item_s": wall / len(records), "records": records,
+        "per_item_s": wall / len(records), "items_s": len(records) / wall, "records": records,
     }
 
 
@@ -97,7 +137,7 @@ def ask_loop(items: list[dict], tokens: int, model_args: list[str], threads: int
     )
     wall, proc = run(["bash", "-c", script])
     replies = [json.loads(line)["reply"] for line in proc.stdout.splitlines() if line.strip()]
-    return {"wall_s": wall, "items": len(items), "per_item_s": wall / len(items), "replies": replies}
+    return {"wall_s": wall, "items": len(items), "per_item_s": wall / len(items), "items_s": len(items) / wall, "replies": replies}
 
 
 def batched_bench(binary: Path, model: str, threads: int, unified: bool) -> dict | None:
@@ -118,6 +158,10 @@ def batched_bench(binary: Path, model: str, threads: int, unified: bool) -> dict
     return {"rows": rows, "cmd": shlex.join(cmd)}
 
 
+def share(result: dict) -> str:
+    return f"{result.get('share', 0):.2f}" + ("" if result.get("clean", True) else " *starved*")
+
+
 def first_difference(a: list, b: list) -> int:
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
@@ -131,7 +175,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--ask-items", type=int, default=8)
     parser.add_argument("--parallel", type=int, default=4)
-    parser.add_argument("--reps", type=int, default=1, help="alternate the --parallel 1 / N runs this many times; keep the best of each")
+    parser.add_argument("--tries", type=int, default=3, help="retry a measurement that was starved of CPU this many times in all")
+    parser.add_argument("--max-load", type=float, default=1.0, help="wait for the 1-minute load average to drop below this before each run")
+    parser.add_argument("--max-wait", type=float, default=600, help="wait at most this many seconds for a quiet machine")
     parser.add_argument("-m", "--model")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "batch.md")
     args = parser.parse_args()
@@ -146,47 +192,47 @@ def main() -> None:
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     cpu = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")), "?")
     load_before = os.getloadavg()
-    runs: list[dict] = []
 
     with tempfile.TemporaryDirectory() as tmp:
         items_path = Path(tmp) / "items.jsonl"
         items_path.write_text("".join(json.dumps(item) + "\n" for item in items))
         env_home = Path(tmp) / "home"
         os.environ["LLMCHAT_HOME"] = str(env_home)
-        # Alternate the two runs and keep each one's best: other jobs on a shared machine only slow runs down.
-        serial = par = None
-        for rep in range(args.reps):
-            for parallel in (1, args.parallel):
-                print(f"[{rep + 1}/{args.reps}] batch --parallel {parallel}: {len(items)} items x {args.tokens} tokens ...", file=sys.stderr)
-                result = batch_run(items_path, parallel, args.tokens, model_args, threads)
-                print(f"  {result['decode_tok_s']:.1f} tok/s in {result['gen_s']:.1f} s", file=sys.stderr)
-                runs.append(result)
-                best = serial if parallel == 1 else par
-                if best is None or result["decode_tok_s"] > best["decode_tok_s"]:
-                    if parallel == 1:
-                        serial = result
-                    else:
-                        par = result
+        # On a shared machine every measurement waits for a quiet moment and is retried when it was
+        # starved of CPU (it got less than 90% of its threads); the best try is kept.
+        opts = dict(tries=args.tries, max_load=args.max_load, max_wait_s=args.max_wait)
+        clean = 0.9 * threads
+        runs = {}
+        for parallel in (1, args.parallel):
+            runs[parallel] = measured(
+                f"batch --parallel {parallel}: {len(items)} items x {args.tokens} tokens",
+                lambda parallel=parallel: batch_run(items_path, parallel, args.tokens, model_args, threads),
+                clean_share=clean, key="decode_tok_s", **opts,
+            )
+        serial, par = runs[1], runs[args.parallel]
         subset = items[: args.ask_items]
-        print(f"shell loop of llmchat ask, {len(subset)} items ...", file=sys.stderr)
-        asked = ask_loop(subset, args.tokens, model_args, threads)
         subset_path = Path(tmp) / "subset.jsonl"
         subset_path.write_text("".join(json.dumps(item) + "\n" for item in subset))
-        print(f"batch --parallel 1 on the same {len(subset)} items ...", file=sys.stderr)
-        sub_serial = batch_run(subset_path, 1, args.tokens, model_args, threads)
-        print(f"batch --parallel {args.parallel} on the same {len(subset)} items ...", file=sys.stderr)
-        sub_par = batch_run(subset_path, args.parallel, args.tokens, model_args, threads)
+        # Python start-up and model load run on one core, so a clean ask loop gets less than `threads`.
+        asked = measured(f"shell loop of llmchat ask, {len(subset)} items", lambda: ask_loop(subset, args.tokens, model_args, threads),
+                         clean_share=0.6 * threads, key="items_s", **opts)
+        sub_serial = measured(f"batch --parallel 1, the same {len(subset)} items",
+                              lambda: batch_run(subset_path, 1, args.tokens, model_args, threads),
+                              clean_share=0.7 * threads, key="items_s", **opts)
+        sub_par = measured(f"batch --parallel {args.parallel}, the same {len(subset)} items",
+                           lambda: batch_run(subset_path, args.parallel, args.tokens, model_args, threads),
+                           clean_share=0.7 * threads, key="items_s", **opts)
 
     binary = Path(os.environ.get("LLAMA_BATCHED_BENCH", "/tmp/llama.cpp-build/bin/llama-batched-bench"))
     reference = {}
     if binary.is_file():
-        for rep in range(args.reps):
-            for unified in (True, False):
-                print(f"[{rep + 1}/{args.reps}] llama-batched-bench ({'unified' if unified else 'split'} KV) ...", file=sys.stderr)
-                got = batched_bench(binary, model, threads, unified)
-                old = reference.get(unified)
-                if got and (old is None or got["rows"][4]["S_TG"] + got["rows"][1]["S_TG"] > old["rows"][4]["S_TG"] + old["rows"][1]["S_TG"]):
-                    reference[unified] = got
+        for unified in (True, False):
+            def one(unified=unified):
+                got = batched_bench(binary, model, threads, unified) or {"rows": {1: {"S_TG": 0, "S": 0, "S_PP": 0}, 4: {"S_TG": 0, "S": 0, "S_PP": 0}}}
+                got["score"] = got["rows"][1]["S_TG"] + got["rows"][4]["S_TG"]
+                return got
+            reference[unified] = measured(f"llama-batched-bench ({'unified' if unified else 'split'} KV)", one,
+                                          clean_share=clean, key="score", **opts)
     load_after = os.getloadavg()
 
     # Determinism.
@@ -207,27 +253,25 @@ def main() -> None:
         f"- Model: {Path(model).name}",
         f"- Workload: {len(items)} prompts (chat template included: {serial['prompt_tokens'] / len(items):.0f} prompt tokens on average), "
         f"max {args.tokens} generated tokens, greedy (--temperature 0 --seed 1), --ctx 2048",
-        f"- Command: `python bench/batch_bench.py --items {args.items} --tokens {args.tokens} --ask-items {args.ask_items} --reps {args.reps}`",
+        f"- Command: `python bench/batch_bench.py --items {args.items} --tokens {args.tokens} --ask-items {args.ask_items}`",
         "",
         f"## --parallel {args.parallel} vs --parallel 1 (one model load each; times exclude the load)",
         "",
-        "| run | time s | generated | prompt evaluated (of total) | generated tok/s | overall tok/s | wall s (with load) |",
-        "|---|---|---|---|---|---|---|",
+        "| run | time s | generated | prompt evaluated (of total) | generated tok/s | overall tok/s | wall s (with load) | CPU share |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in (serial, par):
         lines.append(
             f"| --parallel {r['parallel']} | {r['gen_s']:.1f} | {r['generated']} | {r['prompt_evaluated']} ({r['prompt_tokens']}) | "
-            f"{r['decode_tok_s']:.1f} | {r['overall_tok_s']:.1f} | {r['wall_s']:.1f} |"
+            f"{r['decode_tok_s']:.1f} | {r['overall_tok_s']:.1f} | {r['wall_s']:.1f} | {share(r)} |"
         )
-    if args.reps > 1:
-        lines += ["", "Every run (best of each kept above): " + ", ".join(f"p{r['parallel']} {r['decode_tok_s']:.1f}" for r in runs) + " tok/s."]
     lines += ["", f"Gain at {args.parallel} vs 1: **decode {decode_gain:.2f}x, overall {overall_gain:.2f}x**.", ""]
     if any(reference.values()):
         lines += [
             "llama.cpp's `llama-batched-bench` on the same machine (64 prompt + 64 generated tokens per sequence, no shared prompt):",
             "",
-            "| KV | B | S_PP t/s | S_TG t/s | S t/s | decode gain 4 vs 1 | overall gain 4 vs 1 |",
-            "|---|---|---|---|---|---|---|",
+            "| KV | B | S_PP t/s | S_TG t/s | S t/s | decode gain 4 vs 1 | overall gain 4 vs 1 | CPU share |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for unified, ref in reference.items():
             if not ref:
@@ -238,7 +282,7 @@ def main() -> None:
             for b in (1, 4):
                 lines.append(
                     f"| {'unified' if unified else 'split'} | {b} | {rows[b]['S_PP']:.1f} | {rows[b]['S_TG']:.1f} | {rows[b]['S']:.1f} | "
-                    + (f"{tg_gain:.2f}x | {s_gain:.2f}x |" if b == 4 else " | |")
+                    + (f"{tg_gain:.2f}x | {s_gain:.2f}x | {share(ref)} |" if b == 4 else " | | |")
                 )
         ref = reference.get(True) or reference.get(False)
         rows = ref["rows"]
@@ -255,12 +299,16 @@ def main() -> None:
     lines += [
         f"## `llmchat batch` vs a shell loop of `llmchat ask` ({len(subset)} items, wall time of the whole commands)",
         "",
-        "| run | wall s | s per item | speed-up per item vs the ask loop |",
-        "|---|---|---|---|",
-        f"| shell loop of `llmchat ask --json` | {asked['wall_s']:.1f} | {asked['per_item_s']:.2f} | 1.00x |",
-        f"| `llmchat batch --parallel 1` | {sub_serial['wall_s']:.1f} | {sub_serial['per_item_s']:.2f} | {asked['per_item_s'] / sub_serial['per_item_s']:.2f}x |",
-        f"| `llmchat batch --parallel {args.parallel}` | {sub_par['wall_s']:.1f} | {sub_par['per_item_s']:.2f} | {asked['per_item_s'] / sub_par['per_item_s']:.2f}x |",
-        f"| `llmchat batch --parallel {args.parallel}`, all {len(items)} items | {par['wall_s']:.1f} | {par['per_item_s']:.2f} | {asked['per_item_s'] / par['per_item_s']:.2f}x |",
+        "| run | wall s | s per item | speed-up per item vs the ask loop | CPU share |",
+        "|---|---|---|---|---|",
+        f"| shell loop of `llmchat ask --json` | {asked['wall_s']:.1f} | {asked['per_item_s']:.2f} | 1.00x | {share(asked)} |",
+        f"| `llmchat batch --parallel 1` | {sub_serial['wall_s']:.1f} | {sub_serial['per_item_s']:.2f} | {asked['per_item_s'] / sub_serial['per_item_s']:.2f}x | {share(sub_serial)} |",
+        f"| `llmchat batch --parallel {args.parallel}` | {sub_par['wall_s']:.1f} | {sub_par['per_item_s']:.2f} | {asked['per_item_s'] / sub_par['per_item_s']:.2f}x | {share(sub_par)} |",
+        f"| `llmchat batch --parallel 1`, all {len(items)} items | {serial['wall_s']:.1f} | {serial['per_item_s']:.2f} | {asked['per_item_s'] / serial['per_item_s']:.2f}x | {share(serial)} |",
+        f"| `llmchat batch --parallel {args.parallel}`, all {len(items)} items | {par['wall_s']:.1f} | {par['per_item_s']:.2f} | {asked['per_item_s'] / par['per_item_s']:.2f}x | {share(par)} |",
+        "",
+        "CPU share: CPU seconds the command got per wall second (about the cores it had); a run marked *starved* got "
+        "less than it should have, because other jobs were running, even after the retries.",
         "",
         f"`llmchat ask` and `llmchat batch --parallel 1` gave the same greedy reply for {ask_same} of {len(subset)} items.",
         "",

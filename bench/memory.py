@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Peak memory of `llmchat ask` against what the model should need.
 
-    python bench/memory.py [--ctx 4096] [--model PATH] [--extra "--lookup"]
+    python bench/memory.py [--ctx 4096] [--model PATH] [--extra=--lookup]
 
 Runs `/usr/bin/time -v llmchat ask --ctx CTX ...` (install GNU time with `apt-get install -y time`
 if it is missing) and compares "Maximum resident set size" with
@@ -11,7 +11,7 @@ if it is missing) and compares "Maximum resident set size" with
 where KV bytes per token = 2 (K and V) x layers x KV heads x head dim x 2 bytes (f16), read from
 the GGUF header (SmolLM2-135M: 2 x 30 x 3 x 64 x 2 = 23,040 B). With mmap (the default) the
 weights count in RSS once touched, so the file size is the right term.
-Each --extra string adds one more measured configuration (e.g. --extra "--lookup").
+Each --extra=FLAGS adds one more measured configuration (e.g. --extra=--lookup, --extra="--kv-type q8_0").
 """
 
 from __future__ import annotations

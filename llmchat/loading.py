@@ -113,6 +113,7 @@ def load_model(opts: RunOptions, *, n_ctx_override: int | None = None, announce:
         mlock=opts.mlock,
         verbose=opts.verbose,
         lookup=opts.lookup,
+        kv_shift=opts.kv_shift,
         draft_model=opts.draft_model,
     )
     engine = _load_with_spinner(model, settings)

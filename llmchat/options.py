@@ -31,6 +31,7 @@ class RunOptions:
     mmap: bool = True
     mlock: bool = False
     lookup: bool = False
+    kv_shift: bool = True
     draft_model: Optional[Path] = None
     verbose: bool = False
     debug: bool = False
@@ -60,6 +61,7 @@ _ENGINE_OPTIONS = {
     "mmap": Annotated[bool, typer.Option("--mmap/--no-mmap", help="Memory-map the model file.", rich_help_panel=ENGINE)],
     "mlock": Annotated[bool, typer.Option("--mlock", help="Lock the model in RAM.", rich_help_panel=ENGINE)],
     "lookup": Annotated[bool, typer.Option("--lookup", help="Speculative decoding with prompt-lookup n-gram drafts (fast when the reply repeats the prompt).", rich_help_panel=ENGINE)],
+    "kv_shift": Annotated[bool, typer.Option("--kv-shift/--no-kv-shift", help="After the context is trimmed, shift the cached tokens (fast) instead of prefilling them again (exact).", rich_help_panel=ENGINE)],
     "draft_model": Annotated[Optional[Path], typer.Option("--draft-model", help="Speculative decoding with a small draft model of the same vocabulary.", rich_help_panel=ENGINE)],
     "verbose": Annotated[bool, typer.Option("--verbose", "-v", help="Show llama.cpp's log and llmchat's decisions on stderr.", rich_help_panel=ENGINE)],
     "debug": Annotated[bool, typer.Option("--debug", help="Show tracebacks.", rich_help_panel=ENGINE)],

@@ -135,6 +135,8 @@ class ChatSession:
         t_submit = time.perf_counter()
         self.check_message_size(user_text)
         fit = fit_to_context(self.conversation, user_text, self.budget(), self.tokenize_messages, overflow=self.overflow)
+        if fit.messages_dropped and self.engine.settings.kv_shift:
+            self.engine.shift_out_dropped(fit.prompt_tokens)
         generation = self.engine.generate(
             fit.prompt_tokens,
             self.sampling,

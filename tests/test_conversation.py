@@ -109,3 +109,20 @@ def test_scripted_chat_message_too_long_is_skipped_and_session_goes_on(cli):
     turns = [json.loads(line) for line in result.stdout.splitlines()]
     assert [t["error"] is None for t in turns] == [True, False, True]
     assert "raise --ctx" in result.stderr
+
+
+def test_trim_turn_shifts_the_kept_cache_instead_of_prefilling_it(cli):
+    """After a trim, the kept exchanges stay in the KV cache (moved back), unless --no-kv-shift."""
+    messages = "\n".join(f"Tell me one fact about the number {i}. Please answer in one or two sentences." for i in range(12)) + "\n"
+    common = ("chat", "--json", "--no-history", "--ctx", "512", "--max-tokens", "48", "--temperature", "0")
+    cached_on_trim = {}
+    for flag in ("--kv-shift", "--no-kv-shift"):
+        result = cli(*common, flag, input=messages)
+        assert result.returncode == 0, result.stderr
+        turns = [json.loads(line) for line in result.stdout.splitlines()]
+        trims = [t for t in turns if t["stats"]["messages_dropped"]]
+        assert trims, "the small context must force a trim"
+        cached_on_trim[flag] = trims[0]["stats"]["cached_tokens"]
+        assert all(t["reply"] for t in turns)
+    # Without the shift only the system prompt survives in the cache; with it, the kept turns do too.
+    assert cached_on_trim["--kv-shift"] > cached_on_trim["--no-kv-shift"] + 64

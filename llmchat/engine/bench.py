@@ -7,7 +7,7 @@
   by a greedy sample whose result is the next input. EOS is ignored, so exactly `n_gen` tokens are
   decoded; tg t/s = n_gen / time.
 
-Like llama-bench, one warm-up run of each kind precedes the timed repetitions. The cache is
+Like llama-bench, a warm-up run of each kind precedes its timed repetitions. The cache is
 cleared before every repetition, so nothing is ever reused from a previous one.
 """
 
@@ -24,6 +24,7 @@ import numpy as np
 from llmchat.engine.core import Engine
 
 RANDOM_SEED = 1234  # fixed: every run evaluates the same "random" prompt
+WARMUP_DECODE = 16  # tokens decoded before the tg repetitions (llama-bench decodes 1)
 
 
 @dataclass(frozen=True)
@@ -147,17 +148,21 @@ def run(
     runner = _Runner(engine)
     result = BenchResult(describe(engine), n_prompt, n_gen, reps, Series(), Series(), Series())
     try:
+        # As llama-bench does, each test is warmed up right before its own repetitions.
         if warmup:
             if progress:
-                progress("warm-up")
+                progress(f"pp{n_prompt} warm-up")
             runner.prefill(n_prompt)
-            runner.decode(1)
         for rep in range(reps):
             if progress:
                 progress(f"pp{n_prompt} {rep + 1}/{reps}")
             seconds, ttft = runner.prefill(n_prompt)
             result.pp.samples.append(n_prompt / seconds)
             result.ttft.samples.append(ttft)
+        if warmup:
+            if progress:
+                progress(f"tg{n_gen} warm-up")
+            runner.decode(min(n_gen, WARMUP_DECODE))
         for rep in range(reps):
             if progress:
                 progress(f"tg{n_gen} {rep + 1}/{reps}")

@@ -72,6 +72,7 @@ class EngineSettings:
     mlock: bool = False
     verbose: bool = False
     lookup: bool = False  # prompt-lookup n-gram drafting
+    kv_shift: bool = True  # after a trim, shift the kept cache instead of prefilling it again
     draft_model: Path | None = None
     draft_tokens: int = 8
 
@@ -335,6 +336,47 @@ class Engine:
             common += 1
         # With nothing new to evaluate, the last token is replayed to refresh the logits.
         return min(common, max(len(prompt) - 1, 0))
+
+    def shift_out_dropped(self, prompt: Sequence[int]) -> int:
+        """Reuse the cache after the conversation's oldest exchanges were trimmed (a context shift).
+
+        The cache then holds [kept prefix][dropped exchanges][rest] while the new prompt is
+        [kept prefix][rest][new turn]. Prefix matching alone would re-prefill all of [rest]: seconds
+        on a CPU, on exactly the turn where the user already waits longest. Instead the dropped
+        span is removed from the KV cache and [rest] moved back by its length; llama.cpp re-rotates
+        the keys for their new positions. Like llama.cpp's own context shift this is a close
+        approximation, not bit-identical to a fresh prefill (the kept tokens' keys and values were
+        computed when the dropped text was still in view). Returns the tokens moved (0: nothing done).
+        """
+        llm = self._llm
+        cached = np.asarray(llm._input_ids[: llm.n_tokens])
+        prompt = np.asarray(prompt, dtype=cached.dtype)
+        limit = min(len(cached), len(prompt))
+        mismatch = np.nonzero(cached[:limit] != prompt[:limit])[0]
+        start = int(mismatch[0]) if len(mismatch) else limit
+        probe = prompt[start : start + 16]
+        if len(probe) < 16 or start >= len(cached):
+            return 0
+        for found in np.nonzero(cached[start + 1 :] == probe[0])[0] + start + 1:
+            if len(cached) - found >= len(probe) and np.array_equal(cached[found : found + len(probe)], probe):
+                break
+        else:
+            return 0
+        span = min(len(cached) - found, len(prompt) - start)
+        differs = np.nonzero(cached[found : found + span] != prompt[start : start + span])[0]
+        moved = int(differs[0]) if len(differs) else span
+        memory = llama_cpp.llama_get_memory(llm._ctx.ctx)
+        if moved < 32 or not llama_cpp.llama_memory_can_shift(memory):
+            return 0  # too little to gain, or a cache (recurrent, some hybrids) that cannot shift
+        gap = int(found - start)
+        if not llama_cpp.llama_memory_seq_rm(memory, 0, start, int(found)):
+            return 0
+        llama_cpp.llama_memory_seq_add(memory, 0, int(found), -1, -gap)
+        llama_cpp.llama_memory_seq_rm(memory, 0, start + moved, -1)  # what followed is stale
+        llm.input_ids[start : start + moved] = cached[found : found + moved].copy()
+        llm.n_tokens = start + moved
+        llm._requires_eval = True  # the logits belong to the old sequence
+        return moved
 
     def generate(
         self, prompt: Sequence[int], sampling: SamplingParams, *, max_tokens: int | None, stop_strings: Sequence[str] = ()
