@@ -234,12 +234,19 @@ class RecordSink:
             self._stream.write(line)
             self._stream.flush()
             return
-        view = memoryview(line)
-        while view:  # os.write may write less than asked (rare for regular files)
-            written = os.write(self._fd, view)
-            view = view[written:]
-        if self.fsync:
-            os.fsync(self._fd)
+        # A full disk or a signal mid-write must not leave half a record: cut back to where this
+        # line began, so the file holds complete lines only and --resume can pick up from it.
+        start = os.fstat(self._fd).st_size
+        try:
+            view = memoryview(line)
+            while view:  # os.write may write less than asked (rare for regular files)
+                written = os.write(self._fd, view)
+                view = view[written:]
+            if self.fsync:
+                os.fsync(self._fd)
+        except BaseException:
+            os.ftruncate(self._fd, start)
+            raise
 
     def close(self) -> None:
         if self._fd is not None:
@@ -438,7 +445,7 @@ class BatchRunner:
                 self._run_parallel(items, writer, progress)
             else:
                 self._run_serial(items, writer, progress)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM raised as SystemExit by cli
             interrupted = True
             raise
         finally:
@@ -487,6 +494,7 @@ class BatchRunner:
         conversation = self.conversation_for(item)
         sampling = self.sampling_for(item)
         budget = Budget(self.engine.n_ctx, default_reply_reserve(self.engine.n_ctx, sampling.max_tokens))
+        session.check_message_size(item.user, budget)  # a huge item fails fast, with the context's words
         fit = fit_to_context(conversation, item.user, budget, session.tokenize_messages, overflow="error")
         return Prepared(item, conversation, sampling, fit.prompt_tokens)
 

@@ -43,7 +43,8 @@ def batch(
     except KeyboardInterrupt:
         # Raised as SystemExit: Typer (standalone_mode=False) turns KeyboardInterrupt into a *returned*
         # exit code, which `cli.main` does not pass on. The records written so far are complete lines.
-        sys.stderr.write("\nllmchat: interrupted (rerun with --resume -o OUTPUT to finish)\n")
+        fresh_line = "\n" if sys.stderr.isatty() else ""  # after the echoed ^C on a terminal
+        sys.stderr.write(f"{fresh_line}llmchat: interrupted (rerun with --resume -o OUTPUT to finish)\n")
         raise SystemExit(int(ExitCode.INTERRUPTED)) from None
     if failed:
         # An error (not typer.Exit, whose code is returned, not raised, under standalone_mode=False): exit 1.

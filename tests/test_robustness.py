@@ -754,7 +754,6 @@ def test_batch_output_on_read_only_disk(tmpfs, tmp_path, cli):
     assert_clean_failure(result, 1, "Read-only")
 
 
-@pytest.mark.xfail(reason="batch.py RecordSink.write leaves a partial last line on ENOSPC (fix described in the hardening report)", strict=False)
 def test_batch_output_on_full_disk_keeps_whole_lines(tmpfs, tmp_path, cli):
     folder = tmpfs("16k")
     items = write_items(tmp_path / "in.jsonl", 200)
