@@ -66,7 +66,8 @@ def run(cmd: list[str], stdin: str | None = None) -> tuple[float, subprocess.Com
     that was starved, whatever the load average says."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True)
+    # Never inherit stdin: `llmchat ask` reads a piped stdin as part of the prompt.
+    proc = subprocess.run(cmd, input=stdin if stdin is not None else "", capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

@@ -11,8 +11,8 @@
    before touching llama.cpp: interpreter start-up, CLI imports, option parsing, config, model
    resolution, GGUF header check) and (b) the call to `Engine.load` (a + importing llama_cpp), then
    exits the child at once. Times are from the parent's spawn of the child (target (b) <= 0.2 s).
-3. With --importtime: the slowest imports of `import llmchat.cli` (`python -X importtime`),
-   cumulative microseconds, so a miss can be traced to the module that causes it.
+3. With --importtime: the slowest top-level imports (`python -X importtime`) of `import llmchat.cli`
+   and of `ask` up to Engine.load, so a miss can be traced to the module that causes it.
 """
 
 from __future__ import annotations
@@ -117,17 +117,23 @@ def main() -> None:
         print(f"{label:40s} {stats(results[label])}")
 
     if args.importtime:
-        proc = subprocess.run([sys.executable, "-X", "importtime", "-c", "import llmchat.cli"], capture_output=True, text=True, env=env)
-        rows = []
-        for line in proc.stderr.splitlines():
-            if not line.startswith("import time:") or "cumulative" in line:
-                continue
-            self_us, cumulative_us, name = line[len("import time:"):].split("|", 2)
-            rows.append((int(cumulative_us), int(self_us), name.rstrip()))
-        total = next((c for c, _, n in rows if n.strip() == "llmchat.cli"), 0)
-        print(f"\n`import llmchat.cli`: {total / 1000:.0f} ms cumulative; the 25 slowest imports (nesting shown by indent):")
-        for cumulative, self_us, name in sorted(rows, key=lambda r: -r[0])[:25]:
-            print(f"  {cumulative / 1000:8.1f} ms cumulative {self_us / 1000:7.1f} ms self  {name}")
+        runs = {
+            "import llmchat.cli": [sys.executable, "-X", "importtime", "-c", "import llmchat.cli"],
+            "ask, up to Engine.load": [sys.executable, "-X", "importtime", "-c", STUB, *ask_args],
+        }
+        for label, cmd in runs.items():
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
+            rows = []
+            for line in proc.stderr.splitlines():
+                if not line.startswith("import time:") or "cumulative" in line:
+                    continue
+                self_us, cumulative_us, name = line[len("import time:"):].split("|", 2)
+                rows.append((int(cumulative_us), int(self_us), name.rstrip()))
+            top_level = sorted((r for r in rows if not r[2].startswith("  ")), key=lambda r: -r[0])
+            total = sum(r[0] for r in top_level)
+            print(f"\n{label}: {total / 1000:.0f} ms of imports in all; the slowest top-level imports (what pulls them in is in -X importtime):")
+            for cumulative, self_us, name in top_level[:12]:
+                print(f"  {cumulative / 1000:8.1f} ms  {name.strip()}")
 
     shutil.rmtree(home, ignore_errors=True)
 
