@@ -319,6 +319,17 @@ def main() -> None:
         + (": " + ", ".join(f"id {i} (from character {pos})" for i, pos in diffs) if diffs else "") + ".",
         "",
     ]
+    lines += [
+        "Why they differ: llama.cpp's CPU kernels are not batch-invariant. A sequence's logits depend on the batch it is "
+        "computed in (which rows share a matmul tile, the accumulation order, the 8-bit quantization of activations that "
+        "turns a last-bit difference into a visible one); on SmolLM2 Q4_1, teacher-forced decoding of one sequence alone "
+        "and inside a 4-sequence batch gave logits up to about 1.0 apart. Greedy decoding turns the first near-tie into "
+        "a different token and the replies part from there; they stay fluent. This is llama.cpp behaviour "
+        "(ggml-org/llama.cpp#6583, #7052, PR #6950), not a sampling difference: the parallel decoder run with one "
+        "sequence reproduces `Engine.generate` token for token (tests/test_batch.py), and `--parallel 1` goes through "
+        "the same code as `llmchat ask`. For byte-identical replies use `--parallel 1`.",
+        "",
+    ]
     report = "\n".join(lines) + "\n"
     print(report)
     if args.out:

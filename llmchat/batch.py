@@ -595,28 +595,10 @@ def read_input(input_path: str) -> bytes:
 
 
 def start_session(opts: RunOptions) -> Any:
-    """Load the model once and resolve the template, without the history store."""
-    from llmchat.loading import load_model, report_template, template_choice
-    from llmchat.session import ChatSession
+    """Load the model once and resolve the template; batch items are not saved to the history."""
+    from llmchat.loading import start_session as load_session
 
-    loaded = load_model(opts)
-    flag_template, config_template = template_choice(opts, loaded)
-    try:
-        session = ChatSession.start(
-            loaded.engine,
-            sampling=loaded.sampling,
-            model_label=loaded.model.name,
-            template_choice=flag_template,
-            config_template=config_template,
-            system=opts.system if opts.system is not None else loaded.config.system,
-            overflow="error",
-            history=None,
-        )
-    except BaseException:
-        loaded.engine.close()
-        raise
-    report_template(session, opts.verbose)
-    return session
+    return load_session(opts, overflow="error", with_history=False)
 
 
 def run_batch(input_path: str, output: Path | None, *, parallel: int, resume: bool, progress: str, fsync: bool, opts: RunOptions) -> tuple[int, int]:

@@ -247,35 +247,9 @@ def check_overflow(value: str) -> None:
 
 
 def start_session(opts: RunOptions, *, overflow: str, history: bool):
-    from llmchat.loading import load_model, report_template, template_choice
-    from llmchat.session import ChatSession
+    from llmchat.loading import start_session as load_session
 
-    loaded = load_model(opts)
-    store = None
-    if history and loaded.config.history:
-        from llmchat.history import open_or_warn
-        from llmchat.render import notice
-
-        store = open_or_warn(warn=lambda message: notice(f"warning: {message}"))
-    flag_template, config_template = template_choice(opts, loaded)
-    try:
-        session = ChatSession.start(
-            loaded.engine,
-            sampling=loaded.sampling,
-            model_label=loaded.model.name,
-            template_choice=flag_template,
-            config_template=config_template,
-            system=opts.system if opts.system is not None else loaded.config.system,
-            overflow=overflow,
-            history=store,
-        )
-    except BaseException:
-        loaded.engine.close()
-        raise
-    session.loaded_config = loaded.config
-    session.verbose = opts.verbose
-    report_template(session, opts.verbose)
-    return session
+    return load_session(opts, overflow=overflow, with_history=history)
 
 
 def continue_conversation(session, reference: str) -> None:

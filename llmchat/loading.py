@@ -162,3 +162,36 @@ def report_template(session: Any, verbose: bool) -> None:
             notice(f"  {step}")
         for note in template.notes:
             notice(f"template: {note}")
+
+
+def start_session(opts: RunOptions, *, overflow: str, with_history: bool) -> Any:
+    """Load the model, open the history store (unless off), resolve the template: a ready ChatSession."""
+    from llmchat.session import ChatSession
+
+    loaded = load_model(opts)
+    store = None
+    if with_history and loaded.config.history:
+        from llmchat.history import open_or_warn
+
+        store = open_or_warn(warn=lambda message: notice(f"warning: {message}"))
+    flag_template, config_template = template_choice(opts, loaded)
+    try:
+        session = ChatSession.start(
+            loaded.engine,
+            sampling=loaded.sampling,
+            model_label=loaded.model.name,
+            template_choice=flag_template,
+            config_template=config_template,
+            system=opts.system if opts.system is not None else loaded.config.system,
+            overflow=overflow,
+            history=store,
+        )
+    except BaseException:
+        loaded.engine.close()
+        if store is not None:
+            store.close()
+        raise
+    session.loaded_config = loaded.config
+    session.verbose = opts.verbose
+    report_template(session, opts.verbose)
+    return session

@@ -150,7 +150,7 @@ class ParallelDecoder:
         llm = self.engine._llm
         params = llama_cpp.llama_context_params.from_buffer_copy(llm.context_params)
         total = self.n_seq * self.n_ctx_per_seq
-        # Room for every slot's full window, rounded up; with a unified cache a copied prefix adds nothing.
+        # Room for every slot's full window (llama.cpp wants a multiple of 256); a copied prefix adds nothing.
         params.n_ctx = -(-total // KV_ROUND) * KV_ROUND
         params.n_batch = self.n_batch
         params.n_ubatch = self.n_batch
@@ -442,5 +442,8 @@ class ParallelDecoder:
 
 
 def context_per_sequence(needed: int, limit: int) -> int:
-    """The window each sequence gets: what the longest item needs, at most `limit`, rounded up."""
-    return min(limit, max(KV_ROUND, -(-needed // KV_ROUND) * KV_ROUND))
+    """The window each sequence gets: what the longest item needs (prompt + max_tokens), at most `limit`.
+
+    Not rounded up per sequence: attention in a unified cache spans every used cell, so spare room
+    costs decode time (the context total is rounded up once, in `ParallelDecoder`)."""
+    return max(1, min(limit, needed))
