@@ -100,7 +100,8 @@ def model_command(*, sampling: bool = True) -> Callable:
 
         @functools.wraps(func)
         def wrapper(**kwargs):
-            values = {name: kwargs.pop(name) for name in shared}
+            # Missing when called directly (bare `llmchat` invokes `chat` itself): the defaults.
+            values = {name: kwargs.pop(name, None if name == "stop" else defaults[name]) for name in shared}
             values["stop"] = tuple(values.get("stop") or ())
             return func(**kwargs, opts=RunOptions(**values))
 

@@ -634,3 +634,18 @@ def test_bracketed_paste_in_a_pseudo_terminal_is_one_message(isolated_home):
         messages = store.get("last").messages
     assert [(m.role, m.content) for m in messages][0] == ("user", "First line of the paste.\nSecond line of the paste.")
     assert len(messages) == 2, "one message, one reply"
+
+
+def test_bare_llmchat_on_a_terminal_opens_the_chat(isolated_home):
+    """`llmchat` with no command on a terminal is `llmchat chat` with its defaults."""
+    import os
+    import sys
+
+    import pexpect
+
+    child = pexpect.spawn(sys.executable, ["-m", "llmchat"], env=dict(os.environ, LLMCHAT_HOME=str(isolated_home)), timeout=180, encoding="utf-8")
+    child.expect("/help for commands")
+    child.sendline("/exit")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
