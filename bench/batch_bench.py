@@ -25,6 +25,7 @@ import os
 import re
 import resource
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -87,22 +88,16 @@ def wait_quiet(max_load: float, max_wait_s: float) -> float:
         time.sleep(10)
 
 
-def measured(label: str, fn, *, clean_share: float, tries: int, max_load: float, max_wait_s: float, key: str):
-    """Run `fn` until it gets a clean run (CPU share >= clean_share), at most `tries` times, each
-    after waiting for a quiet machine; returns the best run by `key`, marked clean or not."""
-    best = None
-    for attempt in range(1, tries + 1):
-        load = wait_quiet(max_load, max_wait_s)
-        print(f"{label} (try {attempt}, load {load:.2f}) ...", file=sys.stderr, end=" ", flush=True)
-        result = fn()
-        result["share"] = LAST_SHARE["value"]
-        result["clean"] = result["share"] >= clean_share
-        print(f"{result[key]:.2f} ({key}), CPU share {result['share']:.2f}", file=sys.stderr)
-        if best is None or result[key] > best[key]:
-            best = result
-        if result["clean"]:
-            return result
-    return best
+def timed_step(label: str, fn, clean_share: float, key: str) -> dict | None:
+    print(f"  {label} ...", file=sys.stderr, end=" ", flush=True)
+    result = fn()
+    if result is None:
+        print("failed", file=sys.stderr)
+        return None
+    result["share"] = LAST_SHARE["value"]
+    result["clean"] = result["share"] >= clean_share
+    print(f"{result[key]:.2f} ({key}), CPU share {result['share']:.2f}", file=sys.stderr)
+    return result
 
 
 SUMMARY = re.compile(r"in ([0-9.]+) s, ([0-9.]+) items/s, ([0-9.]+) tok/s")
@@ -145,8 +140,8 @@ def batched_bench(binary: Path, model: str, threads: int, unified: bool) -> dict
     cmd = [str(binary), "-m", model, "-c", "2048", "-b", "512", "-ub", "512", "-npp", "64", "-ntg", "64",
            "-npl", "1,4", "-t", str(threads), "-kvu" if unified else "-no-kvu"]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired):
+        _, proc = run(cmd)
+    except (OSError, SystemExit):
         return None
     rows = {}
     for line in proc.stdout.splitlines():
@@ -156,7 +151,11 @@ def batched_bench(binary: Path, model: str, threads: int, unified: bool) -> dict
             rows[int(cells[2])] = {"S_PP": float(cells[5]), "S_TG": float(cells[7]), "S": float(cells[9])}
     if 1 not in rows or 4 not in rows:
         return None
-    return {"rows": rows, "cmd": shlex.join(cmd)}
+    return {
+        "rows": rows, "cmd": shlex.join(cmd),
+        "tg_gain": rows[4]["S_TG"] / rows[1]["S_TG"], "s_gain": rows[4]["S"] / rows[1]["S"],
+        "score": rows[4]["S_TG"] + rows[1]["S_TG"],
+    }
 
 
 def share(result: dict) -> str:
@@ -176,8 +175,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--ask-items", type=int, default=8)
     parser.add_argument("--parallel", type=int, default=4)
-    parser.add_argument("--tries", type=int, default=3, help="retry a measurement that was starved of CPU this many times in all")
-    parser.add_argument("--max-load", type=float, default=1.0, help="wait for the 1-minute load average to drop below this before each run")
+    parser.add_argument("--rounds", type=int, default=3, help="run every configuration this many times, interleaved")
+    parser.add_argument("--max-load", type=float, default=1.0, help="wait for the 1-minute load average to drop below this before each round")
     parser.add_argument("--max-wait", type=float, default=600, help="wait at most this many seconds for a quiet machine")
     parser.add_argument("-m", "--model")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "batch.md")
@@ -199,41 +198,49 @@ def main() -> None:
         items_path.write_text("".join(json.dumps(item) + "\n" for item in items))
         env_home = Path(tmp) / "home"
         os.environ["LLMCHAT_HOME"] = str(env_home)
-        # On a shared machine every measurement waits for a quiet moment and is retried when it was
-        # starved of CPU (it got less than 90% of its threads); the best try is kept.
-        opts = dict(tries=args.tries, max_load=args.max_load, max_wait_s=args.max_wait)
-        clean = 0.9 * threads
-        runs = {}
-        for parallel in (1, args.parallel):
-            runs[parallel] = measured(
-                f"batch --parallel {parallel}: {len(items)} items x {args.tokens} tokens",
-                lambda parallel=parallel: batch_run(items_path, parallel, args.tokens, model_args, threads),
-                clean_share=clean, key="decode_tok_s", **opts,
-            )
-        serial, par = runs[1], runs[args.parallel]
         subset = items[: args.ask_items]
         subset_path = Path(tmp) / "subset.jsonl"
         subset_path.write_text("".join(json.dumps(item) + "\n" for item in subset))
-        # Python start-up and model load run on one core, so a clean ask loop gets less than `threads`.
-        asked = measured(f"shell loop of llmchat ask, {len(subset)} items", lambda: ask_loop(subset, args.tokens, model_args, threads),
-                         clean_share=0.6 * threads, key="items_s", **opts)
-        sub_serial = measured(f"batch --parallel 1, the same {len(subset)} items",
-                              lambda: batch_run(subset_path, 1, args.tokens, model_args, threads),
-                              clean_share=0.7 * threads, key="items_s", **opts)
-        sub_par = measured(f"batch --parallel {args.parallel}, the same {len(subset)} items",
-                           lambda: batch_run(subset_path, args.parallel, args.tokens, model_args, threads),
-                           clean_share=0.7 * threads, key="items_s", **opts)
+        binary = Path(os.environ.get("LLAMA_BATCHED_BENCH", "/tmp/llama.cpp-build/bin/llama-batched-bench"))
+        # This machine's speed drifts by +-20% over minutes (other jobs, the hypervisor), so every
+        # configuration runs once per round, back to back, and rounds repeat: ratios are taken within
+        # a round, and each configuration's best run stands for it (contention only slows runs down).
+        # A run that got less CPU than its threads (CPU share) was starved by other jobs and is marked.
+        rounds = []
+        for number in range(1, args.rounds + 1):
+            load = wait_quiet(args.max_load, args.max_wait)
+            print(f"round {number}/{args.rounds} (load {load:.2f})", file=sys.stderr)
+            got = {}
+            for parallel in (1, args.parallel):
+                got[f"p{parallel}"] = timed_step(f"batch --parallel {parallel}, {len(items)} items",
+                                                 lambda parallel=parallel: batch_run(items_path, parallel, args.tokens, model_args, threads),
+                                                 0.9 * threads, "decode_tok_s")
+            if binary.is_file():
+                for unified in (True, False):
+                    got["bb_unified" if unified else "bb_split"] = timed_step(
+                        f"llama-batched-bench ({'unified' if unified else 'split'} KV)",
+                        lambda unified=unified: batched_bench(binary, model, threads, unified), 0.9 * threads, "tg_gain")
+            # Python start-up and the model load run on one core: a clean ask loop gets less than `threads`.
+            got["ask"] = timed_step(f"shell loop of llmchat ask, {len(subset)} items",
+                                    lambda: ask_loop(subset, args.tokens, model_args, threads), 0.6 * threads, "items_s")
+            for parallel in (1, args.parallel):
+                got[f"sub_p{parallel}"] = timed_step(f"batch --parallel {parallel}, the same {len(subset)} items",
+                                                     lambda parallel=parallel: batch_run(subset_path, parallel, args.tokens, model_args, threads),
+                                                     0.7 * threads, "items_s")
+            rounds.append(got)
 
-    binary = Path(os.environ.get("LLAMA_BATCHED_BENCH", "/tmp/llama.cpp-build/bin/llama-batched-bench"))
+    def best(name: str, key: str) -> dict:
+        runs = [r[name] for r in rounds if r.get(name)]
+        clean = [run for run in runs if run["clean"]] or runs
+        return max(clean, key=lambda run: run[key])
+
+    serial, par = best("p1", "decode_tok_s"), best(f"p{args.parallel}", "decode_tok_s")
+    asked, sub_serial, sub_par = best("ask", "items_s"), best("sub_p1", "items_s"), best(f"sub_p{args.parallel}", "items_s")
     reference = {}
-    if binary.is_file():
-        for unified in (True, False):
-            def one(unified=unified):
-                got = batched_bench(binary, model, threads, unified) or {"rows": {1: {"S_TG": 0, "S": 0, "S_PP": 0}, 4: {"S_TG": 0, "S": 0, "S_PP": 0}}}
-                got["score"] = got["rows"][1]["S_TG"] + got["rows"][4]["S_TG"]
-                return got
-            reference[unified] = measured(f"llama-batched-bench ({'unified' if unified else 'split'} KV)", one,
-                                          clean_share=clean, key="score", **opts)
+    for unified in (True, False):
+        name = "bb_unified" if unified else "bb_split"
+        if any(r.get(name) for r in rounds):
+            reference[unified] = best(name, "score")
     load_after = os.getloadavg()
 
     # Determinism.
@@ -243,20 +250,29 @@ def main() -> None:
             diffs.append((a["id"], first_difference(a["reply"], b["reply"])))
     ask_same = sum(r == rec["reply"] for r, rec in zip(asked["replies"], sub_serial["records"]))
 
+    p = args.parallel
     decode_gain = par["decode_tok_s"] / serial["decode_tok_s"]
     overall_gain = par["overall_tok_s"] / serial["overall_tok_s"]
+    paired = [r[f"p{p}"]["decode_tok_s"] / r["p1"]["decode_tok_s"] for r in rounds if r.get("p1") and r.get(f"p{p}")]
+    paired_overall = [r[f"p{p}"]["overall_tok_s"] / r["p1"]["overall_tok_s"] for r in rounds if r.get("p1") and r.get(f"p{p}")]
     lines = [
         "# `llmchat batch` benchmark",
         "",
         f"- Date: {datetime.now().strftime('%Y-%m-%d %H:%M')}",
-        f"- Machine: {cpu}, {os.cpu_count()} CPUs, {threads} threads used (lscpu)",
-        f"- Load average before / after: {load_before[0]:.2f} / {load_after[0]:.2f} (other jobs share this machine)",
+        f"- Machine: {cpu}, {os.cpu_count()} CPUs, {threads} threads used (lscpu); shared with other jobs "
+        f"(load average {load_before[0]:.2f} at the start, {load_after[0]:.2f} at the end)",
         f"- Model: {Path(model).name}",
         f"- Workload: {len(items)} prompts (chat template included: {serial['prompt_tokens'] / len(items):.0f} prompt tokens on average), "
-        f"max {args.tokens} generated tokens, greedy (--temperature 0 --seed 1), --ctx 2048",
-        f"- Command: `python bench/batch_bench.py --items {args.items} --tokens {args.tokens} --ask-items {args.ask_items}`",
+        f"max {args.tokens} generated tokens each, greedy (--temperature 0 --seed 1), --ctx 2048",
+        f"- Command: `python bench/batch_bench.py --items {args.items} --tokens {args.tokens} --ask-items {args.ask_items} --rounds {args.rounds}`",
+        f"- Method: {args.rounds} rounds; in each round every configuration runs once, back to back. Ratios are taken within a "
+        "round (same machine state); the tables show each configuration's best run. CPU share = CPU seconds per wall "
+        "second the command got; *starved* = less than its threads (other jobs were running).",
         "",
-        f"## --parallel {args.parallel} vs --parallel 1 (one model load each; times exclude the load)",
+        f"## --parallel {p} vs --parallel 1",
+        "",
+        "Times exclude the model load (from the summary line); generated tok/s = generated tokens / time; overall = "
+        "(prompt tokens evaluated + generated) / time, as llama-batched-bench's S.",
         "",
         "| run | time s | generated | prompt evaluated (of total) | generated tok/s | overall tok/s | wall s (with load) | CPU share |",
         "|---|---|---|---|---|---|---|---|",
@@ -266,57 +282,64 @@ def main() -> None:
             f"| --parallel {r['parallel']} | {r['gen_s']:.1f} | {r['generated']} | {r['prompt_evaluated']} ({r['prompt_tokens']}) | "
             f"{r['decode_tok_s']:.1f} | {r['overall_tok_s']:.1f} | {r['wall_s']:.1f} | {share(r)} |"
         )
-    lines += ["", f"Gain at {args.parallel} vs 1: **decode {decode_gain:.2f}x, overall {overall_gain:.2f}x**.", ""]
-    if any(reference.values()):
+    lines += [
+        "",
+        f"Gain at {p} vs 1, best runs: **generated {decode_gain:.2f}x, overall {overall_gain:.2f}x**; "
+        f"within each round: {', '.join(f'{g:.2f}x' for g in paired)} (median {statistics.median(paired):.2f}x; "
+        f"overall median {statistics.median(paired_overall):.2f}x).",
+        "",
+    ]
+    if reference:
         lines += [
-            "llama.cpp's `llama-batched-bench` on the same machine (64 prompt + 64 generated tokens per sequence, no shared prompt):",
+            f"llama.cpp's own `llama-batched-bench` on this machine, 64 prompt + 64 generated tokens per sequence, "
+            f"no shared prompt, 1 and 4 sequences (best run of each KV layout):",
             "",
-            "| KV | B | S_PP t/s | S_TG t/s | S t/s | decode gain 4 vs 1 | overall gain 4 vs 1 | CPU share |",
+            "| KV layout | B | S_PP t/s | S_TG t/s | S t/s | S_TG gain 4 vs 1 | S gain 4 vs 1 | CPU share |",
             "|---|---|---|---|---|---|---|---|",
         ]
         for unified, ref in reference.items():
-            if not ref:
-                continue
             rows = ref["rows"]
-            tg_gain = rows[4]["S_TG"] / rows[1]["S_TG"]
-            s_gain = rows[4]["S"] / rows[1]["S"]
             for b in (1, 4):
                 lines.append(
                     f"| {'unified' if unified else 'split'} | {b} | {rows[b]['S_PP']:.1f} | {rows[b]['S_TG']:.1f} | {rows[b]['S']:.1f} | "
-                    + (f"{tg_gain:.2f}x | {s_gain:.2f}x | {share(ref)} |" if b == 4 else " | | |")
+                    + (f"{ref['tg_gain']:.2f}x | {ref['s_gain']:.2f}x | {share(ref)} |" if b == 4 else " | | |")
                 )
-        ref = reference.get(True) or reference.get(False)
-        rows = ref["rows"]
-        tg_gain = rows[4]["S_TG"] / rows[1]["S_TG"]
-        s_gain = rows[4]["S"] / rows[1]["S"]
-        lines += [
-            "",
-            f"Share of llama.cpp's gain (unified KV, as llmchat uses): decode {decode_gain:.2f} / {tg_gain:.2f} = "
-            f"**{decode_gain / tg_gain:.0%}** of the ratio ({(decode_gain - 1) / (tg_gain - 1):.0%} of the gain above 1x); "
-            f"overall {overall_gain:.2f} / {s_gain:.2f} = **{overall_gain / s_gain:.0%}** "
-            f"({(overall_gain - 1) / (s_gain - 1):.0%} of the gain above 1x).",
-            "",
-        ]
+        ref_runs = [r["bb_split"] for r in rounds if r.get("bb_split")]
+        if ref_runs:
+            tg = statistics.median(run["tg_gain"] for run in ref_runs)
+            sg = statistics.median(run["s_gain"] for run in ref_runs)
+            ours, ours_overall = statistics.median(paired), statistics.median(paired_overall)
+            tg_list = ", ".join(f"{run['tg_gain']:.2f}x" for run in ref_runs)
+            s_list = ", ".join(f"{run['s_gain']:.2f}x" for run in ref_runs)
+            lines += [
+                "",
+                f"Round by round, llama-batched-bench (split KV, one stream per sequence: the layout llmchat uses) gained "
+                f"{tg_list} in S_TG (median {tg:.2f}x) and "
+                f"{s_list} in S (median {sg:.2f}x).",
+                "",
+                f"**llmchat's gain as a share of llama.cpp's (medians):** generated {ours:.2f}x / {tg:.2f}x = **{ours / tg:.0%}** "
+                f"of the ratio ({(ours - 1) / (tg - 1) if tg > 1 else float('nan'):.0%} of the gain above 1x); overall "
+                f"{ours_overall:.2f}x / {sg:.2f}x = **{ours_overall / sg:.0%}** "
+                f"({(ours_overall - 1) / (sg - 1) if sg > 1 else float('nan'):.0%} of the gain above 1x).",
+                "",
+            ]
     lines += [
-        f"## `llmchat batch` vs a shell loop of `llmchat ask` ({len(subset)} items, wall time of the whole commands)",
+        f"## `llmchat batch` vs a shell loop of `llmchat ask` ({len(subset)} items; wall time of the whole commands, model loads included)",
         "",
         "| run | wall s | s per item | speed-up per item vs the ask loop | CPU share |",
         "|---|---|---|---|---|",
         f"| shell loop of `llmchat ask --json` | {asked['wall_s']:.1f} | {asked['per_item_s']:.2f} | 1.00x | {share(asked)} |",
         f"| `llmchat batch --parallel 1` | {sub_serial['wall_s']:.1f} | {sub_serial['per_item_s']:.2f} | {asked['per_item_s'] / sub_serial['per_item_s']:.2f}x | {share(sub_serial)} |",
-        f"| `llmchat batch --parallel {args.parallel}` | {sub_par['wall_s']:.1f} | {sub_par['per_item_s']:.2f} | {asked['per_item_s'] / sub_par['per_item_s']:.2f}x | {share(sub_par)} |",
+        f"| `llmchat batch --parallel {p}` | {sub_par['wall_s']:.1f} | {sub_par['per_item_s']:.2f} | {asked['per_item_s'] / sub_par['per_item_s']:.2f}x | {share(sub_par)} |",
         f"| `llmchat batch --parallel 1`, all {len(items)} items | {serial['wall_s']:.1f} | {serial['per_item_s']:.2f} | {asked['per_item_s'] / serial['per_item_s']:.2f}x | {share(serial)} |",
-        f"| `llmchat batch --parallel {args.parallel}`, all {len(items)} items | {par['wall_s']:.1f} | {par['per_item_s']:.2f} | {asked['per_item_s'] / par['per_item_s']:.2f}x | {share(par)} |",
-        "",
-        "CPU share: CPU seconds the command got per wall second (about the cores it had); a run marked *starved* got "
-        "less than it should have, because other jobs were running, even after the retries.",
+        f"| `llmchat batch --parallel {p}`, all {len(items)} items | {par['wall_s']:.1f} | {par['per_item_s']:.2f} | {asked['per_item_s'] / par['per_item_s']:.2f}x | {share(par)} |",
         "",
         f"`llmchat ask` and `llmchat batch --parallel 1` gave the same greedy reply for {ask_same} of {len(subset)} items.",
         "",
-        "## Determinism: greedy replies at --parallel {0} vs --parallel 1".format(args.parallel),
+        f"## Determinism: greedy replies at --parallel {p} vs --parallel 1",
         "",
         f"{len(diffs)} of {len(items)} replies differ"
-        + (": " + ", ".join(f"id {i} (from character {pos})" for i, pos in diffs) if diffs else "") + ".",
+        + (" (id: first differing character): " + ", ".join(f"{i}: {pos}" for i, pos in diffs) if diffs else "") + ".",
         "",
     ]
     lines += [

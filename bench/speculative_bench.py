@@ -2,7 +2,7 @@
 """Speculative decoding: decode tokens/s with prompt lookup (--lookup) and a draft model
 (--draft-model) against plain decoding, on a copy-heavy task, greedy, in one process.
 
-    python bench/speculative_bench.py [--reps 3] [--flash-attn] [--max-tokens 256] [--threads 2]
+    python bench/speculative_bench.py [--reps 3] [--no-flash-attn] [--max-tokens 256] [--threads 2]
 
 The three engines (plain, lookup, draft) are loaded once each and run alternately, rep after rep,
 so that drift in machine load hits all of them alike. The KV cache is cleared before every run,
@@ -79,7 +79,7 @@ def main() -> None:
     parser.add_argument("--threads", "-t", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--ctx", type=int, default=2048)
-    parser.add_argument("--flash-attn", action="store_true", help="flash attention in every mode (see the notes on identical output)")
+    parser.add_argument("--no-flash-attn", dest="flash_attn", action="store_false", help="flash attention off in every mode (it is on by default, as in llmchat)")
     parser.add_argument("--modes", default="plain,lookup,draft")
     parser.add_argument("--json-out", type=Path)
     parser.add_argument("--attempts", type=int, default=5, help="reruns of a turn that other processes disturbed")

@@ -1,6 +1,7 @@
 """`llmchat info -m MODEL [--json]`: what a GGUF model is and how much memory it needs.
 
-Reads only the file's header (no llama.cpp, no weights), so it is quick even for large models.
+Reads only the file's header (no weights are loaded), so it is quick even for large models. The
+runtime part asks the installed llama.cpp build which devices it can use.
 
 `--json` prints one object on stdout. Its fields (sizes in bytes; null when unknown):
 
@@ -31,11 +32,18 @@ Reads only the file's header (no llama.cpp, no weights), so it is quick even for
         fits_vram       total_bytes <= free memory of the emptiest GPU (null without a GPU)
     memory                                {ram_total_bytes, ram_available_bytes,
                                            gpus: [{name, total_bytes, free_bytes}]}
+    runtime                               what `ask`/`chat` would run on with default flags:
+        gpu_offload       this llama-cpp-python build has a GPU backend (CUDA, Metal, Vulkan...)
+        devices           [{name, description, kind, free_bytes, total_bytes}] from ggml
+        cpu_features      SIMD features of the CPU backend (AVX2, AVX512, NEON...)
+        offload_layers    layers --device auto offloads (repeating layers + output), 0 on CPU
+        flash_attn        true (the default; --no-flash-attn turns it off)
     notes                                 list of sentences: how the figures were computed
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Optional
 
@@ -63,13 +71,44 @@ def info(
     path = resolve_model_path(model)
     meta = read_metadata(path)
     check_loadable(meta)
-    report = model_report(meta)
+    runtime = runtime_report(meta)
+    report = model_report(meta, _with_ggml_gpus(runtime))
     if as_json:
         import json
 
-        typer.echo(json.dumps(report.to_json(), indent=2))
+        typer.echo(json.dumps(report.to_json() | {"runtime": runtime}, indent=2))
     else:
-        _print_report(report)
+        _print_report(report, runtime)
+
+
+def runtime_report(meta: Any) -> dict:
+    """The installed llama.cpp build's devices, and how many of this model's layers it would offload."""
+    from llmchat.engine import devices
+
+    found = devices.devices()
+    gpu = devices.can_offload() and any(d.is_gpu for d in found)
+    n_layers = int(meta.arch_get("block_count") or 0)
+    return {
+        "gpu_offload": gpu,
+        "devices": [dict(d.__dict__) for d in found],
+        "cpu_features": devices.cpu_features(),
+        "offload_layers": n_layers + 1 if gpu else 0,  # llama.cpp counts the output layer too
+        "flash_attn": True,
+    }
+
+
+def _with_ggml_gpus(runtime: dict) -> Any:
+    """Free VRAM from nvidia-smi, or else from ggml's own devices (Metal, Vulkan, ROCm)."""
+    from llmchat.model_info import GpuMemory, system_memory
+
+    memory = system_memory()
+    if memory.gpus or not runtime["gpu_offload"]:
+        return memory
+    gpus = tuple(
+        GpuMemory(name=d["description"] or d["name"], total_bytes=d["total_bytes"], free_bytes=d["free_bytes"])
+        for d in runtime["devices"] if d["kind"] in ("GPU", "iGPU") and d["total_bytes"]
+    )
+    return dataclasses.replace(memory, gpus=gpus)
 
 
 def resolve_model_path(requested: str | None) -> Path:
@@ -92,7 +131,16 @@ def resolve_model_path(requested: str | None) -> Path:
 # Human output
 
 
-def _print_report(report: Any) -> None:
+def _runtime_line(runtime: dict) -> str:
+    features = ", ".join(f for f in runtime["cpu_features"] if f in ("AVX2", "AVX512", "AMX_INT8", "NEON", "SVE", "SME"))
+    cpu = "CPU" + (f" ({features})" if features else "")
+    if not runtime["gpu_offload"]:
+        return f"runtime: llama.cpp on the {cpu}; this llama-cpp-python build has no GPU backend, so no layer is offloaded"
+    gpus = ", ".join(f"{d['name']} ({d['description']})" for d in runtime["devices"] if d["kind"] in ("GPU", "iGPU"))
+    return f"runtime: {gpus}; --device auto offloads all {runtime['offload_layers']} layers (the output layer included)"
+
+
+def _print_report(report: Any, runtime: dict) -> None:
     from rich.console import Console
 
     console = Console(highlight=False)
@@ -100,6 +148,7 @@ def _print_report(report: Any) -> None:
     console.print(_kv_per_token_table(report))
     console.print(_contexts_table(report))
     console.print(_machine_line(report))
+    console.print(_runtime_line(runtime))
     for note in report.notes:
         console.print(f"[dim]• {note}[/dim]")
 

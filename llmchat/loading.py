@@ -42,6 +42,8 @@ def validate_options(opts: RunOptions) -> None:
         raise UsageError(f"--device must be auto, cpu or gpu, got {opts.device!r}")
     if opts.kv_type not in ("f16", "q8_0", "q4_0"):
         raise UsageError(f"--kv-type must be f16, q8_0 or q4_0, got {opts.kv_type!r}")
+    if opts.kv_type != "f16" and not opts.flash_attn:
+        raise UsageError(f"--kv-type {opts.kv_type} needs flash attention (a quantized V cache); drop --no-flash-attn or use --kv-type f16")
     if opts.preset is not None:
         preset_values(opts.preset)
     if opts.draft_model is not None and not opts.draft_model.is_file():

@@ -11,12 +11,14 @@ checked against its own log lines on both test models:
   `pad(min(n_ctx, window + n_ubatch), 256)` cells, but only when `swa_full` is false.
   llama.cpp's default (and so llama-cpp-python's, unless `swa_full=False` is passed) is a
   full-size SWA cache. Both figures are reported.
-- Compute buffer (flash attention off, llama-cpp-python's default), the larger of two phases
-  because ggml's allocator reuses memory between them:
-  logits phase 4 × n_ubatch × (n_vocab + 3 × n_embd), attention phase
+- Compute buffer, the larger of two phases because ggml's allocator reuses memory between them,
+  plus an output buffer of 4 × n_vocab. With flash attention (llmchat's default):
+  logits phase 4 × n_ubatch × (n_vocab + 2 × n_embd), attention phase
+  n_ubatch × (2 × n_ctx × masks + 48 × n_embd) (the f16 attention mask, one per attention kind).
+  Without it: logits phase 4 × n_ubatch × (n_vocab + 3 × n_embd), attention phase
   4 × n_ubatch × (n_ctx × (n_head + 1) + n_embd + 2 × n_ff) (scores per head plus the mask,
-  one layer at a time), plus an output buffer of 4 × n_vocab. Within 1% of llama.cpp's reported
-  compute buffer on SmolLM2-135M (4k, 8k, 32k) and Gemma 3 270M (4k-32k).
+  one layer at a time). Within 1% of llama.cpp's reported compute buffer on SmolLM2-135M
+  (4k-128k, n_ubatch 128-512) and Gemma 3 270M (4k-32k).
 """
 
 from __future__ import annotations
@@ -284,17 +286,24 @@ def vocab_size(meta: GGUFMetadata) -> int:
     return _int(meta.arch_get("vocab_size")) or 0
 
 
-def compute_buffer_bytes(meta: GGUFMetadata, layout: AttentionLayout, n_ctx: int, n_ubatch: int = DEFAULT_UBATCH) -> int:
-    """llama.cpp's compute buffer with flash attention off (see the module docstring)."""
+def compute_buffer_bytes(
+    meta: GGUFMetadata, layout: AttentionLayout, n_ctx: int, n_ubatch: int = DEFAULT_UBATCH, *, flash_attn: bool = True
+) -> int:
+    """llama.cpp's compute buffer (see the module docstring)."""
     ubatch = min(n_ubatch, n_ctx)
     n_vocab = vocab_size(meta)
     n_embd = _int(meta.arch_get("embedding_length")) or 0
-    n_ff = _feed_forward_length(meta)
-    n_head = max(layout.heads, default=0)
     cells = kv_cache_cells(n_ctx)
-    logits_phase = 4 * ubatch * (n_vocab + 3 * n_embd)
-    attention_phase = 4 * ubatch * (cells * (n_head + 1) + n_embd + 2 * n_ff)
     output_buffer = 4 * n_vocab
+    if flash_attn:
+        masks = 2 if layout.sliding_window else 1
+        logits_phase = 4 * ubatch * (n_vocab + 2 * n_embd)
+        attention_phase = ubatch * (2 * cells * masks + 48 * n_embd)
+    else:
+        n_ff = _feed_forward_length(meta)
+        n_head = max(layout.heads, default=0)
+        logits_phase = 4 * ubatch * (n_vocab + 3 * n_embd)
+        attention_phase = 4 * ubatch * (cells * (n_head + 1) + n_embd + 2 * n_ff)
     return max(logits_phase, attention_phase) + output_buffer
 
 
@@ -565,8 +574,8 @@ def _notes(meta: GGUFMetadata, layout: AttentionLayout) -> list[str]:
         "kv_bytes_per_token = sum over layers of kv_heads x (key_length + value_length) x bytes per element "
         "(f16 2, q8_0 34/32, q4_0 18/32); the cache holds pad(n_ctx, 256) tokens.",
         "total = weights (tensor bytes) + KV cache (f16, full size) + compute buffer; "
-        "compute = 4 x n_ubatch(512) x max(n_vocab + 3 x n_embd, n_ctx x (n_head + 1) + n_embd + 2 x n_ff) "
-        "+ 4 x n_vocab (flash attention off, llama-cpp-python's default).",
+        "compute = max(4 x n_ubatch(512) x (n_vocab + 2 x n_embd), n_ubatch x (2 x n_ctx x masks + 48 x n_embd)) "
+        "+ 4 x n_vocab, with flash attention (llmchat's default; --no-flash-attn needs more at long contexts).",
     ]
     if layout.sliding_window:
         notes.append(

@@ -75,7 +75,23 @@ def test_kv_type_q8_0_runs_with_flash_attention(cli):
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout.strip().splitlines()[-1])
     assert data["reply"] and data["stats"]["generated_tokens"] > 0
-    assert "flash attention turned on" in result.stderr
+    assert "flash attention on, KV cache q8_0" in result.stderr
+
+
+def test_quantized_kv_without_flash_attention_is_a_usage_error(cli):
+    # llama.cpp cannot build a quantized V cache without flash attention; say so before loading.
+    result = cli("ask", *GREEDY, "--kv-type", "q4_0", "--no-flash-attn", "hi")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    errors = error_lines(result.stderr)
+    assert len(errors) == 1 and "--kv-type q4_0" in errors[0] and "--no-flash-attn" in errors[0]
+
+
+def test_no_flash_attn_still_answers(cli):
+    result = cli("ask", *GREEDY, "--no-flash-attn", "--max-tokens", "8", "--verbose", "--json", "Name a colour.")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1])["stats"]["generated_tokens"] > 0
+    assert "flash attention off, KV cache f16" in result.stderr
 
 
 def test_kv_type_bogus_is_a_usage_error(cli):

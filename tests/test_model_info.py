@@ -1,9 +1,10 @@
 """KV-cache math, memory estimate and `llmchat info` on the two real models and on synthetic metadata.
 
 Expected figures for the real models were checked against llama.cpp's own log lines
-(llama-cpp-python 0.3.36, CPU, flash attention off):
-- SmolLM2 n_ctx 4096: "KV buffer size = 90.00 MiB", "compute buffer size = 99.38 MiB",
-  "output buffer size = 0.19 MiB".
+(llama-cpp-python 0.3.36, CPU):
+- SmolLM2 n_ctx 4096: "KV buffer size = 90.00 MiB", "output buffer size = 0.19 MiB",
+  "compute buffer size = 98.25 MiB" with flash attention (the same up to 64k; 141.51 MiB at 128k,
+  70.76 at 128k with n_ubatch 256), 99.38 MiB without (646.38 at 32k).
 - Gemma 3 270M n_ctx 32768: non-SWA KV 96.00 MiB + SWA KV 480.00 MiB (swa_full, the default),
   or 96.00 + 15.00 MiB (1024 cells) with swa_full=False; compute 514.50 MiB; output 1.00 MiB.
 """
@@ -96,10 +97,14 @@ def test_smollm2_matches_llama_cpp_buffers(smollm2: GGUFMetadata) -> None:
     layout = attention_layout(smollm2)
     assert kv_cache_bytes(layout, 4096) == 90 * MiB
     assert kv_cache_bytes(layout, 4096, swa_full=False) == 90 * MiB  # no SWA layers: same
+    out = 0.1875 * MiB
+    for n_ctx, n_ubatch, measured in ((4096, 512, 98.2520), (65536, 512, 98.2520), (131072, 512, 141.51), (131072, 256, 70.76), (131072, 128, 35.38)):
+        expected = measured * MiB + out
+        assert abs(compute_buffer_bytes(smollm2, layout, n_ctx, n_ubatch) - expected) / expected < 0.01, (n_ctx, n_ubatch)
     measured = (99.3770 + 0.1875) * MiB
-    assert abs(compute_buffer_bytes(smollm2, layout, 4096) - measured) / measured < 0.01
+    assert abs(compute_buffer_bytes(smollm2, layout, 4096, flash_attn=False) - measured) / measured < 0.01
     measured_32k = (646.3848 + 0.1875) * MiB
-    assert abs(compute_buffer_bytes(smollm2, layout, 32768) - measured_32k) / measured_32k < 0.01
+    assert abs(compute_buffer_bytes(smollm2, layout, 32768, flash_attn=False) - measured_32k) / measured_32k < 0.01
 
 
 def test_smollm2_report(smollm2: GGUFMetadata) -> None:
@@ -156,6 +161,9 @@ def test_gemma_compute_buffer_matches_llama_cpp(gemma: GGUFMetadata) -> None:
     measured = (514.5020 + 1.0) * MiB  # logits of 262144 tokens x 512 dominate at any context up to 32k
     for n_ctx in (4096, 32768):
         assert abs(compute_buffer_bytes(gemma, layout, n_ctx) - measured) / measured < 0.01
+        assert abs(compute_buffer_bytes(gemma, layout, n_ctx, flash_attn=False) - measured) / measured < 0.01
+    small_ubatch = (64.31 + 1.0) * MiB  # flash attention, n_ubatch 64, 32k
+    assert abs(compute_buffer_bytes(gemma, layout, 32768, 64) - small_ubatch) / small_ubatch < 0.01
 
 
 def test_gemma_report(gemma: GGUFMetadata) -> None:
@@ -319,7 +327,7 @@ STABLE_FIELDS = {
     "kv_heads", "heads_per_layer", "kv_heads_per_layer", "head_dim_k", "head_dim_v", "attention",
     "sliding_window", "sliding_window_layers", "sliding_window_layout", "vocab_size", "tensor_count",
     "weights_bytes", "has_chat_template", "chat_template_source", "kv_bytes_per_token", "contexts",
-    "memory", "notes",
+    "memory", "notes", "runtime",
 }
 CONTEXT_FIELDS = {
     "n_ctx", "beyond_trained", "kv_bytes", "kv_bytes_swa", "compute_bytes", "total_bytes",
@@ -340,6 +348,14 @@ def test_info_json_smollm2(smollm2: GGUFMetadata, tmp_path: Path) -> None:
     assert [c["n_ctx"] for c in data["contexts"]] == [4096, 8192, 32768, 131072]
     assert all(set(c) == CONTEXT_FIELDS for c in data["contexts"])
     assert set(data["memory"]) == {"ram_total_bytes", "ram_available_bytes", "gpus"}
+    runtime = data["runtime"]
+    import llama_cpp
+
+    gpu_build = bool(llama_cpp.llama_supports_gpu_offload())
+    assert runtime["gpu_offload"] == gpu_build
+    assert any(d["kind"] == "CPU" for d in runtime["devices"])  # ggml always registers the CPU
+    assert runtime["offload_layers"] == (31 if gpu_build else 0)  # 30 blocks + the output layer
+    assert runtime["flash_attn"] is True
 
 
 def test_info_json_gemma(gemma: GGUFMetadata, tmp_path: Path) -> None:
@@ -364,5 +380,5 @@ def test_info_human_output(smollm2: GGUFMetadata, tmp_path: Path) -> None:
         capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    for fragment in ("llama", "Q4_1", "GQA", "23,040 B", "8,192", "fits RAM"):
+    for fragment in ("llama", "Q4_1", "GQA", "23,040 B", "8,192", "fits RAM", "runtime: "):
         assert fragment in result.stdout, fragment

@@ -29,6 +29,8 @@ from llmchat.stopping import StopMatcher
 
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
 DEFAULT_MAX_CTX = 8192
+# How far back llama-cpp-python's repeat penalty looks (Llama(last_n_tokens_size=64), its default).
+_PENALTY_LAST_N = 64
 
 
 def physical_cores() -> int:
@@ -66,7 +68,7 @@ class EngineSettings:
     batch_size: int = 512
     device: str = "auto"  # auto | cpu | gpu
     gpu_layers: int | None = None  # None: all when the build can offload (auto/gpu), 0 on cpu
-    flash_attn: bool = False
+    flash_attn: bool = True  # llama.cpp's own -fa auto picks it on CPU; see Engine.load
     kv_type: str = "f16"  # f16 | q8_0 | q4_0, for both K and V
     mmap: bool = True
     mlock: bool = False
@@ -113,12 +115,19 @@ class _CountingDrafter(LlamaDraftModel):
             self.proposals.append((len(input_ids), np.array(drafted, dtype=np.intc)))
         return drafted
 
+    def start_reply(self, prompt_length: int, repeat_penalty: float) -> None:
+        if isinstance(self.inner, _DraftModelDrafter):
+            self.inner.start_reply(prompt_length, repeat_penalty)
+
     def acceptance(self, final_ids: Sequence[int]) -> tuple[int, int]:
+        """(proposed, accepted) since the last call. Drafts past the reply's end (it stopped at a
+        stop string or the token limit) were never judged and are not counted."""
         proposed = accepted = 0
         for start, drafted in self.proposals:
-            proposed += len(drafted)
-            for offset, token in enumerate(drafted):
-                if start + offset >= len(final_ids) or final_ids[start + offset] != token:
+            judged = drafted[: max(0, len(final_ids) - start)]
+            proposed += len(judged)
+            for offset, token in enumerate(judged):
+                if final_ids[start + offset] != token:
                     break
                 accepted += 1
         self.proposals.clear()
@@ -128,24 +137,77 @@ class _CountingDrafter(LlamaDraftModel):
 class _DraftModelDrafter(LlamaDraftModel):
     """A small model with the same vocabulary drafts k tokens greedily; the main model verifies them.
 
-    The draft model keeps its own KV cache and, through `generate`'s prefix reuse, only evaluates
-    what is new since its last call.
+    The draft model keeps its own KV cache and only evaluates what is new since its last call.
+    Its picks follow the main model's greedy choice as closely as it can: the same repeat
+    penalty over the same history. The main model's penalty sampler is created for each reply
+    and remembers the last `penalty_last_n` tokens it sampled (the prompt is not in it), so the
+    drafter applies the penalty to the reply so far plus its own drafts. Without that, every
+    place where the penalty changes the main model's pick rejects the draft (acceptance fell
+    from 94% to 77% at the default 1.1 in a self-draft test).
     """
 
-    def __init__(self, draft: "llama_cpp.Llama", k: int):
+    def __init__(self, draft: "llama_cpp.Llama", k: int, penalty_last_n: int):
         self.draft = draft
         self.k = k
+        self.penalty_last_n = penalty_last_n
+        self.reply_start = 0
+        self.repeat_penalty = 1.0
+        self._vocab = llama_cpp.llama_model_get_vocab(draft._model.model)
+        self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+
+    def start_reply(self, prompt_length: int, repeat_penalty: float) -> None:
+        self.reply_start = prompt_length
+        self.repeat_penalty = repeat_penalty
 
     def __call__(self, input_ids: np.ndarray, /, **kwargs) -> np.ndarray:
-        limit = self.draft.n_ctx() - self.k - 1
-        if len(input_ids) >= limit:
+        draft = self.draft
+        ids = [int(t) for t in input_ids]
+        if not ids or len(ids) + self.k >= draft.n_ctx():
             return np.array([], dtype=np.intc)
-        drafted = []
-        for token in self.draft.generate(list(map(int, input_ids)), temp=0.0, top_k=1, repeat_penalty=1.0):
-            drafted.append(token)
-            if len(drafted) >= self.k or self.draft._model.token_eos() == token:
+        # Reuse the longest cached prefix; at least one token is evaluated, for fresh logits.
+        cached = draft.input_ids[: draft.n_tokens]
+        common = 0
+        for old, new in zip(cached, ids[:-1]):
+            if old != new:
                 break
+            common += 1
+        if not draft._ctx.kv_cache_seq_rm(-1, common, -1):
+            draft.reset()  # a cache that cannot drop a suffix (recurrent): start over
+            common = 0
+        draft.n_tokens = common
+        draft.eval(ids[common:])
+        history = ids[self.reply_start :][-self.penalty_last_n :] if self.penalty_last_n else []
+        drafted: list[int] = []
+        while True:
+            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(draft._ctx.ctx, -1), shape=(self._n_vocab,))
+            if self.repeat_penalty != 1.0 and history:
+                logits = logits.copy()
+                seen = np.unique(np.asarray(history[-self.penalty_last_n :], dtype=np.intp))
+                # llama.cpp's penalties sampler: shrink a positive logit, push a negative one lower.
+                logits[seen] = np.where(logits[seen] <= 0, logits[seen] * self.repeat_penalty, logits[seen] / self.repeat_penalty)
+            token = int(np.argmax(logits))  # the first maximum, as llama.cpp's greedy sampler picks
+            drafted.append(token)
+            if len(drafted) >= self.k or llama_cpp.llama_vocab_is_eog(self._vocab, token):
+                break
+            history.append(token)
+            draft.eval([token])
         return np.array(drafted, dtype=np.intc)
+
+
+def _backend_notice(gpu_layers: int, threads: int) -> str:
+    """Where the model runs, as llama.cpp reported it during this load."""
+    from llmchat.engine.devices import devices
+
+    cpu = f"CPU, {threads} threads"
+    gpus = [d for d in devices() if d.is_gpu]
+    if not gpus:
+        return f"backend: {cpu} (this llama-cpp-python build has no GPU backend)"
+    names = ", ".join(f"{d.name} ({d.description})" for d in gpus)
+    if gpu_layers == 0:
+        return f"backend: {cpu}; GPU {names} not used (--device cpu or --gpu-layers 0)"
+    done = logs.offloaded
+    layers = f"{done['layers']}/{done['of']} layers offloaded" if done else "offload requested"
+    return f"backend: {names}: {layers}; the rest on {cpu}"
 
 
 def _gpu_layers(settings: EngineSettings) -> int:
@@ -194,11 +256,18 @@ class Engine:
         notices: list[str] = []
         if settings.kv_type not in KV_TYPES:
             raise UsageError(f"--kv-type must be one of {', '.join(KV_TYPES)}, got {settings.kv_type!r}")
+        # Flash attention is on by default. Besides being faster on CPU (+11-16% pp/tg on SmolLM2,
+        # -5% pp on Gemma 3: bench/results/engine.md), llama.cpp's CPU flash-attention kernel
+        # computes each query row the same way whatever the batch holds, so a token's logits do
+        # not depend on how it was batched. Without it, verifying 9 drafted tokens in one pass
+        # differs from decoding them one by one by up to 0.9 in the logits, enough to flip a
+        # near-tie: --lookup and --draft-model would then change greedy replies.
+        if settings.kv_type != "f16" and not settings.flash_attn:
+            raise UsageError(
+                f"--kv-type {settings.kv_type} needs flash attention (a quantized V cache); "
+                "drop --no-flash-attn or use --kv-type f16"
+            )
         flash_attn = settings.flash_attn
-        if settings.kv_type != "f16" and not flash_attn:
-            # llama.cpp refuses a quantized V cache without flash attention ("Failed to create llama_context").
-            flash_attn = True
-            notices.append(f"--kv-type {settings.kv_type}: flash attention turned on (a quantized V cache needs it)")
         gpu_layers = _gpu_layers(settings)
         threads = settings.threads or physical_cores()
 
@@ -208,8 +277,12 @@ class Engine:
         if settings.lookup:
             drafter = LlamaPromptLookupDecoding(max_ngram_size=3, num_pred_tokens=settings.draft_tokens)
         elif settings.draft_model:
-            draft_llm = _open_llama(settings.draft_model, n_ctx=settings.n_ctx or 0, threads=threads, gpu_layers=gpu_layers, settings=settings)
-            drafter = _DraftModelDrafter(draft_llm, settings.draft_tokens)
+            # The drafter's greedy picks should match the target's: the same attention numerics.
+            draft_llm = _open_llama(
+                settings.draft_model, n_ctx=settings.n_ctx or 0, threads=threads, gpu_layers=gpu_layers,
+                settings=settings, flash_attn=flash_attn,
+            )
+            drafter = _DraftModelDrafter(draft_llm, settings.draft_tokens, penalty_last_n=_PENALTY_LAST_N)
 
         llm = _open_llama(
             model_path,
@@ -221,10 +294,10 @@ class Engine:
             type_kv=KV_TYPES[settings.kv_type],
             draft_model=_CountingDrafter(drafter) if drafter else None,
         )
-        if gpu_layers != 0:
-            notices.append(f"backend: GPU offload, {'all' if gpu_layers < 0 else gpu_layers} layers")
-        else:
-            notices.append(f"backend: CPU, {threads} threads")
+        notices.append(f"flash attention {'on' if flash_attn else 'off'}, KV cache {settings.kv_type}")
+        if drafter is not None:
+            notices.append(f"speculative decoding: {'prompt lookup' if settings.lookup else settings.draft_model}, up to {settings.draft_tokens} drafted tokens per pass")
+        notices.append(_backend_notice(gpu_layers, threads))
         return cls(llm, model_path, settings, notices)
 
     def close(self) -> None:
@@ -408,6 +481,8 @@ class Generation:
         outcome.t_start = time.perf_counter()
         outcome.finish_reason = "interrupted"  # until we know better
         params = self.sampling
+        if engine._drafter is not None:
+            engine._drafter.start_reply(len(self.prompt), params.repeat_penalty)
         stream = llm.generate(
             self.prompt,
             top_k=params.top_k,
@@ -454,6 +529,39 @@ class Generation:
                 )
 
 
+class _DraftingLlama(llama_cpp.Llama):
+    """A Llama that computes logits only where speculative `generate` samples.
+
+    With a drafter set, llama-cpp-python forces `logits_all`: every evaluated position gets an
+    output row (n_vocab multiply-adds per embedding dimension) and a copy into a score array of
+    n_ctx × n_vocab floats. For a 3,461-token prompt on SmolLM2 that meant peak RSS 1105 MiB
+    instead of 264, and prefill 281 instead of 372 tok/s (bench/results/engine.md). Yet
+    `generate` samples only at the last token of a prompt and at each position of a verification
+    batch (the last sampled token plus at most `draft_tokens` drafts), and it samples through
+    `llama_sampler_sample` with negative indices, which llama.cpp counts back from the outputs of
+    the last decode. So outputs for the last `output_window` positions of each eval are all it
+    needs; llmchat reads neither `scores` nor logprobs.
+    """
+
+    def __init__(self, *args, output_window: int, **kwargs):
+        self.output_window = output_window
+        super().__init__(*args, **kwargs)
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        self._ctx.kv_cache_seq_rm(-1, self.n_tokens, -1)
+        first_needed = max(0, len(tokens) - self.output_window)
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            n_past = self.n_tokens
+            self._batch.set_batch(batch=chunk, n_past=n_past, logits_all=False)  # marks the chunk's last token
+            for i in range(max(0, first_needed - start), len(chunk)):
+                self._batch.batch.logits[i] = True
+            self._ctx.decode(self._batch)
+            self.input_ids[n_past : n_past + len(chunk)] = chunk
+            self.n_tokens += len(chunk)
+            self._requires_eval = False
+
+
 def _open_llama(
     model_path: Path,
     *,
@@ -478,17 +586,22 @@ def _open_llama(
         use_mmap=settings.mmap,
         use_mlock=settings.mlock,
         flash_attn=flash_attn,
+        last_n_tokens_size=_PENALTY_LAST_N,
         verbose=False,
     )
     if type_kv is not None:
         kwargs.update(type_k=type_kv, type_v=type_kv)
+    model_class: type[llama_cpp.Llama] = llama_cpp.Llama
     if draft_model is not None:
-        # Verifying drafts needs the logits of every drafted position.
-        kwargs.update(draft_model=draft_model, logits_all=True)
+        # logits_all=False sizes the library's score array by n_batch instead of n_ctx;
+        # _DraftingLlama asks llama.cpp for exactly the logits verification needs.
+        kwargs.update(draft_model=draft_model, logits_all=False, output_window=settings.draft_tokens + 1)
+        model_class = _DraftingLlama
     logs.recent_errors.clear()
+    logs.offloaded.clear()
     try:
         with _library_templates_off():
-            return llama_cpp.Llama(**kwargs)
+            return model_class(**kwargs)
     except (ValueError, RuntimeError, OSError) as err:
         reason = logs.first_error() or str(err)
     except Exception as err:  # the library's Python side of loading; never a traceback

@@ -8,8 +8,12 @@ compute-bound.
 
 How it works:
 - A second context is created from the already-loaded model with `n_seq_max = N` and
-  `kv_unified = True` (one KV buffer shared by all sequences: a prefix copied from one sequence to
-  another costs no memory, and without it a shared prefix fails with "failed to find a memory slot").
+  `kv_unified = False`: each sequence gets its own KV stream of `n_ctx_per_seq` cells. That is what
+  makes a greedy item's reply the same as when it is decoded alone. llama.cpp's CPU attention
+  accumulates over the cache cells in cell order, and in one shared (unified) buffer a recycled
+  sequence lands in the holes other sequences left, out of position order: half of the greedy
+  replies then drifted at some near-tie (8 of 16 in a test), while with one stream per sequence
+  all 16 matched, at the same tokens/s (190 vs 185-193).
 - Each slot (sequence id 0..N-1) holds one item. Every step builds one batch: the last sampled token
   of each decoding slot, then chunks of pending prompt tokens of the slots still prefilling, up to
   `n_batch` tokens. So a new item's prefill rides along with the others' decode tokens.
@@ -20,7 +24,7 @@ How it works:
   the freed slot takes the next item at once.
 - Prefix reuse: a slot keeps its KV after its item ends. A new item starts from the longest common
   prefix found in any slot: its own leftover (trimmed with `llama_memory_seq_rm`) or another slot's
-  (copied with `llama_memory_seq_cp`, which in a unified cache only tags the cells). When the best
+  (`llama_memory_seq_cp` copies a whole stream, then the copy is trimmed). When the best
   match is a prompt another slot is still prefilling (the first wave of items sharing one system
   prompt), the new item waits for that prefill and then copies it, so a shared prefix is evaluated
   once instead of N times.
@@ -149,13 +153,12 @@ class ParallelDecoder:
     def _open(self) -> None:
         llm = self.engine._llm
         params = llama_cpp.llama_context_params.from_buffer_copy(llm.context_params)
-        total = self.n_seq * self.n_ctx_per_seq
-        # Room for every slot's full window (llama.cpp wants a multiple of 256); a copied prefix adds nothing.
-        params.n_ctx = -(-total // KV_ROUND) * KV_ROUND
+        # Each stream holds one slot's full window, rounded up to 256 cells as llama.cpp does.
+        params.n_ctx = self.n_seq * (-(-self.n_ctx_per_seq // KV_ROUND) * KV_ROUND)
         params.n_batch = self.n_batch
         params.n_ubatch = self.n_batch
         params.n_seq_max = self.n_seq
-        params.kv_unified = True
+        params.kv_unified = False  # one stream per sequence: see the module docstring
         # A sliding-window cache drops old positions; a copied or trimmed prefix needs all of them.
         params.swa_full = True
         logs.recent_errors.clear()
@@ -300,7 +303,10 @@ class ParallelDecoder:
         else:
             self._clear(slot)
             if length > 0:
-                llama_cpp.llama_memory_seq_cp(self._mem, source.seq_id, slot.seq_id, 0, length)
+                # Between streams llama.cpp copies only whole sequences (the data moves at the next
+                # decode, before the batch runs); the copy's tail beyond the prefix is then dropped.
+                llama_cpp.llama_memory_seq_cp(self._mem, source.seq_id, slot.seq_id, -1, -1)
+                llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, length, -1)
                 slot.cache = prompt[:length]
         slot.pending = prompt[length:]
         slot.result.cached_tokens = length
@@ -442,8 +448,5 @@ class ParallelDecoder:
 
 
 def context_per_sequence(needed: int, limit: int) -> int:
-    """The window each sequence gets: what the longest item needs (prompt + max_tokens), at most `limit`.
-
-    Not rounded up per sequence: attention in a unified cache spans every used cell, so spare room
-    costs decode time (the context total is rounded up once, in `ParallelDecoder`)."""
+    """The window each sequence gets: what the longest item needs (prompt + max_tokens), at most `limit`."""
     return max(1, min(limit, needed))
