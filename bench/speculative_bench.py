@@ -2,7 +2,7 @@
 """Speculative decoding: decode tokens/s with prompt lookup (--lookup) and a draft model
 (--draft-model) against plain decoding, on a copy-heavy task, greedy, in one process.
 
-    python bench/speculative_bench.py [--reps 3] [--no-flash-attn] [--max-tokens 256] [--threads 2]
+    python bench/speculative_bench.py [--reps 3] [--task copy|free] [--no-flash-attn] [--max-tokens 256] [--threads 2]
 
 The three engines (plain, lookup, draft) are loaded once each and run alternately, rep after rep,
 so that drift in machine load hits all of them alike. The KV cache is cleared before every run,
@@ -39,7 +39,12 @@ PARAGRAPH = (
     "and the keeper would show them the brass telescope, the heavy logbook and the spare lamp mantles "
     "kept in a wooden box by the door."
 )
-PROMPT = f"Repeat this paragraph exactly, changing only the word keeper to guardian:\n\n{PARAGRAPH}"
+TASKS = {
+    # Copy-heavy: the reply repeats the prompt, where drafting pays off.
+    "copy": f"Repeat this paragraph exactly, changing only the word keeper to guardian:\n\n{PARAGRAPH}",
+    # Free text: few n-grams of the reply are in the prompt, so drafting should cost little.
+    "free": "Write a short story about a fox who learns to swim.",
+}
 
 
 def _busy_jiffies() -> int:
@@ -81,6 +86,7 @@ def main() -> None:
     parser.add_argument("--ctx", type=int, default=2048)
     parser.add_argument("--no-flash-attn", dest="flash_attn", action="store_false", help="flash attention off in every mode (it is on by default, as in llmchat)")
     parser.add_argument("--modes", default="plain,lookup,draft")
+    parser.add_argument("--task", choices=sorted(TASKS), default="copy")
     parser.add_argument("--json-out", type=Path)
     parser.add_argument("--attempts", type=int, default=5, help="reruns of a turn that other processes disturbed")
     parser.add_argument("--foreign-max", type=float, default=0.05)
@@ -108,7 +114,7 @@ def main() -> None:
     runs: dict[str, list] = {mode: [] for mode in modes}
     for rep in range(args.reps):
         for mode in modes:
-            result, foreign = guarded_turn(sessions[mode], PROMPT, args.attempts, args.foreign_max)
+            result, foreign = guarded_turn(sessions[mode], TASKS[args.task], args.attempts, args.foreign_max)
             stats = result.stats
             runs[mode].append(
                 {
@@ -132,7 +138,7 @@ def main() -> None:
 
     plain_decode = mean_sd([r["decode_tok_s"] for r in runs["plain"]])[0] if "plain" in runs else None
     plain_reply = runs["plain"][0]["reply_md5"] if "plain" in runs else None
-    print(f"\nmodel {Path(model).name}, threads {args.threads}, flash attention {'on' if args.flash_attn else 'off'}, {args.reps} reps, max {args.max_tokens} tokens\n")
+    print(f"\ntask {args.task}, model {Path(model).name}, threads {args.threads}, flash attention {'on' if args.flash_attn else 'off'}, {args.reps} reps, max {args.max_tokens} tokens\n")
     print("| mode | decode tok/s | speed-up | prefill tok/s | generated | draft acceptance | reply = plain |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
     summary = {}

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 GREEDY = ("--temperature", "0", "--seed", "1", "--max-tokens", "64", "--no-history", "--json")
@@ -176,3 +177,33 @@ def test_lookup_and_draft_model_together_is_a_usage_error(smollm2_path, tmp_path
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("llmchat: error:")]
     assert len(errors) == 1 and "--lookup" in errors[0] and "--draft-model" in errors[0]
+
+
+def test_prompt_lookup_drafts_what_followed_the_last_three_tokens():
+    from llmchat.engine.drafting import PromptLookupDrafter
+
+    drafter = PromptLookupDrafter(max_tokens=16)
+    context = [5, 1, 2, 3, 9, 8, 7, 6, 4, 4, 1, 2, 3]  # ends with 1 2 3, seen at the start
+    assert drafter(np.array(context)).tolist() == [9, 8, 7, 6]  # the first draft is 4 tokens
+    # Only a 2-token match: nothing is proposed (on free text such guesses were mostly wrong).
+    assert drafter(np.array([5, 1, 2, 9, 1, 2])).tolist() == []
+
+
+def test_draft_length_doubles_after_full_acceptance_and_shrinks_after_a_miss():
+    from llmchat.engine.drafting import DraftLength
+
+    length = DraftLength(max_tokens=16)
+    assert length.current == 4
+    length.proposed(10, np.array([1, 2, 3, 4]))
+    length.update(np.array([0] * 10 + [1, 2, 3, 4, 5]))  # all four kept, plus the model's next token
+    assert length.current == 8
+    length.proposed(15, np.array([6] * 8))
+    length.update(np.array([0] * 15 + [6, 6, 7]))  # two kept, then the model chose 7
+    assert length.current == 2
+    length.proposed(18, np.array([1, 1]))
+    length.update(np.array([0] * 18 + [2]))  # none kept
+    assert length.current == 1
+    for _ in range(6):
+        length.proposed(0, np.array([0] * length.current))
+        length.update(np.array([0] * 40))
+    assert length.current == 16  # capped

@@ -20,9 +20,9 @@ from typing import Iterator, Sequence
 
 import llama_cpp
 import numpy as np
-from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
 
 from llmchat.engine import logs
+from llmchat.engine.drafting import CountingDrafter, DraftingLlama, DraftModelDrafter, PromptLookupDrafter
 from llmchat.errors import ModelError, UsageError
 from llmchat.sampling import SamplingParams
 from llmchat.stopping import StopMatcher
@@ -76,7 +76,7 @@ class EngineSettings:
     lookup: bool = False  # prompt-lookup n-gram drafting
     kv_shift: bool = True  # after a trim, shift the kept cache instead of prefilling it again
     draft_model: Path | None = None
-    draft_tokens: int = 8
+    draft_tokens: int = 16  # the most drafted tokens per pass; the length adapts below it
 
 
 @dataclass
@@ -99,99 +99,6 @@ class GenerationOutcome:
     draft_proposed: int = 0
     draft_accepted: int = 0
     generated_ids: list[int] = field(default_factory=list)
-
-
-class _CountingDrafter(LlamaDraftModel):
-    """Wraps a drafter to measure its acceptance rate: each proposal is remembered with the position
-    it starts at, and compared with what the main model finally produced."""
-
-    def __init__(self, inner: LlamaDraftModel):
-        self.inner = inner
-        self.proposals: list[tuple[int, np.ndarray]] = []
-
-    def __call__(self, input_ids: np.ndarray, /, **kwargs) -> np.ndarray:
-        drafted = self.inner(input_ids, **kwargs)
-        if len(drafted):
-            self.proposals.append((len(input_ids), np.array(drafted, dtype=np.intc)))
-        return drafted
-
-    def start_reply(self, prompt_length: int, repeat_penalty: float) -> None:
-        if isinstance(self.inner, _DraftModelDrafter):
-            self.inner.start_reply(prompt_length, repeat_penalty)
-
-    def acceptance(self, final_ids: Sequence[int]) -> tuple[int, int]:
-        """(proposed, accepted) since the last call. Drafts past the reply's end (it stopped at a
-        stop string or the token limit) were never judged and are not counted."""
-        proposed = accepted = 0
-        for start, drafted in self.proposals:
-            judged = drafted[: max(0, len(final_ids) - start)]
-            proposed += len(judged)
-            for offset, token in enumerate(judged):
-                if final_ids[start + offset] != token:
-                    break
-                accepted += 1
-        self.proposals.clear()
-        return proposed, accepted
-
-
-class _DraftModelDrafter(LlamaDraftModel):
-    """A small model with the same vocabulary drafts k tokens greedily; the main model verifies them.
-
-    The draft model keeps its own KV cache and only evaluates what is new since its last call.
-    Its picks follow the main model's greedy choice as closely as it can: the same repeat
-    penalty over the same history. The main model's penalty sampler is created for each reply
-    and remembers the last `penalty_last_n` tokens it sampled (the prompt is not in it), so the
-    drafter applies the penalty to the reply so far plus its own drafts. Without that, every
-    place where the penalty changes the main model's pick rejects the draft (acceptance fell
-    from 94% to 77% at the default 1.1 in a self-draft test).
-    """
-
-    def __init__(self, draft: "llama_cpp.Llama", k: int, penalty_last_n: int):
-        self.draft = draft
-        self.k = k
-        self.penalty_last_n = penalty_last_n
-        self.reply_start = 0
-        self.repeat_penalty = 1.0
-        self._vocab = llama_cpp.llama_model_get_vocab(draft._model.model)
-        self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
-
-    def start_reply(self, prompt_length: int, repeat_penalty: float) -> None:
-        self.reply_start = prompt_length
-        self.repeat_penalty = repeat_penalty
-
-    def __call__(self, input_ids: np.ndarray, /, **kwargs) -> np.ndarray:
-        draft = self.draft
-        ids = [int(t) for t in input_ids]
-        if not ids or len(ids) + self.k >= draft.n_ctx():
-            return np.array([], dtype=np.intc)
-        # Reuse the longest cached prefix; at least one token is evaluated, for fresh logits.
-        cached = draft.input_ids[: draft.n_tokens]
-        common = 0
-        for old, new in zip(cached, ids[:-1]):
-            if old != new:
-                break
-            common += 1
-        if not draft._ctx.kv_cache_seq_rm(-1, common, -1):
-            draft.reset()  # a cache that cannot drop a suffix (recurrent): start over
-            common = 0
-        draft.n_tokens = common
-        draft.eval(ids[common:])
-        history = ids[self.reply_start :][-self.penalty_last_n :] if self.penalty_last_n else []
-        drafted: list[int] = []
-        while True:
-            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(draft._ctx.ctx, -1), shape=(self._n_vocab,))
-            if self.repeat_penalty != 1.0 and history:
-                logits = logits.copy()
-                seen = np.unique(np.asarray(history[-self.penalty_last_n :], dtype=np.intp))
-                # llama.cpp's penalties sampler: shrink a positive logit, push a negative one lower.
-                logits[seen] = np.where(logits[seen] <= 0, logits[seen] * self.repeat_penalty, logits[seen] / self.repeat_penalty)
-            token = int(np.argmax(logits))  # the first maximum, as llama.cpp's greedy sampler picks
-            drafted.append(token)
-            if len(drafted) >= self.k or llama_cpp.llama_vocab_is_eog(self._vocab, token):
-                break
-            history.append(token)
-            draft.eval([token])
-        return np.array(drafted, dtype=np.intc)
 
 
 def _backend_notice(gpu_layers: int, threads: int) -> str:
@@ -237,7 +144,7 @@ class Engine:
         self._vocab = llama_cpp.llama_model_get_vocab(llm._model.model)
         self._pieces: dict[int, bytes] = {}
         self._max_token_bytes: int | None = None
-        self._drafter: _CountingDrafter | None = llm.draft_model  # type: ignore[assignment]
+        self._drafter: CountingDrafter | None = llm.draft_model  # type: ignore[assignment]
         self.metadata: dict[str, str] = dict(llm.metadata)
         self.n_ctx: int = llm.n_ctx()
         self.n_ctx_train: int = llm._model.n_ctx_train()
@@ -261,7 +168,9 @@ class Engine:
         # computes each query row the same way whatever the batch holds, so a token's logits do
         # not depend on how it was batched. Without it, verifying 9 drafted tokens in one pass
         # differs from decoding them one by one by up to 0.9 in the logits, enough to flip a
-        # near-tie: --lookup and --draft-model would then change greedy replies.
+        # near-tie: --lookup and --draft-model would change greedy replies from the first tokens.
+        # (One limit remains: once the cache holds more than 256 tokens, a lone query row takes a
+        # kernel that splits the cache across threads and rounds differently; see README.)
         if settings.kv_type != "f16" and not settings.flash_attn:
             raise UsageError(
                 f"--kv-type {settings.kv_type} needs flash attention (a quantized V cache); "
@@ -271,18 +180,18 @@ class Engine:
         gpu_layers = _gpu_layers(settings)
         threads = settings.threads or physical_cores()
 
-        drafter: LlamaDraftModel | None = None
+        drafter: PromptLookupDrafter | DraftModelDrafter | None = None
         if settings.lookup and settings.draft_model:
             raise UsageError("--lookup and --draft-model are two kinds of drafting; choose one")
         if settings.lookup:
-            drafter = LlamaPromptLookupDecoding(max_ngram_size=3, num_pred_tokens=settings.draft_tokens)
+            drafter = PromptLookupDrafter(settings.draft_tokens)
         elif settings.draft_model:
             # The drafter's greedy picks should match the target's: the same attention numerics.
             draft_llm = _open_llama(
                 settings.draft_model, n_ctx=settings.n_ctx or 0, threads=threads, gpu_layers=gpu_layers,
                 settings=settings, flash_attn=flash_attn,
             )
-            drafter = _DraftModelDrafter(draft_llm, settings.draft_tokens, penalty_last_n=_PENALTY_LAST_N)
+            drafter = DraftModelDrafter(draft_llm, settings.draft_tokens, penalty_last_n=_PENALTY_LAST_N)
 
         llm = _open_llama(
             model_path,
@@ -292,7 +201,7 @@ class Engine:
             settings=settings,
             flash_attn=flash_attn,
             type_kv=KV_TYPES[settings.kv_type],
-            draft_model=_CountingDrafter(drafter) if drafter else None,
+            draft_model=CountingDrafter(drafter) if drafter else None,
         )
         notices.append(f"flash attention {'on' if flash_attn else 'off'}, KV cache {settings.kv_type}")
         if drafter is not None:
@@ -302,7 +211,7 @@ class Engine:
 
     def close(self) -> None:
         drafter = self._drafter.inner if self._drafter else None
-        if isinstance(drafter, _DraftModelDrafter):
+        if isinstance(drafter, DraftModelDrafter):
             drafter.draft.close()
         self._llm.close()
 
@@ -529,39 +438,6 @@ class Generation:
                 )
 
 
-class _DraftingLlama(llama_cpp.Llama):
-    """A Llama that computes logits only where speculative `generate` samples.
-
-    With a drafter set, llama-cpp-python forces `logits_all`: every evaluated position gets an
-    output row (n_vocab multiply-adds per embedding dimension) and a copy into a score array of
-    n_ctx × n_vocab floats. For a 3,461-token prompt on SmolLM2 that meant peak RSS 1105 MiB
-    instead of 264, and prefill 281 instead of 372 tok/s (bench/results/engine.md). Yet
-    `generate` samples only at the last token of a prompt and at each position of a verification
-    batch (the last sampled token plus at most `draft_tokens` drafts), and it samples through
-    `llama_sampler_sample` with negative indices, which llama.cpp counts back from the outputs of
-    the last decode. So outputs for the last `output_window` positions of each eval are all it
-    needs; llmchat reads neither `scores` nor logprobs.
-    """
-
-    def __init__(self, *args, output_window: int, **kwargs):
-        self.output_window = output_window
-        super().__init__(*args, **kwargs)
-
-    def eval(self, tokens: Sequence[int]) -> None:
-        self._ctx.kv_cache_seq_rm(-1, self.n_tokens, -1)
-        first_needed = max(0, len(tokens) - self.output_window)
-        for start in range(0, len(tokens), self.n_batch):
-            chunk = tokens[start : start + self.n_batch]
-            n_past = self.n_tokens
-            self._batch.set_batch(batch=chunk, n_past=n_past, logits_all=False)  # marks the chunk's last token
-            for i in range(max(0, first_needed - start), len(chunk)):
-                self._batch.batch.logits[i] = True
-            self._ctx.decode(self._batch)
-            self.input_ids[n_past : n_past + len(chunk)] = chunk
-            self.n_tokens += len(chunk)
-            self._requires_eval = False
-
-
 def _open_llama(
     model_path: Path,
     *,
@@ -571,7 +447,7 @@ def _open_llama(
     settings: EngineSettings,
     flash_attn: bool = False,
     type_kv: int | None = None,
-    draft_model: LlamaDraftModel | None = None,
+    draft_model: CountingDrafter | None = None,
 ) -> "llama_cpp.Llama":
     if n_ctx == 0:
         n_ctx = min(_trained_context(model_path), DEFAULT_MAX_CTX)
@@ -593,10 +469,9 @@ def _open_llama(
         kwargs.update(type_k=type_kv, type_v=type_kv)
     model_class: type[llama_cpp.Llama] = llama_cpp.Llama
     if draft_model is not None:
-        # logits_all=False sizes the library's score array by n_batch instead of n_ctx;
-        # _DraftingLlama asks llama.cpp for exactly the logits verification needs.
+        # Only the logits verification samples from (DraftingLlama), not one row per token.
         kwargs.update(draft_model=draft_model, logits_all=False, output_window=settings.draft_tokens + 1)
-        model_class = _DraftingLlama
+        model_class = DraftingLlama
     logs.recent_errors.clear()
     logs.offloaded.clear()
     try:
