@@ -4,7 +4,7 @@ With KV-cache reuse across turns only the new user message is prefilled, so TTFT
 with the length of the chat; trims drop old exchanges in one chunk, so the turns after a trim
 extend a stable prefix again. Target: mean TTFT of turns 26-30 <= 1.3 x the mean of turns 2-6.
 
-    python bench/conversation_ttft.py [--turns 30] [--ctx 4096] [-m MODEL]
+    python bench/conversation_ttft.py [--turns 30] [--ctx 4096] [-m MODEL] [--flag=--no-flash-attn ...]
 """
 
 from __future__ import annotations
@@ -33,22 +33,26 @@ def main() -> None:
     parser.add_argument("--ctx", type=int, default=4096)
     parser.add_argument("--max-tokens", type=int, default=160)
     parser.add_argument("-m", "--model")
+    parser.add_argument("--flag", action="append", default=[], help="an extra chat flag, e.g. --flag=--no-flash-attn")
     args = parser.parse_args()
 
     command = [sys.executable, "-m", "llmchat", "chat", "--json", "--no-history", "--ctx", str(args.ctx),
                "--max-tokens", str(args.max_tokens), "--temperature", "0.7", "--seed", "7"]
     if args.model:
         command += ["-m", args.model]
+    command += args.flag
     stdin = "\n".join(message(i) for i in range(1, args.turns + 1)) + "\n"
     proc = subprocess.run(command, input=stdin, capture_output=True, text=True, check=True)
     turns = [json.loads(line) for line in proc.stdout.splitlines()]
 
     print(f"date {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; {platform.machine()}, {os.cpu_count()} CPUs")
-    print("| turn | TTFT ms | prompt | cached | prefilled | generated | dropped |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    # TTFT = llmchat's own work before llama.cpp starts (render, tokenize, fit) + llama.cpp's prefill
+    # and first sample (engine ms).
+    print("| turn | TTFT ms | engine ms | prompt | cached | prefilled | generated | dropped |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for turn in turns:
         s = turn["stats"]
-        print(f"| {turn['turn']} | {s['ttft_s'] * 1000:.0f} | {s['prompt_tokens']} | {s['cached_tokens']} | "
+        print(f"| {turn['turn']} | {s['ttft_s'] * 1000:.0f} | {s['prefill_s'] * 1000:.0f} | {s['prompt_tokens']} | {s['cached_tokens']} | "
               f"{s['prefill_tokens']} | {s['generated_tokens']} | {s['messages_dropped']} |")
     early = statistics.mean(t["stats"]["ttft_s"] for t in turns[1:6])
     late = statistics.mean(t["stats"]["ttft_s"] for t in turns[25:30])

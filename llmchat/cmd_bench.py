@@ -91,7 +91,7 @@ def to_json(result, model_name: str, model_path: str, engine, opts: RunOptions) 
         "threads": model.threads,
         "n_ctx": engine.n_ctx,
         "batch_size": opts.batch_size,
-        "flash_attn": opts.flash_attn,
+        "flash_attn": engine.settings.flash_attn,
         "kv_type": opts.kv_type,
         "n_prompt": result.n_prompt,
         "n_gen": result.n_gen,

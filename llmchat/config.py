@@ -8,6 +8,7 @@ Example (`llmchat config path` prints where it lives):
     stats = true                 # live TTFT / tok/s readout in chat
     history = true               # save conversations in SQLite
     ctx = 4096                   # default context window
+    flash_attn = true            # false: faster long chats on CPU (see the README)
     markdown = false
 
     [sampling]                   # any of: temperature top_p top_k min_p repeat_penalty max_tokens seed
@@ -41,6 +42,7 @@ _TOP_LEVEL = {
     "stats": bool,
     "history": bool,
     "ctx": int,
+    "flash_attn": bool,
     "markdown": bool,
     "template": str,
     "sampling": dict,
@@ -59,6 +61,7 @@ class Config:
     stats: bool = True
     history: bool = True
     ctx: int | None = None
+    flash_attn: bool | None = None
     markdown: bool = False
     template: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)

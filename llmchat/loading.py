@@ -42,7 +42,7 @@ def validate_options(opts: RunOptions) -> None:
         raise UsageError(f"--device must be auto, cpu or gpu, got {opts.device!r}")
     if opts.kv_type not in ("f16", "q8_0", "q4_0"):
         raise UsageError(f"--kv-type must be f16, q8_0 or q4_0, got {opts.kv_type!r}")
-    if opts.kv_type != "f16" and not opts.flash_attn:
+    if opts.kv_type != "f16" and opts.flash_attn is False:
         raise UsageError(f"--kv-type {opts.kv_type} needs flash attention (a quantized V cache); drop --no-flash-attn or use --kv-type f16")
     if opts.preset is not None:
         preset_values(opts.preset)
@@ -82,6 +82,12 @@ def load_model(opts: RunOptions, *, n_ctx_override: int | None = None, announce:
     validate_options(opts)
     check_template_choice(opts.template)
     config = load_config()
+    flash_attn = next(v for v in (opts.flash_attn, config.flash_attn, True) if v is not None)
+    if opts.kv_type != "f16" and not flash_attn:
+        raise UsageError(
+            f"--kv-type {opts.kv_type} needs flash attention (a quantized V cache), but the config file "
+            f"{config.path} sets flash_attn = false; pass --flash-attn or use --kv-type f16"
+        )
     model = resolve_model(opts.model, aliases=config.models, config_default=config.model)
     if model.how == "default" and announce:
         notice(f"model: {model.name} (the bundled default; choose another with -m)")
@@ -109,7 +115,7 @@ def load_model(opts: RunOptions, *, n_ctx_override: int | None = None, announce:
         batch_size=opts.batch_size,
         device=opts.device,
         gpu_layers=opts.gpu_layers,
-        flash_attn=opts.flash_attn,
+        flash_attn=flash_attn,
         kv_type=opts.kv_type,
         mmap=opts.mmap,
         mlock=opts.mlock,

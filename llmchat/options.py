@@ -26,7 +26,7 @@ class RunOptions:
     batch_size: int = 512
     device: str = "auto"
     gpu_layers: Optional[int] = None
-    flash_attn: bool = True
+    flash_attn: Optional[bool] = None  # None: the config's flash_attn, else on
     kv_type: str = "f16"
     mmap: bool = True
     mlock: bool = False
@@ -56,7 +56,7 @@ _ENGINE_OPTIONS = {
     "batch_size": Annotated[int, typer.Option("--batch-size", help="Prompt tokens evaluated per llama.cpp batch.", rich_help_panel=ENGINE)],
     "device": Annotated[str, typer.Option("--device", help="auto | cpu | gpu. auto offloads every layer when llama.cpp was built with GPU support.", rich_help_panel=ENGINE)],
     "gpu_layers": Annotated[Optional[int], typer.Option("--gpu-layers", help="Layers to offload to the GPU (-1 = all).", rich_help_panel=ENGINE)],
-    "flash_attn": Annotated[bool, typer.Option("--flash-attn/--no-flash-attn", help="Flash attention (on by default, as llama.cpp's -fa auto picks on CPU: faster, and drafting and --parallel then keep greedy replies as plain decoding gives them).", rich_help_panel=ENGINE)],
+    "flash_attn": Annotated[Optional[bool], typer.Option("--flash-attn/--no-flash-attn", help="Flash attention. Default: on (config: flash_attn), as llama.cpp's -fa auto picks; it keeps drafting and --parallel from changing greedy replies. Off is faster on CPU for long chats.", show_default=False, rich_help_panel=ENGINE)],
     "kv_type": Annotated[str, typer.Option("--kv-type", help="KV cache type: f16 | q8_0 | q4_0 (quantized needs flash attention).", rich_help_panel=ENGINE)],
     "mmap": Annotated[bool, typer.Option("--mmap/--no-mmap", help="Memory-map the model file.", rich_help_panel=ENGINE)],
     "mlock": Annotated[bool, typer.Option("--mlock", help="Lock the model in RAM.", rich_help_panel=ENGINE)],

