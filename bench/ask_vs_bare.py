@@ -61,7 +61,8 @@ def main() -> None:
 
     model_path = args.model or str(bundled_default_model())
     threads = physical_cores()
-    llm = llama_cpp.Llama(model_path=model_path, n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False)
+    # The engine settings llmchat uses by default (flash attention on), so only the layers above differ.
+    llm = llama_cpp.Llama(model_path=model_path, n_ctx=2048, n_threads=threads, n_threads_batch=threads, flash_attn=True, verbose=False)
     # The same rendered prompt llmchat sends (ChatML, as in SmolLM2's own template).
     text = f"<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\n{PROMPT}<|im_end|>\n<|im_start|>assistant\n"
     prompt_tokens = llm.tokenize(text.encode(), add_bos=False, special=True)

@@ -259,7 +259,7 @@ def main() -> None:
         "# `llmchat batch` benchmark",
         "",
         f"- Date: {datetime.now().strftime('%Y-%m-%d %H:%M')}",
-        f"- Machine: {cpu}, {os.cpu_count()} CPUs, {threads} threads used (lscpu); shared with other jobs "
+        f"- Machine: {cpu}, {os.cpu_count()} CPUs, {threads} threads used (lscpu) "
         f"(load average {load_before[0]:.2f} at the start, {load_after[0]:.2f} at the end)",
         f"- Model: {Path(model).name}",
         f"- Workload: {len(items)} prompts (chat template included: {serial['prompt_tokens'] / len(items):.0f} prompt tokens on average), "
@@ -343,14 +343,12 @@ def main() -> None:
         "",
     ]
     lines += [
-        "Why they differ: llama.cpp's CPU kernels are not batch-invariant. A sequence's logits depend on the batch it is "
-        "computed in (which rows share a matmul tile, the accumulation order, the 8-bit quantization of activations that "
-        "turns a last-bit difference into a visible one); on SmolLM2 Q4_1, teacher-forced decoding of one sequence alone "
-        "and inside a 4-sequence batch gave logits up to about 1.0 apart. Greedy decoding turns the first near-tie into "
-        "a different token and the replies part from there; they stay fluent. This is llama.cpp behaviour "
-        "(ggml-org/llama.cpp#6583, #7052, PR #6950), not a sampling difference: the parallel decoder run with one "
-        "sequence reproduces `Engine.generate` token for token (tests/test_batch.py), and `--parallel 1` goes through "
-        "the same code as `llmchat ask`. For byte-identical replies use `--parallel 1`.",
+        "Why they match: with flash attention (llmchat's default) llama.cpp computes a query row the same way whatever "
+        "else is in the batch, and `--parallel` gives every sequence its own KV stream, so a sequence's cache cells stay "
+        "in position order, as when it runs alone. (In one shared buffer a recycled sequence lands in the holes others "
+        "left, out of order, and about half the greedy replies drifted at a near-tie.) The limit: once a sequence holds "
+        "more than 256 tokens, a single query row takes llama.cpp's split-KV kernel and several rows do not, so replies "
+        "can part at a near-tie after that point (bench/results/engine.md, section 0).",
         "",
     ]
     report = "\n".join(lines) + "\n"
