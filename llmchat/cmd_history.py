@@ -20,13 +20,22 @@ app = typer.Typer(no_args_is_help=True, help="List, show, export and remove save
 EXPORT_FORMATS = ("json", "markdown")
 
 
-def _open_store() -> HistoryStore | None:
-    """The store, or None when there is no history yet: reading must not create the database."""
+def _open_store(*, reading: bool = True) -> HistoryStore | None:
+    """The store, or None when there is no history yet: reading must not create the database.
+    `reading`: where the database cannot be opened for writing (a read-only folder), read it as is."""
     from llmchat import paths
+    from llmchat.errors import HistoryError
     from llmchat.history import HistoryStore
 
     path = paths.history_db()
-    return HistoryStore.open(path) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        return HistoryStore.open(path)
+    except HistoryError:
+        if not reading:
+            raise
+        return HistoryStore.open_read_only(path)
 
 
 def _no_history_error(ref: str):
@@ -199,7 +208,7 @@ def rm_command(
     yes: bool = typer.Option(False, "--yes", "-y", help="Delete without asking."),
 ) -> None:
     """Delete a conversation and its messages."""
-    store = _open_store()
+    store = _open_store(reading=False)
     if store is None:
         raise _no_history_error(ref)
     with store:

@@ -187,6 +187,12 @@ def applied_migrations(db: sqlite3.Connection) -> set[str]:
     return {row[0] for row in db.execute("SELECT name FROM _migrations")}
 
 
+def _read_applied(db: sqlite3.Connection) -> set[str]:
+    """The applied migrations, without creating anything (for read-only connections)."""
+    exists = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_migrations'").fetchone()
+    return {row[0] for row in db.execute("SELECT name FROM _migrations")} if exists else set()
+
+
 def migrate(db: sqlite3.Connection, migrations: list[Migration] | None = None) -> list[str]:
     """Apply the pending migrations in order; returns their names. Caller holds a transaction."""
     done = applied_migrations(db)
@@ -277,6 +283,31 @@ class HistoryStore:
             db.close()
             raise
         return store
+
+    @classmethod
+    def open_read_only(cls, path: Path, *, timeout: float = DEFAULT_TIMEOUT_S) -> HistoryStore:
+        """Open an existing database for reading only: for `history list/show/export` where the
+        data folder is read-only (a read-only mount, another user's files). Nothing is migrated;
+        a database that would need it is refused with what to do."""
+        path = Path(path)
+        # mode=ro still needs the WAL index (-shm) beside the file; where it cannot be created,
+        # immutable=1 reads the file as it is (nothing can be writing to a read-only folder).
+        last: sqlite3.Error | None = None
+        for flags in ("mode=ro", "immutable=1"):
+            try:
+                db = sqlite3.connect(f"{path.resolve().as_uri()}?{flags}", uri=True, timeout=min(timeout, SQLITE_BUSY_SLICE_S), check_same_thread=False)
+                pending = [fn.__name__ for fn in MIGRATIONS if fn.__name__ not in _read_applied(db)]
+            except sqlite3.Error as err:
+                last = err
+                continue
+            if pending:
+                db.close()
+                raise HistoryError(
+                    f"history database {path} is from an older llmchat and cannot be upgraded here (read-only); "
+                    "run llmchat once where the folder is writable"
+                )
+            return cls(db, path, timeout)
+        raise _translate(path, last, timeout) from last
 
     @staticmethod
     def _connect(path: Path, timeout: float) -> sqlite3.Connection:

@@ -719,6 +719,25 @@ def test_read_only_history_folder(tmpfs, cli):
     assert "without history" in warning and "Traceback" not in result.stderr
 
 
+def test_history_can_be_read_from_a_read_only_folder(tmpfs, cli):
+    """`history list/show/export` read a database on a read-only mount; `rm` says it cannot write."""
+    folder = tmpfs("4m")
+    env = {"LLMCHAT_HOME": str(folder / "home")}
+    assert cli("ask", *FAST, "hello there", env=env, timeout=TIMEOUT).returncode == 0
+    remount = subprocess.run(["mount", "-o", "remount,ro", str(folder)], capture_output=True)
+    if remount.returncode != 0:
+        pytest.skip(f"cannot remount read-only: {remount.stderr.decode().strip()}")
+    listed = cli("history", "list", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert len(json.loads(listed.stdout)) == 1
+    shown = cli("history", "show", "last", env=env)
+    assert shown.returncode == 0 and "hello there" in shown.stdout
+    exported = cli("history", "export", "last", "--format", "json", env=env)
+    assert exported.returncode == 0 and json.loads(exported.stdout)["messages"][0]["content"] == "hello there"
+    removed = cli("history", "rm", "last", "--yes", env=env)
+    assert removed.returncode == 1 and removed.stderr.count("\n") == 1 and "history database" in removed.stderr
+
+
 def test_disk_full_mid_chat(tmpfs):
     """The first turn is saved; then the disk fills: the chat goes on, warns once, exits 0."""
     folder = tmpfs("256k")
