@@ -116,13 +116,31 @@ def fit_to_context(
         )
 
     target = int(budget.prompt_limit * TRIM_TARGET)
-    start = conversation.window_start
     # Whole exchanges only: a user message without its reply (or the reverse) confuses the model.
+    starts = []
+    start = conversation.window_start
     while start < len(conversation.messages):
         start = _next_exchange_start(conversation.messages, start)
-        tokens = tokenize_messages(conversation.prompt_messages(user_text, start=start))
-        if len(tokens) <= target:
-            break
+        starts.append(start)
+    # The fewest exchanges dropped that reach the target. The prompt only shrinks as more are
+    # dropped, so a binary search finds it with log2(n) renders instead of one per exchange
+    # (each render and tokenize of a long conversation costs ~10 ms, on the turn that trims).
+    sizes: dict[int, list[int]] = {}
+
+    def prompt_from(index: int) -> list[int]:
+        if index not in sizes:
+            sizes[index] = tokenize_messages(conversation.prompt_messages(user_text, start=starts[index]))
+        return sizes[index]
+
+    low, high = 0, len(starts) - 1  # the last start drops everything: `alone`, which fits
+    sizes[high] = alone
+    while low < high:
+        middle = (low + high) // 2
+        if len(prompt_from(middle)) <= target:
+            high = middle
+        else:
+            low = middle + 1
+    start, tokens = starts[low], prompt_from(low)
     if len(tokens) > budget.prompt_limit:  # cannot happen given the check above; kept as a guard
         tokens = alone
         start = len(conversation.messages)
