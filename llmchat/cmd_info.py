@@ -37,7 +37,7 @@ runtime part asks the installed llama.cpp build which devices it can use.
         devices           [{name, description, kind, free_bytes, total_bytes}] from ggml
         cpu_features      SIMD features of the CPU backend (AVX2, AVX512, NEON...)
         offload_layers    layers --device auto offloads (repeating layers + output), 0 on CPU
-        flash_attn        true (the default; --no-flash-attn turns it off)
+        flash_attn        as the config sets it (default true; --no-flash-attn turns it off)
     notes                                 list of sentences: how the figures were computed
 """
 
@@ -83,8 +83,10 @@ def info(
 
 def runtime_report(meta: Any) -> dict:
     """The installed llama.cpp build's devices, and how many of this model's layers it would offload."""
+    from llmchat.config import load_config
     from llmchat.engine import devices
 
+    config_flash_attn = load_config().flash_attn
     found = devices.devices()
     gpu = devices.can_offload() and any(d.is_gpu for d in found)
     n_layers = int(meta.arch_get("block_count") or 0)
@@ -93,7 +95,7 @@ def runtime_report(meta: Any) -> dict:
         "devices": [dict(d.__dict__) for d in found],
         "cpu_features": devices.cpu_features(),
         "offload_layers": n_layers + 1 if gpu else 0,  # llama.cpp counts the output layer too
-        "flash_attn": True,
+        "flash_attn": config_flash_attn is not False,
     }
 
 

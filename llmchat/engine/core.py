@@ -445,7 +445,7 @@ def _open_llama(
     threads: int,
     gpu_layers: int,
     settings: EngineSettings,
-    flash_attn: bool = False,
+    flash_attn: bool,
     type_kv: int | None = None,
     draft_model: CountingDrafter | None = None,
 ) -> "llama_cpp.Llama":

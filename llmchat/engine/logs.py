@@ -2,8 +2,9 @@
 
 llama-cpp-python 0.3.36 maps ggml's log levels wrongly: with verbose=False it prints warnings and
 hides errors. We install our own callback: nothing reaches stdout ever; with --verbose every line
-(but debug ones) goes to stderr; without it, nothing is printed, but the latest error lines are kept so that a
-failure (e.g. "Failed to create llama_context") can say *why* in its one-line message.
+but the debug ones goes to stderr; without it, nothing is printed, but the latest error lines are
+kept so that a failure (e.g. "Failed to create llama_context") can say *why* in its one-line
+message. The "offloaded N/M layers to GPU" line is kept too, for the backend notice.
 
 While a model loads, llama-cpp-python points file descriptors 1 and 2 at /dev/null (unless its own
 verbose flag is set), which would swallow the load's lines under --verbose too; so verbose output
