@@ -291,8 +291,8 @@ def main() -> None:
     ]
     if reference:
         lines += [
-            f"llama.cpp's own `llama-batched-bench` on this machine, 64 prompt + 64 generated tokens per sequence, "
-            f"no shared prompt, 1 and 4 sequences (best run of each KV layout):",
+            "llama.cpp's own `llama-batched-bench` on this machine, 64 prompt + 64 generated tokens per sequence, "
+            "no shared prompt, 1 and 4 sequences (best run of each KV layout):",
             "",
             "| KV layout | B | S_PP t/s | S_TG t/s | S t/s | S_TG gain 4 vs 1 | S gain 4 vs 1 | CPU share |",
             "|---|---|---|---|---|---|---|---|",

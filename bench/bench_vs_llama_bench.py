@@ -205,7 +205,6 @@ def main() -> None:
         print(f"\nllmchat TTFT pp{args.p} ({res['model']}, FA {'on' if res['flash_attn'] else 'off'}): {ttft_mean * 1000:.1f} ± {ttft_sd * 1000:.1f} ms")
     print(f"\nllama-bench build: {results[0]['llama_bench_build']}")
     for res in results:
-        kept_loads = sorted(res["foreign_load"])
         print(
             f"{res['model']}, FA {'on' if res['flash_attn'] else 'off'}: invocations left out as disturbed by other processes "
             f"(> {args.foreign_max:.0%} of the machine): {res['dropped_invocations']}; others' share per invocation: "

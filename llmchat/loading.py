@@ -107,7 +107,7 @@ def load_model(opts: RunOptions, *, n_ctx_override: int | None = None, announce:
     if n_ctx and trained_ctx and n_ctx > trained_ctx:
         notice(f"warning: --ctx {n_ctx} is above the {trained_ctx} tokens this model was trained on; expect worse answers past that")
 
-    from llmchat.engine import Engine, EngineSettings
+    from llmchat.engine import EngineSettings
 
     settings = EngineSettings(
         n_ctx=n_ctx,

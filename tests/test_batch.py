@@ -7,7 +7,6 @@ Kept small for a 2-core CI machine: few items, 16-24 generated tokens. No wall-c
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

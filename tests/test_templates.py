@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from llmchat import chat_template as ct
+from llmchat import template_sandbox
 from llmchat.chat_template import ModelFacts, Piece, builtin_templates, render_prompt, resolve_template
 from llmchat.errors import ExitCode, TemplateError, UsageError
 
@@ -436,7 +437,7 @@ BOMBS = {
 
 @pytest.mark.parametrize("bomb", list(BOMBS), ids=str)
 def test_loop_and_size_bombs_fail_fast(bomb, monkeypatch):
-    monkeypatch.setattr(ct, "RENDER_TIME_LIMIT_S", 0.5)
+    monkeypatch.setattr(template_sandbox, "RENDER_TIME_LIMIT_S", 0.5)
     start = time.monotonic()
     with pytest.raises(TemplateError, match="GGUF tokenizer.chat_template"):
         resolve_template(ModelFacts(chat_template=BOMBS[bomb] + "{{ messages[0].content }}"))
@@ -541,7 +542,7 @@ def test_reasoning_template_still_protects_user_text():
 
 def test_oversized_template_is_refused():
     with pytest.raises(TemplateError, match="characters long"):
-        resolve_template(ModelFacts(chat_template="{{ messages[0].content }}" + " " * (ct.MAX_TEMPLATE_CHARS + 1)))
+        resolve_template(ModelFacts(chat_template="{{ messages[0].content }}" + " " * (template_sandbox.MAX_TEMPLATE_CHARS + 1)))
 
 
 def test_empty_content_and_folded_system_pieces():

@@ -38,7 +38,6 @@ prefilled in full.
 from __future__ import annotations
 
 import codecs
-import ctypes
 import random
 import time
 from dataclasses import dataclass, field
