@@ -382,3 +382,54 @@ def test_info_human_output(smollm2: GGUFMetadata, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     for fragment in ("llama", "Q4_1", "GQA", "23,040 B", "8,192", "fits RAM", "runtime: "):
         assert fragment in result.stdout, fragment
+
+
+GPU_RUNTIME = {
+    "gpu_offload": True,
+    "devices": [
+        {"name": "CUDA0", "description": "NVIDIA H200", "kind": "GPU", "free_bytes": 140 * 2**30, "total_bytes": 143 * 2**30},
+        {"name": "CPU", "description": "AMD EPYC", "kind": "CPU", "free_bytes": 2**34, "total_bytes": 2**34},
+    ],
+    "cpu_features": ["AVX2", "AVX512", "FMA"],
+    "offload_layers": 31,
+    "flash_attn": True,
+}
+
+
+def test_runtime_line_names_the_gpu_and_the_layers_it_takes() -> None:
+    # Only the wording is checked here: no GPU is lent to this project's CI.
+    from llmchat.cmd_info import _runtime_line
+
+    line = _runtime_line(GPU_RUNTIME)
+    assert "CUDA0 (NVIDIA H200)" in line and "all 31 layers" in line
+    cpu_only = _runtime_line(GPU_RUNTIME | {"gpu_offload": False, "offload_layers": 0})
+    assert "CPU (AVX2, AVX512)" in cpu_only and "no GPU backend" in cpu_only
+
+
+def test_vram_comes_from_ggml_when_nvidia_smi_is_absent(monkeypatch) -> None:
+    from llmchat.cmd_info import _with_ggml_gpus
+
+    monkeypatch.setattr("llmchat.model_info.shutil.which", lambda name: None)  # no nvidia-smi
+    memory = _with_ggml_gpus(GPU_RUNTIME)
+    assert [(g.name, g.free_bytes) for g in memory.gpus] == [("NVIDIA H200", 140 * 2**30)]
+    assert _with_ggml_gpus(GPU_RUNTIME | {"gpu_offload": False}).gpus == ()
+
+
+def test_backend_notice_reports_the_offload_llama_cpp_logged(monkeypatch) -> None:
+    from llmchat.engine import core, devices, logs
+
+    gpu = devices.Device("CUDA0", "NVIDIA H200", "GPU", 1, 2)
+    monkeypatch.setattr(devices, "devices", lambda: [gpu])
+    monkeypatch.setattr(logs, "offloaded", {"layers": 31, "of": 31})
+    assert core._backend_notice(-1, 8) == "backend: CUDA0 (NVIDIA H200): 31/31 layers offloaded; the rest on CPU, 8 threads"
+    assert "not used" in core._backend_notice(0, 8)
+    monkeypatch.setattr(devices, "devices", lambda: [])
+    assert core._backend_notice(0, 2) == "backend: CPU, 2 threads (this llama-cpp-python build has no GPU backend)"
+
+
+def test_the_log_callback_keeps_llama_cpps_offload_count(monkeypatch) -> None:
+    from llmchat.engine import logs
+
+    monkeypatch.setattr(logs, "offloaded", {})
+    logs._on_log(2, b"load_tensors: offloaded 29/31 layers to GPU\n", None)
+    assert logs.offloaded == {"layers": 29, "of": 31}
