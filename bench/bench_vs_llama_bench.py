@@ -3,8 +3,8 @@
 
     python bench/bench_vs_llama_bench.py /tmp/llama.cpp-build/bin/llama-bench [--gemma] [--rounds 2]
 
-For each model and each flash-attention setting (off: llmchat's default; on: `--flash-attn`, which
-is what llama-bench's default `-fa auto` picks on CPU), the two tools are run alternately
+For each model and each flash-attention setting (on: llmchat's default, and what llama-bench's
+default `-fa auto` picks on CPU; off: `--no-flash-attn` and `-fa 0`), the two tools are run alternately
 `--rounds` times (llama-bench first, then llmchat, then again ...), each with `-r REPS`, and the
 per-repetition tokens/s are pooled. Ratio = llmchat mean / llama-bench mean (target >= 0.95).
 
@@ -120,8 +120,7 @@ def run_llama_bench(binary: str, model: Path, *, threads: int, n_prompt: int, n_
 
 def run_llmchat(model: Path, *, threads: int, n_prompt: int, n_gen: int, reps: int, fa: bool) -> dict:
     cmd = [sys.executable, "-m", "llmchat", "bench", "-m", str(model), "-t", str(threads), "-p", str(n_prompt), "-n", str(n_gen), "-r", str(reps), "--json"]
-    if fa:
-        cmd.append("--flash-attn")
+    cmd.append("--flash-attn" if fa else "--no-flash-attn")
     with tempfile.TemporaryDirectory() as home:
         proc, foreign = invoke(cmd, env=dict(os.environ, LLMCHAT_HOME=home))
     if proc.returncode != 0:
