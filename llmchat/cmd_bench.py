@@ -69,7 +69,7 @@ def bench(
 
         write_json(to_json(result, loaded.model.name, str(loaded.model.path), engine, opts))
     else:
-        typer.echo(format_table(result, loaded.model.name))
+        typer.echo(format_table(result, loaded.model.name, flash_attn=engine.settings.flash_attn))
 
 
 def _progress_line(stage: str) -> None:
@@ -111,11 +111,14 @@ def _params(n: int) -> str:
     return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.2f} M"
 
 
-def format_table(result, model_name: str) -> str:
+def format_table(result, model_name: str, *, flash_attn: bool) -> str:
     model = result.model
-    header = ("model", "size", "params", "backend", "threads", "test", "t/s")
-    right = (False, True, True, False, True, True, True)
-    common = (f"{model_name} ({model.desc})", _size(model.size_bytes), _params(model.n_params), model.backend, str(model.threads))
+    header = ("model", "size", "params", "backend", "threads", "fa", "test", "t/s")
+    right = (False, True, True, False, True, True, True, True)
+    common = (
+        f"{model_name} ({model.desc})", _size(model.size_bytes), _params(model.n_params), model.backend,
+        str(model.threads), "1" if flash_attn else "0",
+    )
     rows = [
         common + (f"pp{result.n_prompt}", f"{result.pp.mean:.2f} ± {result.pp.sd:.2f}"),
         common + (f"tg{result.n_gen}", f"{result.tg.mean:.2f} ± {result.tg.sd:.2f}"),
@@ -129,6 +132,6 @@ def format_table(result, model_name: str) -> str:
     ttft = result.ttft
     footer = (
         f"TTFT pp{result.n_prompt} (prefill + first token): {ttft.mean * 1000:.1f} ± {ttft.sd * 1000:.1f} ms; "
-        f"{result.reps} reps after a warm-up, KV cache cleared before each"
+        f"{result.reps} rep{'' if result.reps == 1 else 's'} after a warm-up, KV cache cleared before each"
     )
     return "\n".join([line(header), rule, *(line(r) for r in rows), "", footer])
