@@ -195,6 +195,14 @@ def cmd_show(ctx: CommandContext, arg: str) -> Outcome:
         f"{used:,} / {limit:,} tokens used",
         f"prompts up to {budget.prompt_limit:,}, {budget.reply_reserve:,} kept for the reply",
     )
+    settings = getattr(session.engine, "settings", None)
+    if settings is not None:
+        drafting = "prompt lookup" if settings.lookup else ("draft model" if settings.draft_model else "no drafting")
+        table.add_row(
+            "engine",
+            f"flash attention {'on' if settings.flash_attn else 'off'}, KV {settings.kv_type}",
+            f"{getattr(session.engine, 'threads', '?')} threads, {drafting}",
+        )
     system = session.conversation.system
     table.add_row("system", _one_line(system) if system else "(none)", "")
     if session.history is None:

@@ -301,7 +301,8 @@ def test_history_commands_without_a_store(loaded, capsys):
 def test_show_lists_settings_and_where_they_came_from(session, capsys):
     drive(session, "/set top_p 0.5" + ENTER + "Say hello." + ENTER + "/show" + ENTER)
     out, _ = capsys.readouterr()
-    for expected in ("model", "SmolLM2", "template", session.template.name, "context", "/ 2,048 tokens used", "sampling"):
+    for expected in ("model", "SmolLM2", "template", session.template.name, "context", "/ 2,048 tokens used", "sampling",
+                     "flash attention on, KV f16", "no drafting"):
         assert expected in out, expected
     rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
     assert rows["temperature"].rstrip().endswith("flag")  # from the fixture's RunOptions
