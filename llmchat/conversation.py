@@ -125,15 +125,15 @@ def fit_to_context(
     # The fewest exchanges dropped that reach the target. The prompt only shrinks as more are
     # dropped, so a binary search finds it with log2(n) renders instead of one per exchange
     # (each render and tokenize of a long conversation costs ~10 ms, on the turn that trims).
-    sizes: dict[int, list[int]] = {}
+    prompts: dict[int, list[int]] = {}
 
     def prompt_from(index: int) -> list[int]:
-        if index not in sizes:
-            sizes[index] = tokenize_messages(conversation.prompt_messages(user_text, start=starts[index]))
-        return sizes[index]
+        if index not in prompts:
+            prompts[index] = tokenize_messages(conversation.prompt_messages(user_text, start=starts[index]))
+        return prompts[index]
 
     low, high = 0, len(starts) - 1  # the last start drops everything: `alone`, which fits
-    sizes[high] = alone
+    prompts[high] = alone
     while low < high:
         middle = (low + high) // 2
         if len(prompt_from(middle)) <= target:
