@@ -23,8 +23,25 @@ PROMPT = "Write a detailed essay about the history of the bicycle, from its inve
 
 
 def ask_once(model: str | None, tokens: int, threads: int) -> float:
-    args = [sys.executable, "-m", "llmchat", "ask", "--json", "--no-history", "--temperature", "0", "--seed", "1",
-            "--max-tokens", str(tokens), "--threads", str(threads), "--ctx", "2048", PROMPT]
+    args = [
+        sys.executable,
+        "-m",
+        "llmchat",
+        "ask",
+        "--json",
+        "--no-history",
+        "--temperature",
+        "0",
+        "--seed",
+        "1",
+        "--max-tokens",
+        str(tokens),
+        "--threads",
+        str(threads),
+        "--ctx",
+        "2048",
+        PROMPT,
+    ]
     if model:
         args[4:4] = ["-m", model]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
@@ -37,7 +54,7 @@ def bare_loop(llm, prompt_tokens: list[int], tokens: int) -> tuple[float, int]:
     llm.reset()
     first = last = None
     count = 0
-    for token in llm.generate(prompt_tokens, temp=0.0, top_k=1, repeat_penalty=1.0):
+    for _token in llm.generate(prompt_tokens, temp=0.0, top_k=1, repeat_penalty=1.0):
         now = time.perf_counter()
         first = first or now
         last = now
@@ -57,12 +74,14 @@ def main() -> None:
     import llama_cpp
 
     from llmchat.engine import physical_cores
-    from llmchat.models import bundled_default_model
+    from llmchat.models.resolve import bundled_default_model
 
     model_path = args.model or str(bundled_default_model())
     threads = physical_cores()
     # The engine settings llmchat uses by default (flash attention on), so only the layers above differ.
-    llm = llama_cpp.Llama(model_path=model_path, n_ctx=2048, n_threads=threads, n_threads_batch=threads, flash_attn=True, verbose=False)
+    llm = llama_cpp.Llama(
+        model_path=model_path, n_ctx=2048, n_threads=threads, n_threads_batch=threads, flash_attn=True, verbose=False
+    )
     # The same rendered prompt llmchat sends (ChatML, as in SmolLM2's own template).
     text = f"<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\n{PROMPT}<|im_end|>\n<|im_start|>assistant\n"
     prompt_tokens = llm.tokenize(text.encode(), add_bos=False, special=True)
@@ -73,7 +92,10 @@ def main() -> None:
         ask_rates.append(rate)
         rate_bare, n_bare = bare_loop(llm, prompt_tokens, args.tokens)
         bare_rates.append(rate_bare)
-        print(f"rep {rep + 1}: ask {ask_rates[-1]:.1f} tok/s ({n} tokens)  bare {rate_bare:.1f} tok/s ({n_bare} tokens)", file=sys.stderr)
+        print(
+            f"rep {rep + 1}: ask {ask_rates[-1]:.1f} tok/s ({n} tokens)  bare {rate_bare:.1f} tok/s ({n_bare} tokens)",
+            file=sys.stderr,
+        )
     llm.close()
 
     ask_median, bare_median = statistics.median(ask_rates), statistics.median(bare_rates)

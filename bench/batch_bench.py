@@ -34,13 +34,38 @@ from datetime import datetime
 from pathlib import Path
 
 TOPICS = [
-    "the history of the bicycle", "how bees make honey", "a lighthouse keeper", "the water cycle", "volcanoes",
-    "a robot learning to paint", "the first winter on Mars", "how bread rises", "an old library", "the moon landing",
-    "a city under the sea", "the life of a tree", "a lost dog finding home", "the invention of paper", "thunderstorms",
-    "a chess tournament", "how trains changed travel", "the Amazon rainforest", "a friendly dragon", "the printing press",
-    "a day in ancient Rome", "coral reefs", "a time traveller", "the northern lights", "a mountain village",
-    "how computers work", "the Silk Road", "a detective in Paris", "the deep ocean", "a festival of lights",
-    "migrating birds", "a small bakery",
+    "the history of the bicycle",
+    "how bees make honey",
+    "a lighthouse keeper",
+    "the water cycle",
+    "volcanoes",
+    "a robot learning to paint",
+    "the first winter on Mars",
+    "how bread rises",
+    "an old library",
+    "the moon landing",
+    "a city under the sea",
+    "the life of a tree",
+    "a lost dog finding home",
+    "the invention of paper",
+    "thunderstorms",
+    "a chess tournament",
+    "how trains changed travel",
+    "the Amazon rainforest",
+    "a friendly dragon",
+    "the printing press",
+    "a day in ancient Rome",
+    "coral reefs",
+    "a time traveller",
+    "the northern lights",
+    "a mountain village",
+    "how computers work",
+    "the Silk Road",
+    "a detective in Paris",
+    "the deep ocean",
+    "a festival of lights",
+    "migrating birds",
+    "a small bakery",
 ]
 TASKS = [
     "Write a long, detailed story about {topic}. Describe the places, the people and what happens, step by step.",
@@ -105,9 +130,30 @@ SUMMARY = re.compile(r"in ([0-9.]+) s, ([0-9.]+) items/s, ([0-9.]+) tok/s")
 
 def batch_run(items_path: Path, parallel: int, tokens: int, model_args: list[str], threads: int) -> dict:
     out = items_path.with_name(f"out-p{parallel}.jsonl")
-    cmd = [sys.executable, "-m", "llmchat", "batch", str(items_path), "-o", str(out), "--parallel", str(parallel),
-           "--max-tokens", str(tokens), "--temperature", "0", "--seed", "1", "--threads", str(threads),
-           "--ctx", "2048", "--progress", "lines", *model_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmchat",
+        "batch",
+        str(items_path),
+        "-o",
+        str(out),
+        "--parallel",
+        str(parallel),
+        "--max-tokens",
+        str(tokens),
+        "--temperature",
+        "0",
+        "--seed",
+        "1",
+        "--threads",
+        str(threads),
+        "--ctx",
+        "2048",
+        "--progress",
+        "lines",
+        *model_args,
+    ]
     wall, proc = run(cmd)
     match = SUMMARY.search(proc.stderr.strip().splitlines()[-1])
     gen_time = float(match.group(1)) if match else wall
@@ -117,28 +163,80 @@ def batch_run(items_path: Path, parallel: int, tokens: int, model_args: list[str
     prompt = sum(r["stats"]["prompt_tokens"] for r in records)
     evaluated = sum(r["stats"]["prefill_tokens"] for r in records)
     return {
-        "parallel": parallel, "wall_s": wall, "gen_s": gen_time, "items": len(records), "generated": generated,
-        "prompt_tokens": prompt, "prompt_evaluated": evaluated,
-        "decode_tok_s": generated / gen_time, "overall_tok_s": (evaluated + generated) / gen_time,
-        "per_item_s": wall / len(records), "items_s": len(records) / wall, "records": records,
+        "parallel": parallel,
+        "wall_s": wall,
+        "gen_s": gen_time,
+        "items": len(records),
+        "generated": generated,
+        "prompt_tokens": prompt,
+        "prompt_evaluated": evaluated,
+        "decode_tok_s": generated / gen_time,
+        "overall_tok_s": (evaluated + generated) / gen_time,
+        "per_item_s": wall / len(records),
+        "items_s": len(records) / wall,
+        "records": records,
     }
 
 
 def ask_loop(items: list[dict], tokens: int, model_args: list[str], threads: int) -> dict:
     """A plain shell loop, as a user would write it."""
     script = "\n".join(
-        shlex.join([sys.executable, "-m", "llmchat", "ask", "--json", "--no-history", "--max-tokens", str(tokens),
-                    "--temperature", "0", "--seed", "1", "--threads", str(threads), "--ctx", "2048", *model_args, item["prompt"]])
+        shlex.join(
+            [
+                sys.executable,
+                "-m",
+                "llmchat",
+                "ask",
+                "--json",
+                "--no-history",
+                "--max-tokens",
+                str(tokens),
+                "--temperature",
+                "0",
+                "--seed",
+                "1",
+                "--threads",
+                str(threads),
+                "--ctx",
+                "2048",
+                *model_args,
+                item["prompt"],
+            ]
+        )
         for item in items
     )
     wall, proc = run(["bash", "-c", script])
     replies = [json.loads(line)["reply"] for line in proc.stdout.splitlines() if line.strip()]
-    return {"wall_s": wall, "items": len(items), "per_item_s": wall / len(items), "items_s": len(items) / wall, "replies": replies}
+    return {
+        "wall_s": wall,
+        "items": len(items),
+        "per_item_s": wall / len(items),
+        "items_s": len(items) / wall,
+        "replies": replies,
+    }
 
 
 def batched_bench(binary: Path, model: str, threads: int, unified: bool) -> dict | None:
-    cmd = [str(binary), "-m", model, "-c", "2048", "-b", "512", "-ub", "512", "-npp", "64", "-ntg", "64",
-           "-npl", "1,4", "-t", str(threads), "-kvu" if unified else "-no-kvu"]
+    cmd = [
+        str(binary),
+        "-m",
+        model,
+        "-c",
+        "2048",
+        "-b",
+        "512",
+        "-ub",
+        "512",
+        "-npp",
+        "64",
+        "-ntg",
+        "64",
+        "-npl",
+        "1,4",
+        "-t",
+        str(threads),
+        "-kvu" if unified else "-no-kvu",
+    ]
     try:
         _, proc = run(cmd)
     except (OSError, SystemExit):
@@ -152,8 +250,10 @@ def batched_bench(binary: Path, model: str, threads: int, unified: bool) -> dict
     if 1 not in rows or 4 not in rows:
         return None
     return {
-        "rows": rows, "cmd": shlex.join(cmd),
-        "tg_gain": rows[4]["S_TG"] / rows[1]["S_TG"], "s_gain": rows[4]["S"] / rows[1]["S"],
+        "rows": rows,
+        "cmd": shlex.join(cmd),
+        "tg_gain": rows[4]["S_TG"] / rows[1]["S_TG"],
+        "s_gain": rows[4]["S"] / rows[1]["S"],
         "score": rows[4]["S_TG"] + rows[1]["S_TG"],
     }
 
@@ -176,14 +276,21 @@ def main() -> None:
     parser.add_argument("--ask-items", type=int, default=8)
     parser.add_argument("--parallel", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3, help="run every configuration this many times, interleaved")
-    parser.add_argument("--max-load", type=float, default=1.0, help="wait for the 1-minute load average to drop below this before each round")
-    parser.add_argument("--max-wait", type=float, default=600, help="wait at most this many seconds for a quiet machine")
+    parser.add_argument(
+        "--max-load",
+        type=float,
+        default=1.0,
+        help="wait for the 1-minute load average to drop below this before each round",
+    )
+    parser.add_argument(
+        "--max-wait", type=float, default=600, help="wait at most this many seconds for a quiet machine"
+    )
     parser.add_argument("-m", "--model")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "batch.md")
     args = parser.parse_args()
 
     from llmchat.engine import physical_cores
-    from llmchat.models import bundled_default_model
+    from llmchat.models.resolve import bundled_default_model
 
     model = args.model or str(bundled_default_model())
     model_args = ["-m", model]
@@ -212,21 +319,34 @@ def main() -> None:
             print(f"round {number}/{args.rounds} (load {load:.2f})", file=sys.stderr)
             got = {}
             for parallel in (1, args.parallel):
-                got[f"p{parallel}"] = timed_step(f"batch --parallel {parallel}, {len(items)} items",
-                                                 lambda parallel=parallel: batch_run(items_path, parallel, args.tokens, model_args, threads),
-                                                 0.9 * threads, "decode_tok_s")
+                got[f"p{parallel}"] = timed_step(
+                    f"batch --parallel {parallel}, {len(items)} items",
+                    lambda parallel=parallel: batch_run(items_path, parallel, args.tokens, model_args, threads),
+                    0.9 * threads,
+                    "decode_tok_s",
+                )
             if binary.is_file():
                 for unified in (True, False):
                     got["bb_unified" if unified else "bb_split"] = timed_step(
                         f"llama-batched-bench ({'unified' if unified else 'split'} KV)",
-                        lambda unified=unified: batched_bench(binary, model, threads, unified), 0.9 * threads, "tg_gain")
+                        lambda unified=unified: batched_bench(binary, model, threads, unified),
+                        0.9 * threads,
+                        "tg_gain",
+                    )
             # Python start-up and the model load run on one core: a clean ask loop gets less than `threads`.
-            got["ask"] = timed_step(f"shell loop of llmchat ask, {len(subset)} items",
-                                    lambda: ask_loop(subset, args.tokens, model_args, threads), 0.6 * threads, "items_s")
+            got["ask"] = timed_step(
+                f"shell loop of llmchat ask, {len(subset)} items",
+                lambda: ask_loop(subset, args.tokens, model_args, threads),
+                0.6 * threads,
+                "items_s",
+            )
             for parallel in (1, args.parallel):
-                got[f"sub_p{parallel}"] = timed_step(f"batch --parallel {parallel}, the same {len(subset)} items",
-                                                     lambda parallel=parallel: batch_run(subset_path, parallel, args.tokens, model_args, threads),
-                                                     0.7 * threads, "items_s")
+                got[f"sub_p{parallel}"] = timed_step(
+                    f"batch --parallel {parallel}, the same {len(subset)} items",
+                    lambda parallel=parallel: batch_run(subset_path, parallel, args.tokens, model_args, threads),
+                    0.7 * threads,
+                    "items_s",
+                )
             rounds.append(got)
 
     def best(name: str, key: str) -> dict:
@@ -235,7 +355,11 @@ def main() -> None:
         return max(clean, key=lambda run: run[key])
 
     serial, par = best("p1", "decode_tok_s"), best(f"p{args.parallel}", "decode_tok_s")
-    asked, sub_serial, sub_par = best("ask", "items_s"), best("sub_p1", "items_s"), best(f"sub_p{args.parallel}", "items_s")
+    asked, sub_serial, sub_par = (
+        best("ask", "items_s"),
+        best("sub_p1", "items_s"),
+        best(f"sub_p{args.parallel}", "items_s"),
+    )
     reference = {}
     for unified in (True, False):
         name = "bb_unified" if unified else "bb_split"
@@ -254,7 +378,9 @@ def main() -> None:
     decode_gain = par["decode_tok_s"] / serial["decode_tok_s"]
     overall_gain = par["overall_tok_s"] / serial["overall_tok_s"]
     paired = [r[f"p{p}"]["decode_tok_s"] / r["p1"]["decode_tok_s"] for r in rounds if r.get("p1") and r.get(f"p{p}")]
-    paired_overall = [r[f"p{p}"]["overall_tok_s"] / r["p1"]["overall_tok_s"] for r in rounds if r.get("p1") and r.get(f"p{p}")]
+    paired_overall = [
+        r[f"p{p}"]["overall_tok_s"] / r["p1"]["overall_tok_s"] for r in rounds if r.get("p1") and r.get(f"p{p}")
+    ]
     lines = [
         "# `llmchat batch` benchmark",
         "",
@@ -339,7 +465,8 @@ def main() -> None:
         f"## Determinism: greedy replies at --parallel {p} vs --parallel 1",
         "",
         f"{len(diffs)} of {len(items)} replies differ"
-        + (" (id: first differing character): " + ", ".join(f"{i}: {pos}" for i, pos in diffs) if diffs else "") + ".",
+        + (" (id: first differing character): " + ", ".join(f"{i}: {pos}" for i, pos in diffs) if diffs else "")
+        + ".",
         "",
     ]
     lines += [

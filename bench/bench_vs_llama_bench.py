@@ -30,6 +30,7 @@ from pathlib import Path
 
 def busy_fraction(seconds: float = 0.5) -> float:
     """Share of all CPUs busy over `seconds` (from /proc/stat): other people's work skews a benchmark."""
+
     def sample() -> tuple[int, int]:
         with open("/proc/stat") as stat:
             values = [int(v) for v in stat.readline().split()[1:]]
@@ -88,7 +89,7 @@ def guarded(run, attempts: int, threshold: float, wait_s: float) -> dict:
 
 
 def smollm2() -> Path:
-    from llmchat.models import bundled_default_model
+    from llmchat.models.resolve import bundled_default_model
 
     path = bundled_default_model()
     if path is None:
@@ -103,7 +104,23 @@ def gemma() -> Path:
 
 
 def run_llama_bench(binary: str, model: Path, *, threads: int, n_prompt: int, n_gen: int, reps: int, fa: bool) -> dict:
-    cmd = [binary, "-m", str(model), "-t", str(threads), "-p", str(n_prompt), "-n", str(n_gen), "-r", str(reps), "-fa", "1" if fa else "0", "-o", "json"]
+    cmd = [
+        binary,
+        "-m",
+        str(model),
+        "-t",
+        str(threads),
+        "-p",
+        str(n_prompt),
+        "-n",
+        str(n_gen),
+        "-r",
+        str(reps),
+        "-fa",
+        "1" if fa else "0",
+        "-o",
+        "json",
+    ]
     proc, foreign = invoke(cmd)
     if proc.returncode != 0:
         sys.exit(f"llama-bench failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
@@ -119,14 +136,35 @@ def run_llama_bench(binary: str, model: Path, *, threads: int, n_prompt: int, n_
 
 
 def run_llmchat(model: Path, *, threads: int, n_prompt: int, n_gen: int, reps: int, fa: bool) -> dict:
-    cmd = [sys.executable, "-m", "llmchat", "bench", "-m", str(model), "-t", str(threads), "-p", str(n_prompt), "-n", str(n_gen), "-r", str(reps), "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmchat",
+        "bench",
+        "-m",
+        str(model),
+        "-t",
+        str(threads),
+        "-p",
+        str(n_prompt),
+        "-n",
+        str(n_gen),
+        "-r",
+        str(reps),
+        "--json",
+    ]
     cmd.append("--flash-attn" if fa else "--no-flash-attn")
     with tempfile.TemporaryDirectory() as home:
         proc, foreign = invoke(cmd, env=dict(os.environ, LLMCHAT_HOME=home))
     if proc.returncode != 0:
         sys.exit(f"llmchat bench failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
     data = json.loads(proc.stdout)
-    return {"pp": data["pp"]["samples"], "tg": data["tg"]["samples"], "ttft": data["ttft_s"]["samples"], "foreign": foreign}
+    return {
+        "pp": data["pp"]["samples"],
+        "tg": data["tg"]["samples"],
+        "ttft": data["ttft_s"]["samples"],
+        "foreign": foreign,
+    }
 
 
 def summary(samples: list[float]) -> tuple[float, float]:
@@ -144,9 +182,18 @@ def main() -> None:
     parser.add_argument("--gemma", action="store_true", help="also Gemma 3 270M Q4_K_M")
     parser.add_argument("--fa", choices=("off", "on", "both"), default="both")
     parser.add_argument("--json-out", type=Path, help="write the raw results here")
-    parser.add_argument("--wait-quiet", type=float, default=60, help="seconds to wait for an idle machine before each invocation")
-    parser.add_argument("--attempts", type=int, default=3, help="reruns of an invocation that other processes disturbed")
-    parser.add_argument("--foreign-max", type=float, default=0.05, help="largest share of the machine others may use during a kept invocation")
+    parser.add_argument(
+        "--wait-quiet", type=float, default=60, help="seconds to wait for an idle machine before each invocation"
+    )
+    parser.add_argument(
+        "--attempts", type=int, default=3, help="reruns of an invocation that other processes disturbed"
+    )
+    parser.add_argument(
+        "--foreign-max",
+        type=float,
+        default=0.05,
+        help="largest share of the machine others may use during a kept invocation",
+    )
     args = parser.parse_args()
 
     models = [("SmolLM2-135M-Instruct Q4_1", smollm2())]
@@ -164,11 +211,17 @@ def main() -> None:
             kept: dict[str, list] = {"llama-bench": [], "llmchat": []}
             dropped: dict[str, int] = {}
             for round_no in range(args.rounds):
-                print(f"[{name}, fa={'on' if fa else 'off'}] round {round_no + 1}/{args.rounds}", file=sys.stderr, flush=True)
+                print(
+                    f"[{name}, fa={'on' if fa else 'off'}] round {round_no + 1}/{args.rounds}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 guard = dict(attempts=args.attempts, threshold=args.foreign_max, wait_s=args.wait_quiet)
-                ref = guarded(lambda: run_llama_bench(args.llama_bench, path, fa=fa, **common), **guard)
+                ref = guarded(
+                    lambda path=path, fa=fa: run_llama_bench(args.llama_bench, path, fa=fa, **common), **guard
+                )
                 build = ref["build"]
-                mine = guarded(lambda: run_llmchat(path, fa=fa, **common), **guard)
+                mine = guarded(lambda path=path, fa=fa: run_llmchat(path, fa=fa, **common), **guard)
                 busy += [ref["foreign"], mine["foreign"]]
                 kept["llama-bench"].append(ref)
                 kept["llmchat"].append(mine)
@@ -179,10 +232,26 @@ def main() -> None:
                 for inv in clean:
                     for test in pooled[tool]:
                         pooled[tool][test] += inv[test]
-            results.append({"model": name, "path": str(path), "flash_attn": fa, "llama_bench_build": build, **common, "rounds": args.rounds, "foreign_load": busy, "dropped_invocations": dropped, "samples": pooled})
+            results.append(
+                {
+                    "model": name,
+                    "path": str(path),
+                    "flash_attn": fa,
+                    "llama_bench_build": build,
+                    **common,
+                    "rounds": args.rounds,
+                    "foreign_load": busy,
+                    "dropped_invocations": dropped,
+                    "samples": pooled,
+                }
+            )
 
-    print(f"\nthreads {args.threads}, pp{args.p} / tg{args.n}, {args.rounds} alternating rounds x {args.r} reps per tool\n")
-    print("| model | FA | test | llama-bench t/s | llmchat bench t/s | ratio | best llama-bench | best llmchat | ratio of bests |")
+    print(
+        f"\nthreads {args.threads}, pp{args.p} / tg{args.n}, {args.rounds} alternating rounds x {args.r} reps per tool\n"
+    )
+    print(
+        "| model | FA | test | llama-bench t/s | llmchat bench t/s | ratio | best llama-bench | best llmchat | ratio of bests |"
+    )
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for res in results:
         for test in ("pp", "tg"):
@@ -201,7 +270,9 @@ def main() -> None:
             )
     for res in results:
         ttft_mean, ttft_sd = summary(res["samples"]["llmchat"]["ttft"])
-        print(f"\nllmchat TTFT pp{args.p} ({res['model']}, FA {'on' if res['flash_attn'] else 'off'}): {ttft_mean * 1000:.1f} ± {ttft_sd * 1000:.1f} ms")
+        print(
+            f"\nllmchat TTFT pp{args.p} ({res['model']}, FA {'on' if res['flash_attn'] else 'off'}): {ttft_mean * 1000:.1f} ± {ttft_sd * 1000:.1f} ms"
+        )
     print(f"\nllama-bench build: {results[0]['llama_bench_build']}")
     for res in results:
         print(

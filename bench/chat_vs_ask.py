@@ -50,14 +50,25 @@ def parse_summary(text: str) -> dict:
     if not matches:
         raise RuntimeError(f"no summary line in output: {text[-500:]!r}")
     ttft, rate, generated, prompt, cached = matches[-1]
-    return {"ttft_ms": int(ttft), "tok_s": float(rate), "tokens": int(generated), "prompt": int(prompt), "cached": int(cached)}
+    return {
+        "ttft_ms": int(ttft),
+        "tok_s": float(rate),
+        "tokens": int(generated),
+        "prompt": int(prompt),
+        "cached": int(cached),
+    }
 
 
 class Chat:
     def __init__(self, env: dict, flags: list[str], rows: int = 30, columns: int = 100):
         self.child = pexpect.spawn(
-            sys.executable, ["-m", "llmchat", "chat", "--stats", *flags],
-            env=env, encoding="utf-8", codec_errors="replace", dimensions=(rows, columns), timeout=600,
+            sys.executable,
+            ["-m", "llmchat", "chat", "--stats", *flags],
+            env=env,
+            encoding="utf-8",
+            codec_errors="replace",
+            dimensions=(rows, columns),
+            timeout=600,
         )
         self.child.expect_exact("/help for commands")
         self.child.expect_exact("> ")
@@ -82,7 +93,12 @@ class Chat:
 def ask(env: dict, flags: list[str], prompt: str) -> dict:
     done = subprocess.run(
         [sys.executable, "-m", "llmchat", "ask", "--stats", *flags, prompt],
-        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=600,
     )
     if done.returncode != 0:
         raise RuntimeError(f"ask failed ({done.returncode}): {done.stderr[-500:]}")
@@ -133,9 +149,12 @@ def main() -> None:
             for side in order:
                 pair[side] = chat.turn(args.prompt) if side == "chat" else ask(env, flags, args.prompt)
             rows.append(pair)
-            print(f"run {index + 1}: chat {pair['chat']['tok_s']:.1f} tok/s ({pair['chat']['tokens']} tokens, "
-                  f"{pair['chat']['live_redraws']} live redraws), "
-                  f"ask {pair['ask']['tok_s']:.1f} tok/s ({pair['ask']['tokens']} tokens)", flush=True)
+            print(
+                f"run {index + 1}: chat {pair['chat']['tok_s']:.1f} tok/s ({pair['chat']['tokens']} tokens, "
+                f"{pair['chat']['live_redraws']} live redraws), "
+                f"ask {pair['ask']['tok_s']:.1f} tok/s ({pair['ask']['tokens']} tokens)",
+                flush=True,
+            )
     finally:
         chat.close()
 
@@ -173,8 +192,22 @@ def main() -> None:
         ]
         for index, row in enumerate(rows, 1):
             c, a = row["chat"], row["ask"]
-            lines.append(f"| {index} | {c['tok_s']:.1f} | {a['tok_s']:.1f} | {c['tok_s'] / a['tok_s']:.3f} | {c['tokens']}, {a['tokens']} | {c['live_redraws']} |")
-        lines += ["", "```", summary, "```", "", "Machine (`lscpu | head`), " + versions() + ":", "", "```", machine(), "```", ""]
+            lines.append(
+                f"| {index} | {c['tok_s']:.1f} | {a['tok_s']:.1f} | {c['tok_s'] / a['tok_s']:.3f} | {c['tokens']}, {a['tokens']} | {c['live_redraws']} |"
+            )
+        lines += [
+            "",
+            "```",
+            summary,
+            "```",
+            "",
+            "Machine (`lscpu | head`), " + versions() + ":",
+            "",
+            "```",
+            machine(),
+            "```",
+            "",
+        ]
         args.write.parent.mkdir(parents=True, exist_ok=True)
         with args.write.open("a", encoding="utf-8") as out:
             out.write("\n".join(lines) + "\n")

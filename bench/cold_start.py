@@ -99,7 +99,9 @@ def main() -> None:
     engine_import, engine_load, stub_start = [], [], []
     for i in range(args.reps + 1):
         spawn = time.time()
-        proc = subprocess.run([sys.executable, "-c", STUB, *ask_args], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [sys.executable, "-c", STUB, *ask_args], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL
+        )
         line = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
         try:
             marks = json.loads(line)
@@ -127,12 +129,14 @@ def main() -> None:
             for line in proc.stderr.splitlines():
                 if not line.startswith("import time:") or "cumulative" in line:
                     continue
-                self_us, cumulative_us, name = line[len("import time:"):].split("|", 2)
+                self_us, cumulative_us, name = line[len("import time:") :].split("|", 2)
                 rows.append((int(cumulative_us), int(self_us), name.rstrip()))
             top_level = sorted((r for r in rows if not r[2].startswith("  ")), key=lambda r: -r[0])
             total = sum(r[0] for r in top_level)
-            print(f"\n{label}: {total / 1000:.0f} ms of imports in all; the slowest top-level imports (what pulls them in is in -X importtime):")
-            for cumulative, self_us, name in top_level[:12]:
+            print(
+                f"\n{label}: {total / 1000:.0f} ms of imports in all; the slowest top-level imports (what pulls them in is in -X importtime):"
+            )
+            for cumulative, _self_us, name in top_level[:12]:
                 print(f"  {cumulative / 1000:8.1f} ms  {name.strip()}")
 
     shutil.rmtree(home, ignore_errors=True)

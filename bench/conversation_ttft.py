@@ -36,8 +36,22 @@ def main() -> None:
     parser.add_argument("--flag", action="append", default=[], help="an extra chat flag, e.g. --flag=--no-flash-attn")
     args = parser.parse_args()
 
-    command = [sys.executable, "-m", "llmchat", "chat", "--json", "--no-history", "--ctx", str(args.ctx),
-               "--max-tokens", str(args.max_tokens), "--temperature", "0.7", "--seed", "7"]
+    command = [
+        sys.executable,
+        "-m",
+        "llmchat",
+        "chat",
+        "--json",
+        "--no-history",
+        "--ctx",
+        str(args.ctx),
+        "--max-tokens",
+        str(args.max_tokens),
+        "--temperature",
+        "0.7",
+        "--seed",
+        "7",
+    ]
     if args.model:
         command += ["-m", args.model]
     command += args.flag
@@ -52,13 +66,17 @@ def main() -> None:
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for turn in turns:
         s = turn["stats"]
-        print(f"| {turn['turn']} | {s['ttft_s'] * 1000:.0f} | {s['prefill_s'] * 1000:.0f} | {s['prompt_tokens']} | {s['cached_tokens']} | "
-              f"{s['prefill_tokens']} | {s['generated_tokens']} | {s['messages_dropped']} |")
+        print(
+            f"| {turn['turn']} | {s['ttft_s'] * 1000:.0f} | {s['prefill_s'] * 1000:.0f} | {s['prompt_tokens']} | {s['cached_tokens']} | "
+            f"{s['prefill_tokens']} | {s['generated_tokens']} | {s['messages_dropped']} |"
+        )
     early = statistics.mean(t["stats"]["ttft_s"] for t in turns[1:6])
     late = statistics.mean(t["stats"]["ttft_s"] for t in turns[25:30])
     trims = sum(1 for t in turns if t["stats"]["messages_dropped"])
-    print(f"\nmean TTFT turns 2-6: {early * 1000:.0f} ms; turns 26-30: {late * 1000:.0f} ms; "
-          f"ratio {late / early:.2f} (target <= 1.3); turns with a trim: {trims}")
+    print(
+        f"\nmean TTFT turns 2-6: {early * 1000:.0f} ms; turns 26-30: {late * 1000:.0f} ms; "
+        f"ratio {late / early:.2f} (target <= 1.3); turns with a trim: {trims}"
+    )
 
 
 if __name__ == "__main__":

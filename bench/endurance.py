@@ -55,7 +55,7 @@ def kv_cache_mib(model: str | None, n_ctx: int) -> float:
     """KV-cache bytes for n_ctx tokens at f16, from the model's header (llmchat's own math)."""
     from llmchat.gguf_file import read_metadata
     from llmchat.model_info import attention_layout, kv_bytes_per_token
-    from llmchat.models import bundled_default_model
+    from llmchat.models.resolve import bundled_default_model
 
     path = model or bundled_default_model()
     return kv_bytes_per_token(attention_layout(read_metadata(path))) * n_ctx / 2**20
@@ -68,7 +68,9 @@ def llmchat(*args: str) -> list[str]:
 def run_chat(turns: int, model: str | None, home: Path) -> dict:
     args = ["chat", "--json", "--ctx", "1024", "--max-tokens", "16"] + (["-m", model] if model else [])
     env = dict(os.environ, LLMCHAT_HOME=str(home))
-    proc = subprocess.Popen(llmchat(*args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        llmchat(*args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
     samples = []  # (turn, rss KiB, prompt tokens, context used, messages dropped)
     t0 = time.perf_counter()
     try:
@@ -81,7 +83,15 @@ def run_chat(turns: int, model: str | None, home: Path) -> dict:
                 raise RuntimeError(f"llmchat chat ended at turn {turn}: {proc.stderr.read().decode()[-2000:]}")
             record = json.loads(line)
             stats = record.get("stats") or {}
-            samples.append((turn, rss_kib(proc.pid), stats.get("prompt_tokens"), stats.get("context_used"), stats.get("messages_dropped")))
+            samples.append(
+                (
+                    turn,
+                    rss_kib(proc.pid),
+                    stats.get("prompt_tokens"),
+                    stats.get("context_used"),
+                    stats.get("messages_dropped"),
+                )
+            )
         proc.stdin.close()
         proc.wait(timeout=120)
     finally:
@@ -94,11 +104,17 @@ def run_batch(items: int, model: str | None, work: Path) -> dict:
     source = work / "endurance-in.jsonl"
     with source.open("w") as f:
         for i in range(items):
-            f.write(json.dumps({"id": i, "prompt": f"Item {i}: name one thing about {TOPICS[i % len(TOPICS)]}."}) + "\n")
+            f.write(
+                json.dumps({"id": i, "prompt": f"Item {i}: name one thing about {TOPICS[i % len(TOPICS)]}."}) + "\n"
+            )
     out = work / "endurance-out.jsonl"
-    args = ["batch", str(source), "-o", str(out), "--max-tokens", "4", "--ctx", "512", "--progress", "off"] + (["-m", model] if model else [])
+    args = ["batch", str(source), "-o", str(out), "--max-tokens", "4", "--ctx", "512", "--progress", "off"] + (
+        ["-m", model] if model else []
+    )
     env = dict(os.environ, LLMCHAT_HOME=str(work / "home"))
-    proc = subprocess.Popen(llmchat(*args), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        llmchat(*args), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+    )
     samples = []  # (items done, rss KiB)
     t0 = time.perf_counter()
     while proc.poll() is None:
@@ -109,7 +125,13 @@ def run_batch(items: int, model: str | None, work: Path) -> dict:
         time.sleep(0.2)
     stderr = proc.stderr.read().decode()
     done = out.read_bytes().count(b"\n") if out.exists() else 0
-    return {"samples": samples, "seconds": time.perf_counter() - t0, "returncode": proc.returncode, "done": done, "stderr": stderr[-2000:]}
+    return {
+        "samples": samples,
+        "seconds": time.perf_counter() - t0,
+        "returncode": proc.returncode,
+        "done": done,
+        "stderr": stderr[-2000:],
+    }
 
 
 def batch_ready() -> bool:
@@ -224,7 +246,9 @@ def main() -> None:
                 batch = run_batch(args.items, args.model, work)
                 sections += batch_section(batch, kv_cache_mib(args.model, 512), args.items)
             else:
-                sections += ["`llmchat batch` is not available in this checkout yet; rerun with `--only batch` when it is."]
+                sections += [
+                    "`llmchat batch` is not available in this checkout yet; rerun with `--only batch` when it is."
+                ]
     text = "\n".join(sections) + "\n"
     args.write.parent.mkdir(parents=True, exist_ok=True)
     args.write.write_text(text)

@@ -52,10 +52,31 @@ def long_prompt(words: int) -> str:
 
 
 def measure(time_bin: str, model: Path, ctx: int, extra: list[str], max_tokens: int, prompt: str) -> dict:
-    cmd = [time_bin, "-v", sys.executable, "-m", "llmchat", "ask", "-m", str(model), "--ctx", str(ctx), "--no-history",
-           "--temperature", "0", "--seed", "1", "--max-tokens", str(max_tokens), *extra, prompt]
+    cmd = [
+        time_bin,
+        "-v",
+        sys.executable,
+        "-m",
+        "llmchat",
+        "ask",
+        "-m",
+        str(model),
+        "--ctx",
+        str(ctx),
+        "--no-history",
+        "--temperature",
+        "0",
+        "--seed",
+        "1",
+        "--max-tokens",
+        str(max_tokens),
+        *extra,
+        prompt,
+    ]
     with tempfile.TemporaryDirectory() as home:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, LLMCHAT_HOME=home), stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, env=dict(os.environ, LLMCHAT_HOME=home), stdin=subprocess.DEVNULL
+        )
     if proc.returncode != 0:
         sys.exit(f"ask failed ({proc.returncode}): {proc.stderr[-2000:]}")
     peak_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1))
@@ -68,30 +89,39 @@ def main() -> None:
     parser.add_argument("--ctx", type=int, default=4096)
     parser.add_argument("--model", "-m")
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--prompt-words", type=int, default=0, help="use a long prompt of about this many words (fills the context)")
+    parser.add_argument(
+        "--prompt-words", type=int, default=0, help="use a long prompt of about this many words (fills the context)"
+    )
     parser.add_argument("--extra", action="append", default=[], help="another configuration: extra ask flags, quoted")
     args = parser.parse_args()
 
     time_bin = "/usr/bin/time" if os.path.exists("/usr/bin/time") else shutil.which("gtime")
     if not time_bin:
         sys.exit("GNU time is missing: apt-get install -y time")
-    from llmchat.models import bundled_default_model
+    from llmchat.models.resolve import bundled_default_model
 
     model = Path(args.model) if args.model else bundled_default_model()
     file_size = model.stat().st_size
     per_token = kv_bytes_per_token(model)
     kv = per_token * args.ctx
     budget = file_size + kv + OVERHEAD
-    print(f"model {model.name}: file {file_size / MB:.1f} MiB; KV {per_token:,} B/token x {args.ctx} = {kv / MB:.1f} MiB; "
-          f"budget (file + KV + 150 MiB) = {budget / MB:.1f} MiB\n")
+    print(
+        f"model {model.name}: file {file_size / MB:.1f} MiB; KV {per_token:,} B/token x {args.ctx} = {kv / MB:.1f} MiB; "
+        f"budget (file + KV + 150 MiB) = {budget / MB:.1f} MiB\n"
+    )
     print("| configuration | peak RSS MiB | budget MiB | RSS / budget | wall |")
     print("| --- | ---: | ---: | ---: | --- |")
     for extra in [""] + args.extra:
         flags = shlex.split(extra)
         prompt = long_prompt(args.prompt_words) if args.prompt_words else PROMPT
         result = measure(time_bin, model, args.ctx, flags, args.max_tokens, prompt)
-        label = f"ask --ctx {args.ctx} {extra}".strip() + (f" (prompt ~{args.prompt_words} words)" if args.prompt_words else "")
-        print(f"| {label} | {result['peak_rss'] / MB:.1f} | {budget / MB:.1f} | {result['peak_rss'] / budget:.2f} | {result['wall']} |", flush=True)
+        label = f"ask --ctx {args.ctx} {extra}".strip() + (
+            f" (prompt ~{args.prompt_words} words)" if args.prompt_words else ""
+        )
+        print(
+            f"| {label} | {result['peak_rss'] / MB:.1f} | {budget / MB:.1f} | {result['peak_rss'] / budget:.2f} | {result['wall']} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -84,7 +84,12 @@ def main() -> None:
     parser.add_argument("--threads", "-t", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--ctx", type=int, default=2048)
-    parser.add_argument("--no-flash-attn", dest="flash_attn", action="store_false", help="flash attention off in every mode (it is on by default, as in llmchat)")
+    parser.add_argument(
+        "--no-flash-attn",
+        dest="flash_attn",
+        action="store_false",
+        help="flash attention off in every mode (it is on by default, as in llmchat)",
+    )
     parser.add_argument("--modes", default="plain,lookup,draft")
     parser.add_argument("--task", choices=sorted(TASKS), default="copy")
     parser.add_argument("--json-out", type=Path)
@@ -93,15 +98,20 @@ def main() -> None:
     args = parser.parse_args()
 
     from llmchat.loading import load_model
-    from llmchat.models import bundled_default_model
+    from llmchat.models.resolve import bundled_default_model
     from llmchat.options import RunOptions
     from llmchat.session import ChatSession
 
     model = args.model or str(bundled_default_model())
     draft = Path(args.draft or model)
     base = RunOptions(
-        model=model, ctx=args.ctx, threads=args.threads, flash_attn=args.flash_attn,
-        temperature=0.0, seed=1, max_tokens=args.max_tokens,
+        model=model,
+        ctx=args.ctx,
+        threads=args.threads,
+        flash_attn=args.flash_attn,
+        temperature=0.0,
+        seed=1,
+        max_tokens=args.max_tokens,
     )
     variants = {"plain": base, "lookup": replace(base, lookup=True), "draft": replace(base, draft_model=draft)}
     modes = [m for m in args.modes.split(",") if m]
@@ -129,7 +139,11 @@ def main() -> None:
                     "foreign": foreign,
                 }
             )
-            print(f"rep {rep + 1} {mode:6s} decode {stats.decode_tok_s:6.1f} tok/s, {stats.generated_tokens} tokens, others' load {foreign:.0%}", file=sys.stderr, flush=True)
+            print(
+                f"rep {rep + 1} {mode:6s} decode {stats.decode_tok_s:6.1f} tok/s, {stats.generated_tokens} tokens, others' load {foreign:.0%}",
+                file=sys.stderr,
+                flush=True,
+            )
     for session in sessions.values():
         session.engine.close()
 
@@ -138,7 +152,9 @@ def main() -> None:
 
     plain_decode = mean_sd([r["decode_tok_s"] for r in runs["plain"]])[0] if "plain" in runs else None
     plain_reply = runs["plain"][0]["reply_md5"] if "plain" in runs else None
-    print(f"\ntask {args.task}, model {Path(model).name}, threads {args.threads}, flash attention {'on' if args.flash_attn else 'off'}, {args.reps} reps, max {args.max_tokens} tokens\n")
+    print(
+        f"\ntask {args.task}, model {Path(model).name}, threads {args.threads}, flash attention {'on' if args.flash_attn else 'off'}, {args.reps} reps, max {args.max_tokens} tokens\n"
+    )
     print("| mode | decode tok/s | speed-up | prefill tok/s | generated | draft acceptance | reply = plain |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
     summary = {}
@@ -150,20 +166,33 @@ def main() -> None:
         acceptance = accepted / proposed if proposed else None
         same = all(r["reply_md5"] == plain_reply for r in runs[mode]) if plain_reply else None
         speedup = decode[0] / plain_decode if plain_decode else None
-        summary[mode] = {"decode": decode, "prefill": prefill, "acceptance": acceptance, "identical": same, "speedup": speedup}
+        summary[mode] = {
+            "decode": decode,
+            "prefill": prefill,
+            "acceptance": acceptance,
+            "identical": same,
+            "speedup": speedup,
+        }
         print(
             f"| {mode} | {decode[0]:.1f} ± {decode[1]:.1f} | {speedup:.2f}x | {prefill[0]:.1f} ± {prefill[1]:.1f} | "
             f"{runs[mode][0]['generated']} | {'-' if acceptance is None else f'{acceptance:.1%} ({accepted}/{proposed})'} | {same} |"
         )
     worst = max(r["foreign"] for mode in modes for r in runs[mode])
-    print(f"\nworst share of the machine used by other processes during a kept run: {worst:.1%}" + ("  <-- disturbed, rerun" if worst > args.foreign_max else ""))
+    print(
+        f"\nworst share of the machine used by other processes during a kept run: {worst:.1%}"
+        + ("  <-- disturbed, rerun" if worst > args.foreign_max else "")
+    )
     if "plain" in runs:
         print("\nplain reply:\n" + runs["plain"][0]["reply"])
     for mode in modes:
         if mode != "plain" and plain_reply and runs[mode][0]["reply_md5"] != plain_reply:
             print(f"\n{mode} reply (differs):\n" + runs[mode][0]["reply"])
     if args.json_out:
-        args.json_out.write_text(json.dumps({"args": vars(args) | {"json_out": str(args.json_out)}, "runs": runs, "summary": summary}, indent=2))
+        args.json_out.write_text(
+            json.dumps(
+                {"args": vars(args) | {"json_out": str(args.json_out)}, "runs": runs, "summary": summary}, indent=2
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Container, Iterable, Mapping, Sequence
 
 from llmchat.errors import TemplateError, UsageError
 from llmchat.template_sandbox import OVERRIDE_HINT, TemplateRenderError, compile_template, render_compiled
@@ -250,7 +250,9 @@ def _template_files() -> list[tuple[str, str, str]]:
 def _builtins() -> tuple[BuiltinTemplate, ...]:
     templates = [_builtin_from_text(name, path, text) for name, path, text in _template_files()]
     if not templates:
-        raise TemplateError("no built-in chat templates found (the llmchat installation is incomplete); reinstall llmchat")
+        raise TemplateError(
+            "no built-in chat templates found (the llmchat installation is incomplete); reinstall llmchat"
+        )
     return tuple(sorted(templates, key=lambda t: t.name))
 
 
@@ -364,7 +366,10 @@ def _pieces(
         return ((Piece(reference, True),) if reference else ()), ()
     attempts = (
         ({i for i, m in enumerate(conversation) if m["content"]}, ()),
-        ({i for i, m in enumerate(conversation) if m["content"] and m["role"] != "assistant"}, (_ASSISTANT_REWRITE_NOTE,)),
+        (
+            {i for i, m in enumerate(conversation) if m["content"] and m["role"] != "assistant"},
+            (_ASSISTANT_REWRITE_NOTE,),
+        ),
     )
     for protected, notes in attempts:
         if not protected:
@@ -430,7 +435,11 @@ def _splice(reference: str, skeleton: str, contents: Sequence[str]) -> tuple[Pie
             return None
         following = literals[number + 1]
         variant = next(
-            (v for v in _content_variants(contents[index]) if reference.startswith(v, pos) and reference.startswith(following, pos + len(v))),
+            (
+                v
+                for v in _content_variants(contents[index])
+                if reference.startswith(v, pos) and reference.startswith(following, pos + len(v))
+            ),
             None,
         )
         if variant is None:
@@ -478,11 +487,15 @@ def _probe_system_handling(compiled: Any, facts: ModelFacts, label: str) -> tupl
             f"the template refuses a system message ({err.detail}); the system prompt is put in front of the first user message"
         ]
     if _PROBE_SYSTEM.lower() not in with_system.lower():
-        return "folded", ["the template drops the system message; the system prompt is put in front of the first user message"]
+        return "folded", [
+            "the template drops the system message; the system prompt is put in front of the first user message"
+        ]
 
     notes = []
     if _adds_default_system_prompt(compiled, facts, label, user_only):
-        notes.append("the template adds its own default system prompt when the conversation has none (kept: it is the model's own behaviour)")
+        notes.append(
+            "the template adds its own default system prompt when the conversation has none (kept: it is the model's own behaviour)"
+        )
     return "native", notes
 
 
@@ -554,7 +567,9 @@ def _choice_candidate(choice: str, source: str) -> _Candidate:
     where = "--template" if source == "flag" else "the config file's template"
     builtin = builtin_template(choice)
     if builtin is not None:
-        return _Candidate(builtin.name, source, f"built-in template '{builtin.name}' ({where})", builtin.text, builtin.stop_strings)
+        return _Candidate(
+            builtin.name, source, f"built-in template '{builtin.name}' ({where})", builtin.text, builtin.stop_strings
+        )
     path = Path(choice).expanduser()
     if path.is_file():
         try:
@@ -586,7 +601,9 @@ def infer_stop_strings(text: str, eos_token: str = "") -> tuple[str, ...]:
 
 def _fallback_warning(facts: ModelFacts) -> str:
     described = ", ".join(
-        f"{label} {value!r}" for label, value in (("architecture", facts.architecture), ("name", facts.name or facts.basename)) if value
+        f"{label} {value!r}"
+        for label, value in (("architecture", facts.architecture), ("name", facts.name or facts.basename))
+        if value
     )
     about = f" ({described})" if described else ""
     return (
@@ -595,7 +612,9 @@ def _fallback_warning(facts: ModelFacts) -> str:
     )
 
 
-def resolve_template(facts: ModelFacts, user_choice: str | None = None, config_choice: str | None = None) -> ResolvedTemplate:
+def resolve_template(
+    facts: ModelFacts, user_choice: str | None = None, config_choice: str | None = None
+) -> ResolvedTemplate:
     """Choose the template (see the module docstring for the order), compile it and probe it."""
     steps: list[str] = []
     candidate: _Candidate | None = None
@@ -610,12 +629,18 @@ def resolve_template(facts: ModelFacts, user_choice: str | None = None, config_c
         candidate = _choice_candidate(config_choice, "config")
         steps.append(f"2. config file: template {config_choice!r}: {candidate.source_detail} -> chosen")
     else:
-        steps.append(f"2. config file: template {config_choice!r} (not used: --template wins)" if config_choice else "2. config file: no template for this model")
+        steps.append(
+            f"2. config file: template {config_choice!r} (not used: --template wins)"
+            if config_choice
+            else "2. config file: no template for this model"
+        )
 
     steps.append("3. " + _gguf_step(facts, chosen=candidate is None and bool(facts.chat_template)))
     if candidate is None and facts.chat_template:
         label = "GGUF tokenizer.chat_template"
-        candidate = _Candidate("gguf", "gguf", label, facts.chat_template, infer_stop_strings(facts.chat_template, facts.eos_token))
+        candidate = _Candidate(
+            "gguf", "gguf", label, facts.chat_template, infer_stop_strings(facts.chat_template, facts.eos_token)
+        )
 
     matches = match_builtins(facts)
     steps.append("4. " + _builtin_step(matches, chosen=candidate is None and bool(matches)))
@@ -628,7 +653,14 @@ def resolve_template(facts: ModelFacts, user_choice: str | None = None, config_c
         fallback = builtin_template(FALLBACK_TEMPLATE)
         assert fallback is not None, "chatml.jinja ships with llmchat"
         warning = _fallback_warning(facts)
-        candidate = _Candidate(fallback.name, "fallback", "built-in template 'chatml' (fallback)", fallback.text, fallback.stop_strings, warning)
+        candidate = _Candidate(
+            fallback.name,
+            "fallback",
+            "built-in template 'chatml' (fallback)",
+            fallback.text,
+            fallback.stop_strings,
+            warning,
+        )
         steps.append("5. fallback: ChatML -> chosen")
     else:
         steps.append("5. fallback: not needed")
@@ -669,7 +701,9 @@ def _prepare(candidate: _Candidate, facts: ModelFacts, steps: list[str]) -> Reso
     resolved.system_mode = mode
     resolved.notes.extend(notes)
     if not resolved.stop_strings:
-        resolved.notes.append("no stop strings known for this template; generation ends at the model's end-of-generation tokens")
+        resolved.notes.append(
+            "no stop strings known for this template; generation ends at the model's end-of-generation tokens"
+        )
     return resolved
 
 
@@ -682,32 +716,49 @@ def _token_at(token_texts: Sequence[str], index: Any) -> str:
     return ""
 
 
-def facts_from_metadata(meta: Mapping[str, Any], token_texts: Sequence[str] | None = None) -> ModelFacts:
-    """ModelFacts from GGUF scalar metadata and, when given, the vocabulary (`tokenizer.ggml.tokens`)."""
+def facts_from_metadata(
+    meta: Mapping[str, Any],
+    vocabulary: Container[str] | None = None,
+    *,
+    bos_token: str | None = None,
+    eos_token: str | None = None,
+) -> ModelFacts:
+    """ModelFacts from GGUF scalar metadata and, when given, the vocabulary.
+
+    The one builder for both callers: `template show` passes the GGUF's token list (BOS and EOS
+    are then looked up by id); a loaded model passes a view that asks its tokenizer, with its own
+    BOS and EOS text. So `template show` and `chat` choose a template from the same facts.
+    """
 
     def text(key: str) -> str:
         value = meta.get(key)
         return value if isinstance(value, str) else ""
 
     prefix = "tokenizer.chat_template."
-    named = {key[len(prefix) :]: value for key, value in meta.items() if key.startswith(prefix) and isinstance(value, str)}
+    named = {
+        key[len(prefix) :]: value for key, value in meta.items() if key.startswith(prefix) and isinstance(value, str)
+    }
     tokens: frozenset[str] = frozenset()
-    bos = eos = ""
-    if token_texts is not None:
-        vocabulary = set(token_texts)
-        tokens = frozenset(marker for marker in marker_tokens() if marker in vocabulary)
-        bos = _token_at(token_texts, meta.get("tokenizer.ggml.bos_token_id"))
-        eos = _token_at(token_texts, meta.get("tokenizer.ggml.eos_token_id"))
+    if vocabulary is not None:
+        lookup = set(vocabulary) if isinstance(vocabulary, Sequence) else vocabulary
+        tokens = frozenset(marker for marker in marker_tokens() if marker in lookup)
+        if isinstance(vocabulary, Sequence):
+            bos_token = (
+                _token_at(vocabulary, meta.get("tokenizer.ggml.bos_token_id")) if bos_token is None else bos_token
+            )
+            eos_token = (
+                _token_at(vocabulary, meta.get("tokenizer.ggml.eos_token_id")) if eos_token is None else eos_token
+            )
     return ModelFacts(
         architecture=text("general.architecture"),
         name=text("general.name"),
         basename=text("general.basename"),
         chat_template=text("tokenizer.chat_template") or None,
         named_templates=named,
-        bos_token=bos,
-        eos_token=eos,
+        bos_token=bos_token or "",
+        eos_token=eos_token or "",
         tokens=tokens,
-        vocab_known=token_texts is not None,
+        vocab_known=vocabulary is not None,
     )
 
 

@@ -24,12 +24,11 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from llmchat.errors import ContextOverflowError, HistoryError, LlmchatError
-from llmchat.render import StreamPrinter, is_tty, notice
+from llmchat.output import StreamPrinter, is_tty, notice
 from llmchat.slash import (
     Action,
     CommandContext,
     SlashCompleter,
-    disable_history,
     dispatch,
     is_command,
     unescape_message,
@@ -85,7 +84,9 @@ def input_history(warn: Callable[[str], None], persist: bool = True) -> Any:
         with open(path, "ab"):
             pass
     except OSError as err:
-        warn(f"warning: cannot write the input history {path} ({err.strerror or err}); lines typed now are kept for this chat only")
+        warn(
+            f"warning: cannot write the input history {path} ({err.strerror or err}); lines typed now are kept for this chat only"
+        )
         return InMemoryHistory()
 
     class SafeFileHistory(FileHistory):
@@ -101,7 +102,9 @@ def input_history(warn: Callable[[str], None], persist: bool = True) -> Any:
                 super().store_string(string)
             except OSError as err:
                 self.failed = True
-                warn(f"warning: cannot write the input history {path} ({err.strerror or err}); lines typed now are kept for this chat only")
+                warn(
+                    f"warning: cannot write the input history {path} ({err.strerror or err}); lines typed now are kept for this chat only"
+                )
 
         def load_history_strings(self) -> Iterator[str]:
             try:
@@ -202,7 +205,9 @@ def quiet_terminal(stream: Any) -> Iterator[None]:
 
 
 class ChatUI:
-    def __init__(self, session: Any, *, show_stats: bool, markdown: bool, verbose: bool, persist_input: bool | None = None):
+    def __init__(
+        self, session: Any, *, show_stats: bool, markdown: bool, verbose: bool, persist_input: bool | None = None
+    ):
         from rich.console import Console
 
         self.session = session
@@ -234,8 +239,7 @@ class ChatUI:
         source = template.source_detail if self.verbose else template.source
         shown = template.name if source in ("", template.name) else f"{template.name} ({source})"
         notice(
-            f"{session.model_label} · template {shown} · "
-            f"ctx {session.engine.n_ctx:,} · /help for commands",
+            f"{session.model_label} · template {shown} · ctx {session.engine.n_ctx:,} · /help for commands",
             self.stderr,
         )
 
@@ -292,10 +296,15 @@ class ChatUI:
     def run_turn(self, text: str) -> str:
         """Run one turn; returns text to put back at the prompt ("" when the message was sent)."""
         session = self.session
-        printer = StreamPrinter(self.stdout, self.stderr, show_live=self.show_stats, show_summary=self.show_stats, echo_text=not self.markdown)
+        printer = StreamPrinter(
+            self.stdout,
+            self.stderr,
+            show_live=self.show_stats,
+            show_summary=self.show_stats,
+            echo_text=not self.markdown,
+        )
         observer = MarkdownObserver(printer, self.console) if self.markdown else printer
         before = session.last_result
-        result = None
         try:
             with interrupt_once(), quiet_terminal(sys.stdin):
                 result = session.turn(text, observer)
@@ -304,15 +313,6 @@ class ChatUI:
             printer.abort()
             self.error(f"error: {err}")
             return text
-        except HistoryError as err:
-            # turn() keeps the exchange in the conversation, then saves it, then tells the observer:
-            # the save failed, so finish the display here and go on without history.
-            result = session.last_result if session.last_result is not before else None
-            if result is not None:
-                observer.finished(result)
-            else:
-                printer.abort()
-            disable_history(session, err, self.error)
         except LlmchatError as err:
             # Any other error the user can act on (a template that refuses this conversation, ...):
             # one line, and the chat goes on with the message back at the prompt.
@@ -321,7 +321,7 @@ class ChatUI:
             return text if session.last_result is before else ""
         except KeyboardInterrupt:
             # Ctrl-C outside the decode loop: before generation (nothing sent: give the text back)
-            # or while the finished reply was being saved or shown.
+            # or while the finished reply was being shown.
             printer.abort()
             if session.last_result is before:
                 self.info("[interrupted]")
@@ -330,8 +330,8 @@ class ChatUI:
         except BaseException:
             printer.abort()
             raise
-        if result is not None and result.stats.messages_dropped:
-            self.info(result.stats.trim_notice(session.budget().prompt_limit))
+        for line in result.notices:  # a trim, a failed save: the same notices as ask and batch
+            (self.error if line.startswith("warning:") else self.info)(line)
         return ""
 
     # --- main loop --------------------------------------------------------------------------------
@@ -369,7 +369,9 @@ class ChatUI:
             pending = self.run_turn(line)
 
 
-def run_interactive(session: Any, *, show_stats: bool, markdown: bool, verbose: bool, persist_input: bool | None = None) -> None:
+def run_interactive(
+    session: Any, *, show_stats: bool, markdown: bool, verbose: bool, persist_input: bool | None = None
+) -> None:
     """The interactive chat on a terminal. Returns when the user exits (/exit, Ctrl-D, Ctrl-C twice).
 
     `persist_input`: keep typed lines in `paths.input_history_file()`; by default only when the

@@ -1,15 +1,16 @@
-"""The command line: commands and options, and the one place where errors become exit codes.
+"""The command line: app assembly, and the one place where errors become exit codes.
 
-Heavy modules (llama_cpp, rich, prompt-toolkit) are imported inside the commands, so that
-`llmchat --help` stays fast. (No `from __future__ import annotations` here: Typer reads the
-annotations at run time, including those that `options.model_command` adds.)
+Each command lives in `llmchat/commands/` as a plain function; this module registers them, in
+the order a newcomer needs them (ask, chat, batch first), and runs them under `main`, which maps
+every exception to one line on stderr and a documented exit code. (No `from __future__ import
+annotations` here: Typer reads the annotations at run time.)
 """
 
 import errno
 import os
 import signal
 import sys
-from typing import Annotated, Optional
+from typing import Optional
 
 import typer
 
@@ -18,272 +19,75 @@ try:  # recent Typer vendors its own copy of click; its exceptions are the ones 
 except ImportError:  # pragma: no cover - older Typer
     import click
 
-from llmchat import cmd_batch, cmd_bench, cmd_history, cmd_info, cmd_template
-from llmchat.errors import ExitCode, LlmchatError, UsageError
-from llmchat.options import RunOptions, model_command
+from llmchat.commands import ask, batch, bench, chat, config, history, info, template
+from llmchat.errors import ExitCode, LlmchatError
+
+EXIT_CODES_HELP = "Exit codes: 0 ok, 1 error, 2 usage, 3 model, 4 context, 130 interrupted, 141 closed output."
 
 app = typer.Typer(
     name="llmchat",
     help="Chat with local GGUF models through llama.cpp: streaming replies with live TTFT and tokens/s.",
-    add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-app.add_typer(cmd_template.app, name="template", help="List, inspect and render chat templates.")
-app.add_typer(cmd_history.app, name="history", help="Saved conversations.")
-app.add_typer(cmd_info.app, name="info", help="What a model needs: architecture, KV-cache math, memory fit.")
-app.command("batch", epilog="Exit codes: 0 every item ok, 1 some item failed, 2 usage, 3 model, 130 interrupted.")(cmd_batch.batch)
-app.command("bench")(cmd_bench.bench)
+app.command("ask", epilog=EXIT_CODES_HELP)(ask.ask)
+app.command("chat", epilog=EXIT_CODES_HELP)(chat.chat)
+app.command("batch", epilog="Exit codes: 0 every item ok, 1 some item failed, 2 usage, 3 model, 130 interrupted.")(
+    batch.batch
+)
+app.command("info", help="Show a model's architecture, KV-cache size and memory needs.")(info.info)
+app.command("bench")(bench.bench)
+
+template_app = typer.Typer(no_args_is_help=True, help="List, inspect and render chat templates.")
+template_app.command("list")(template.list_templates)
+template_app.command("show")(template.show)
+template_app.command("render")(template.render)
+app.add_typer(template_app, name="template")
+
+history_app = typer.Typer(no_args_is_help=True, help="Saved conversations: list, show, export, rm.")
+history_app.command("list")(history.list_command)
+history_app.command("show")(history.show_command)
+history_app.command("export")(history.export_command)
+history_app.command("rm")(history.rm_command)
+app.add_typer(history_app, name="history")
+
 config_app = typer.Typer(no_args_is_help=True, help="The config file.")
+config_app.command("path")(config.config_path)
+config_app.command("show")(config.config_show)
 app.add_typer(config_app, name="config")
 
-EXIT_CODES_HELP = "Exit codes: 0 ok, 1 error, 2 usage, 3 model, 4 context, 130 interrupted, 141 closed output."
+
+def _print_version(value: bool) -> None:
+    if not value:
+        return
+    from llmchat import __version__
+
+    typer.echo(f"llmchat {__version__}")
+    from llmchat.engine.devices import runtime_versions
+
+    for line in runtime_versions():
+        typer.echo(line)
+    raise typer.Exit()
 
 
 @app.callback(invoke_without_command=True, epilog=EXIT_CODES_HELP)
-def _root(ctx: typer.Context) -> None:
+def _root(
+    ctx: typer.Context,
+    version: Optional[bool] = typer.Option(
+        None,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the llmchat, llama-cpp-python and llama.cpp versions and the backend.",
+    ),
+) -> None:
     """Bare `llmchat` on a terminal opens a chat; otherwise it shows this help."""
     if ctx.invoked_subcommand is None:
         if sys.stdin.isatty() and sys.stdout.isatty():
-            ctx.invoke(chat)
+            ctx.invoke(chat.chat)
         else:
             typer.echo(ctx.get_help())
-
-
-# --- ask ------------------------------------------------------------------------------------------
-def read_prompt(argument: Optional[str]) -> str:
-    """The prompt from piped stdin, the argument, or both (stdin first: `cat notes | llmchat ask "summarise"`)."""
-    parts = []
-    if not sys.stdin.isatty():
-        raw = sys.stdin.buffer.read()
-        try:
-            piped = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise UsageError(f"stdin is not UTF-8 text (bad byte at offset {err.start}); convert it first, e.g. with iconv") from None
-        if piped.strip():
-            parts.append(piped.strip("\n"))
-    if argument:
-        try:
-            argument.encode("utf-8")
-        except UnicodeEncodeError:  # undecodable argv bytes arrive as lone surrogates
-            raise UsageError("the prompt argument is not UTF-8 text; convert it first, e.g. with iconv") from None
-        parts.append(argument)
-    prompt = "\n\n".join(parts)
-    if "\x00" in prompt:
-        raise UsageError("the prompt contains NUL bytes (binary input?); pass text")
-    if not prompt.strip():
-        raise UsageError('empty prompt: pass it as an argument (llmchat ask "...") or pipe it on stdin')
-    return prompt
-
-
-@app.command(epilog=EXIT_CODES_HELP)
-@model_command()
-def ask(
-    prompt: Annotated[Optional[str], typer.Argument(help="The prompt. Piped stdin comes first, then this.")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object: reply, model, finish_reason, stats.")] = False,
-    stats: Annotated[bool, typer.Option("--stats/--no-stats", help="Stats on stderr (default: on a terminal only).")] = None,
-    continue_last: Annotated[bool, typer.Option("--continue", "-c", help="Continue the most recent conversation.")] = False,
-    cid: Annotated[Optional[str], typer.Option("--cid", help="Continue the conversation with this id (or name).")] = None,
-    overflow: Annotated[str, typer.Option("--overflow", help="When the conversation outgrows the context: error | drop (oldest exchanges).")] = "error",
-    no_history: Annotated[bool, typer.Option("--no-history", help="Do not save this exchange.")] = False,
-    *,
-    opts: RunOptions,
-) -> None:
-    """One prompt, one streamed reply on stdout."""
-    from llmchat.render import StreamPrinter, is_tty, write_json
-
-    check_overflow(overflow)
-    text = read_prompt(prompt)
-    session = start_session(opts, overflow=overflow, history=not no_history)
-    try:
-        if continue_last or cid:
-            continue_conversation(session, cid or "last")
-        on_terminal = is_tty(sys.stderr)
-        show_stats = on_terminal if stats is None else stats
-        printer = StreamPrinter(
-            show_live=show_stats and on_terminal and not json_output,
-            show_summary=show_stats and not json_output,
-            echo_text=not json_output,
-            mark_interrupted=False,  # `main` reports the interruption in its one line
-        )
-        result = run_turn(session, text, printer)
-        if json_output:
-            write_json(
-                {
-                    "reply": result.reply,
-                    "model": session.model_label,
-                    "template": session.template.name,
-                    "finish_reason": result.finish_reason,
-                    "seed": result.seed,
-                    "conversation_id": session.conversation_id,
-                    "stats": result.stats.to_dict(),
-                }
-            )
-        if result.interrupted:
-            raise KeyboardInterrupt
-    finally:
-        close_session(session)
-
-
-# --- chat -----------------------------------------------------------------------------------------
-@app.command(epilog=EXIT_CODES_HELP)
-@model_command()
-def chat(
-    json_output: Annotated[bool, typer.Option("--json", help="Scripted chat: one JSON object per turn.")] = False,
-    stats: Annotated[Optional[bool], typer.Option("--stats/--no-stats", help="Live readout and per-reply summary.")] = None,
-    markdown: Annotated[Optional[bool], typer.Option("--markdown/--plain", help="Render each finished reply as Markdown.")] = None,
-    resume: Annotated[Optional[str], typer.Option("--resume", "-r", help="Continue a saved conversation: an id, a name or 'last'.")] = None,
-    overflow: Annotated[str, typer.Option("--overflow", help="When the conversation outgrows the context: drop (oldest exchanges) | error.")] = "drop",
-    no_history: Annotated[bool, typer.Option("--no-history", help="Do not save this conversation.")] = False,
-    *,
-    opts: RunOptions = RunOptions(),
-) -> None:
-    """Chat: interactive on a terminal; with piped stdin, one message per line and one reply per turn."""
-    check_overflow(overflow)
-    session = start_session(opts, overflow=overflow, history=not no_history)
-    try:
-        if resume:
-            continue_conversation(session, resume)
-        interactive = sys.stdin.isatty() and not json_output
-        if interactive:
-            from llmchat.chat_ui import run_interactive
-
-            config = session.loaded_config
-            run_interactive(
-                session,
-                show_stats=config.stats if stats is None else stats,
-                markdown=config.markdown if markdown is None else markdown,
-                verbose=opts.verbose,
-            )
-        else:
-            exit_code = run_scripted_chat(session, json_output=json_output, show_stats=bool(stats))
-            if exit_code:
-                raise typer.Exit(exit_code)
-    finally:
-        close_session(session)
-
-
-def run_scripted_chat(session, *, json_output: bool, show_stats: bool) -> int:
-    """One user message per stdin line; each reply on stdout (or one JSON object per turn)."""
-    from llmchat.errors import ContextOverflowError
-    from llmchat.render import StreamPrinter, notice, write_json
-
-    exit_code = 0
-    turn_number = 0
-    # Bytes, decoded line by line: one undecodable line is reported like any bad message, and
-    # never reaches the tokenizer as surrogates (text-mode stdin would pass them through).
-    for raw in sys.stdin.buffer:
-        message, bad_input = _decode_line(raw.rstrip(b"\r\n"))
-        if not bad_input and not message.strip():
-            continue
-        turn_number += 1
-        printer = StreamPrinter(show_live=False, show_summary=show_stats, echo_text=not json_output, mark_interrupted=False)
-        try:
-            if bad_input:
-                raise UsageError(bad_input)
-            result = run_turn(session, message, printer)
-        except (ContextOverflowError, UsageError) as err:
-            # The session goes on: this message is reported and skipped, nothing else is lost.
-            notice(f"llmchat: error: turn {turn_number}: {err}")
-            exit_code = exit_code or int(err.exit_code)
-            if json_output:
-                write_json({"turn": turn_number, "reply": None, "finish_reason": "error", "error": str(err), "stats": None})
-            continue
-        stats = result.stats
-        if stats.messages_dropped:
-            notice(stats.trim_notice(session.budget().prompt_limit))
-        if json_output:
-            write_json({"turn": turn_number, "reply": result.reply, "finish_reason": result.finish_reason, "error": None, "stats": stats.to_dict()})
-        if result.interrupted:
-            raise KeyboardInterrupt
-    return exit_code
-
-
-def _decode_line(raw: bytes) -> tuple[str, str | None]:
-    """(text, None), or ("", why the line cannot be a message)."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        return "", f"the line is not UTF-8 text (bad byte at offset {err.start}); convert the input first, e.g. with iconv"
-    if "\x00" in text:
-        return "", "the line contains NUL bytes (binary input?); pass text"
-    return text, None
-
-
-# --- shared plumbing ------------------------------------------------------------------------------
-def run_turn(session, text: str, printer):
-    """One turn for ask and scripted chat. When saving it to the history fails (disk full, read-only,
-    locked past the timeout), the reply has still been produced: finish showing it, warn once, and
-    go on without history, as the interactive chat does. The exit status stays that of the reply.
-    """
-    from llmchat.errors import HistoryError
-    from llmchat.render import notice
-
-    before = session.last_result
-    try:
-        return session.turn(text, printer)
-    except HistoryError as err:
-        result = session.last_result
-        if result is before:  # failed before a reply existed (not expected): a real error
-            printer.abort()
-            raise
-        printer.finished(result)
-        store, session.history = session.history, None
-        try:
-            store.close()
-        except Exception:  # the store is already broken; closing is a courtesy
-            pass
-        notice(f"warning: {err}; this reply was not saved, and nothing more will be")
-        return result
-    except BaseException:
-        printer.abort()
-        raise
-
-
-def check_overflow(value: str) -> None:
-    if value not in ("drop", "error"):
-        raise UsageError(f"--overflow must be drop or error, got {value!r}")
-
-
-def start_session(opts: RunOptions, *, overflow: str, history: bool):
-    from llmchat.loading import start_session as load_session
-
-    return load_session(opts, overflow=overflow, with_history=history)
-
-
-def continue_conversation(session, reference: str) -> None:
-    if session.history is None:
-        raise UsageError("continuing a conversation needs the history; drop --no-history")
-    session.load_conversation(session.history.get(reference))
-
-
-def close_session(session) -> None:
-    if session.history is not None:
-        session.history.close()
-    session.engine.close()
-
-
-# --- config ---------------------------------------------------------------------------------------
-@config_app.command("path")
-def config_path() -> None:
-    """Print where the config file lives."""
-    from llmchat import paths
-
-    typer.echo(str(paths.config_file()))
-
-
-@config_app.command("show")
-def config_show() -> None:
-    """Print the config in effect (after checking it)."""
-    import json
-
-    from llmchat.config import load_config
-
-    config = load_config()
-    shown = {k: v for k, v in vars(config).items() if k not in ("path", "exists")}
-    typer.echo(f"# {config.path}" + ("" if config.exists else " (not created yet: defaults)"))
-    typer.echo(json.dumps(shown, indent=2, ensure_ascii=False))
 
 
 # --- entry point ----------------------------------------------------------------------------------
@@ -374,7 +178,11 @@ def main(argv: Optional[list] = None) -> None:
         if type(err).__name__ == "NoArgsIsHelpError" and getattr(err, "ctx", None) is not None:
             sys.stdout.write(err.ctx.get_help() + "\n")
             sys.exit(int(ExitCode.USAGE))
-        hint = f" (see llmchat {err.ctx.command_path.split(' ', 1)[1]} --help)" if getattr(err, "ctx", None) and " " in err.ctx.command_path else " (see llmchat --help)"
+        hint = (
+            f" (see llmchat {err.ctx.command_path.split(' ', 1)[1]} --help)"
+            if getattr(err, "ctx", None) and " " in err.ctx.command_path
+            else " (see llmchat --help)"
+        )
         report_error(err.format_message().replace("\n", " ") + hint)
         sys.exit(int(ExitCode.USAGE))
     except KeyboardInterrupt:

@@ -114,5 +114,5 @@ def load_config(path: Path | None = None) -> Config:
                 raise ConfigError(f"config file {path}: unknown key models.{alias}.{key}; use path, template or ctx")
             _check_type(path, f"models.{alias}.{key}", value, _ALIAS_KEYS[key])
         if "path" not in settings:
-            raise ConfigError(f"config file {path}: models.{alias} needs a path = \"...\" line")
+            raise ConfigError(f'config file {path}: models.{alias} needs a path = "..." line')
     return Config(path=path, exists=True, **data)

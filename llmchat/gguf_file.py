@@ -276,9 +276,7 @@ class GGUFMetadata:
         """The vocabulary (`tokenizer.ggml.tokens`), read lazily in one file read."""
         key = "tokenizer.ggml.tokens"
         if key not in self:
-            raise ModelError(
-                f"{self.path} has no vocabulary ({key} is missing); use a complete GGUF model file"
-            )
+            raise ModelError(f"{self.path} has no vocabulary ({key} is missing); use a complete GGUF model file")
         return self.read_array(key)
 
     def _read_region(self, info: ArrayInfo) -> bytes:
@@ -393,9 +391,7 @@ class _Cursor:
     def string(self, what: str) -> str:
         length = self.u64(what)
         if length > MAX_STRING_LENGTH or length > self.remaining:
-            raise _CutShort(
-                f"{what} claims a string of {length:,} bytes but only {self.remaining:,} bytes remain"
-            )
+            raise _CutShort(f"{what} claims a string of {length:,} bytes but only {self.remaining:,} bytes remain")
         rel = self._window(length, what)
         self.pos += length
         return self._buf[rel : rel + length].decode("utf-8", "replace")
@@ -448,8 +444,7 @@ def _read_metadata(path: Path) -> GGUFMetadata:
         raise
     except _Truncated as err:
         raise ModelError(
-            f"{path} is truncated: the file ends at byte {err.at:,} while reading {err.what}; "
-            f"{ADVICE_REDOWNLOAD}"
+            f"{path} is truncated: the file ends at byte {err.at:,} while reading {err.what}; {ADVICE_REDOWNLOAD}"
         ) from None
     except _Corrupt as err:
         raise ModelError(f"{path} {err.state}: {err}; {err.advice}") from None
@@ -525,7 +520,9 @@ def _not_gguf_message(path: Path, head: bytes) -> str:
     """Name the common look-alikes, because 'bad magic' alone does not tell the user what to do."""
     lowered = head.lstrip().lower()
     if head.startswith(b"version https://git-lfs"):
-        hint = "it is a Git LFS pointer, not the model; run `git lfs pull` in its repository or download the file itself"
+        hint = (
+            "it is a Git LFS pointer, not the model; run `git lfs pull` in its repository or download the file itself"
+        )
     elif lowered.startswith((b"<!doctype html", b"<html")):
         hint = "it is an HTML page (a failed download?); download the .gguf file itself"
     elif head[:4] in (b"lmgg", b"fmgg", b"tjgg"):
@@ -594,9 +591,7 @@ def _read_array_value(cursor: _Cursor, meta: GGUFMetadata, key: str) -> None:
     count = cursor.u64(f"the length of {shown}")
     min_element_size = 8 if element_type == ValueType.STRING else _SCALAR_SIZES[element_type]
     if count > MAX_ARRAY_ELEMENTS or count * min_element_size > cursor.remaining:
-        raise _CutShort(
-            f"metadata array {shown} claims {count:,} elements but only {cursor.remaining:,} bytes remain"
-        )
+        raise _CutShort(f"metadata array {shown} claims {count:,} elements but only {cursor.remaining:,} bytes remain")
     start = cursor.pos
     if count <= SMALL_ARRAY_MAX:
         meta.scalars[key] = _read_small_array(cursor, element_type, count, what)
@@ -722,9 +717,7 @@ def _as_int(value: Any) -> int | None:
 # Model-level checks
 
 
-def check_loadable(
-    meta: GGUFMetadata, path: str | os.PathLike[str] | None = None, *, for_chat: bool = True
-) -> None:
+def check_loadable(meta: GGUFMetadata, path: str | os.PathLike[str] | None = None, *, for_chat: bool = True) -> None:
     """Reject files llama.cpp would refuse (or that cannot chat) with a clear ModelError.
 
     Deliberately permissive beyond the essentials: a known architecture plus the hyperparameters
@@ -737,8 +730,10 @@ def check_loadable(
         raise ModelError(f"{path} is a LoRA adapter, not a model; pass the base model's .gguf file")
     arch = meta.get("general.architecture")
     if not isinstance(arch, str) or not arch:
-        raise ModelError(f"{path} does not say which architecture it is (general.architecture is missing); "
-                         "use a model file converted by llama.cpp's tools")
+        raise ModelError(
+            f"{path} does not say which architecture it is (general.architecture is missing); "
+            "use a model file converted by llama.cpp's tools"
+        )
     if arch not in KNOWN_ARCHITECTURES and arch != "clip":
         raise ModelError(
             f"{path} has architecture {_shown(arch)}, which llama.cpp does not know; "
@@ -747,11 +742,10 @@ def check_loadable(
     if for_chat and arch in NON_CHAT_ARCHITECTURES:
         what = "a multimodal projector (mmproj)" if arch == "clip" else f"an '{arch}' encoder/embedding model"
         raise ModelError(f"{path} is {what}, not a chat model; pass a text-generation model")
-    missing = [f"{arch}.{k}" for k in ("block_count", "context_length", "embedding_length") if f"{arch}.{k}" not in meta]
+    missing = [
+        f"{arch}.{k}" for k in ("block_count", "context_length", "embedding_length") if f"{arch}.{k}" not in meta
+    ]
     if missing:
-        raise ModelError(
-            f"{path} lacks required metadata ({', '.join(missing)}); {ADVICE_RECONVERT}"
-        )
+        raise ModelError(f"{path} lacks required metadata ({', '.join(missing)}); {ADVICE_RECONVERT}")
     if not meta.tensors:
         raise ModelError(f"{path} contains no weights (a vocabulary-only file?); pass a complete model file")
-

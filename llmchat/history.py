@@ -295,7 +295,12 @@ class HistoryStore:
         last: sqlite3.Error | None = None
         for flags in ("mode=ro", "immutable=1"):
             try:
-                db = sqlite3.connect(f"{path.resolve().as_uri()}?{flags}", uri=True, timeout=min(timeout, SQLITE_BUSY_SLICE_S), check_same_thread=False)
+                db = sqlite3.connect(
+                    f"{path.resolve().as_uri()}?{flags}",
+                    uri=True,
+                    timeout=min(timeout, SQLITE_BUSY_SLICE_S),
+                    check_same_thread=False,
+                )
                 pending = [fn.__name__ for fn in MIGRATIONS if fn.__name__ not in _read_applied(db)]
             except sqlite3.Error as err:
                 last = err
@@ -399,8 +404,17 @@ class HistoryStore:
             db.execute(
                 "INSERT INTO conversations (id, name, model, model_path, template, system_prompt,"
                 " sampling_json, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (conversation_id, name, model, str(model_path), template, system_prompt,
-                 _to_json(sampling or {}), now, now),
+                (
+                    conversation_id,
+                    name,
+                    model,
+                    str(model_path),
+                    template,
+                    system_prompt,
+                    _to_json(sampling or {}),
+                    now,
+                    now,
+                ),
             )
 
         self._write(insert)
@@ -557,8 +571,17 @@ def _insert_message(db: sqlite3.Connection, conversation_id: str, seq: int, mess
     cursor = db.execute(
         "INSERT INTO messages (conversation_id, seq, role, content, interrupted, finish_reason,"
         " stats_json, sampling_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (conversation_id, seq, message.role, message.content, int(bool(message.interrupted)),
-         message.finish_reason, _to_json(message.stats), _to_json(message.sampling), now),
+        (
+            conversation_id,
+            seq,
+            message.role,
+            message.content,
+            int(bool(message.interrupted)),
+            message.finish_reason,
+            _to_json(message.stats),
+            _to_json(message.sampling),
+            now,
+        ),
     )
     return cursor.lastrowid
 
@@ -649,8 +672,15 @@ def _preview(text: str | None) -> str:
 def _conversation(header: tuple, message_rows: list[tuple]) -> Conversation:
     cid, name, model, model_path, template, system_prompt, sampling_json, created_at, updated_at = header
     return Conversation(
-        id=cid, name=name, model=model, model_path=model_path, template=template, system_prompt=system_prompt,
-        sampling=_from_json(sampling_json) or {}, created_at=created_at, updated_at=updated_at,
+        id=cid,
+        name=name,
+        model=model,
+        model_path=model_path,
+        template=template,
+        system_prompt=system_prompt,
+        sampling=_from_json(sampling_json) or {},
+        created_at=created_at,
+        updated_at=updated_at,
         messages=[_message(row) for row in message_rows],
     )
 
@@ -658,8 +688,15 @@ def _conversation(header: tuple, message_rows: list[tuple]) -> Conversation:
 def _message(row: tuple) -> StoredMessage:
     row_id, seq, role, content, interrupted, finish_reason, stats_json, sampling_json, created_at = row
     return StoredMessage(
-        id=row_id, seq=seq, role=role, content=content, interrupted=bool(interrupted), finish_reason=finish_reason,
-        stats=_from_json(stats_json) or {}, sampling=_from_json(sampling_json), created_at=created_at,
+        id=row_id,
+        seq=seq,
+        role=role,
+        content=content,
+        interrupted=bool(interrupted),
+        finish_reason=finish_reason,
+        stats=_from_json(stats_json) or {},
+        sampling=_from_json(sampling_json),
+        created_at=created_at,
     )
 
 

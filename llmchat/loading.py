@@ -9,23 +9,28 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmchat.config import Config, load_config
 from llmchat.errors import UsageError
-from llmchat.models import ResolvedModel, resolve_model
+from llmchat.models.resolve import ResolvedModel, resolve_model
 from llmchat.options import RunOptions
-from llmchat.render import is_tty, notice
+from llmchat.output import is_tty, notice
 from llmchat.sampling import SamplingParams, build_sampling, preset_values
 
+if TYPE_CHECKING:
+    from llmchat.engine import Engine, EngineSettings
+    from llmchat.session import ChatSession
+
 MIN_CTX = 64
+DEFAULT_MAX_CTX = 8192  # the default window: the trained context, at most this
 
 
 @dataclass
 class Loaded:
     config: Config
     model: ResolvedModel
-    engine: Any
+    engine: Engine
     sampling: SamplingParams
     trained_ctx: int
 
@@ -43,9 +48,13 @@ def validate_options(opts: RunOptions) -> None:
     if opts.kv_type not in ("f16", "q8_0", "q4_0"):
         raise UsageError(f"--kv-type must be f16, q8_0 or q4_0, got {opts.kv_type!r}")
     if opts.kv_type != "f16" and opts.flash_attn is False:
-        raise UsageError(f"--kv-type {opts.kv_type} needs flash attention (a quantized V cache); drop --no-flash-attn or use --kv-type f16")
+        raise UsageError(
+            f"--kv-type {opts.kv_type} needs flash attention (a quantized V cache); drop --no-flash-attn or use --kv-type f16"
+        )
     if opts.preset is not None:
         preset_values(opts.preset)
+    if opts.lookup and opts.draft_model is not None:
+        raise UsageError("--lookup and --draft-model are two kinds of drafting; choose one")
     if opts.draft_model is not None and not opts.draft_model.is_file():
         raise UsageError(f"--draft-model {opts.draft_model} is not a file; pass a .gguf path")
     sampling_flags(opts)  # validates the sampling values
@@ -88,7 +97,7 @@ def load_model(opts: RunOptions, *, n_ctx_override: int | None = None, announce:
             f"--kv-type {opts.kv_type} needs flash attention (a quantized V cache), but the config file "
             f"{config.path} sets flash_attn = false; pass --flash-attn or use --kv-type f16"
         )
-    model = resolve_model(opts.model, aliases=config.models, config_default=config.model)
+    model = resolve_model(opts.model, config)
     if model.how == "default" and announce:
         notice(f"model: {model.name} (the bundled default; choose another with -m)")
 
@@ -102,14 +111,16 @@ def load_model(opts: RunOptions, *, n_ctx_override: int | None = None, announce:
     arch = metadata.scalars.get("general.architecture", "")
     trained_ctx = int(metadata.scalars.get(f"{arch}.context_length", 0) or 0)
 
-    alias = config.alias_for_path(model.path) if model.how != "alias" else {}
-    n_ctx = n_ctx_override or opts.ctx or model.alias_ctx or alias.get("ctx") or config.ctx
+    # The header is read once per load, here: the engine gets the context size already decided.
+    n_ctx = n_ctx_override or opts.ctx or model.ctx or min(trained_ctx or DEFAULT_MAX_CTX, DEFAULT_MAX_CTX)
     if n_ctx and trained_ctx and n_ctx > trained_ctx:
-        notice(f"warning: --ctx {n_ctx} is above the {trained_ctx} tokens this model was trained on; expect worse answers past that")
+        notice(
+            f"warning: --ctx {n_ctx} is above the {trained_ctx} tokens this model was trained on; expect worse answers past that"
+        )
 
-    from llmchat.engine import EngineSettings
+    from llmchat.engine import EngineSettings as Settings
 
-    settings = EngineSettings(
+    settings = Settings(
         n_ctx=n_ctx,
         threads=opts.threads,
         batch_size=opts.batch_size,
@@ -141,7 +152,7 @@ def load_model(opts: RunOptions, *, n_ctx_override: int | None = None, announce:
     return Loaded(config=config, model=model, engine=engine, sampling=sampling, trained_ctx=trained_ctx)
 
 
-def _load_with_spinner(model: ResolvedModel, settings: Any) -> Any:
+def _load_with_spinner(model: ResolvedModel, settings: EngineSettings) -> Engine:
     from llmchat.engine import Engine
 
     if not is_tty(sys.stderr):
@@ -152,14 +163,7 @@ def _load_with_spinner(model: ResolvedModel, settings: Any) -> Any:
         return Engine.load(model.path, settings)
 
 
-def template_choice(opts: RunOptions, loaded: Loaded) -> tuple[str | None, str | None]:
-    """(--template, the config's per-model template)."""
-    alias = loaded.config.alias_for_path(loaded.model.path) if loaded.model.how != "alias" else {}
-    config_choice = loaded.model.alias_template or alias.get("template") or loaded.config.template
-    return opts.template, config_choice
-
-
-def report_template(session: Any, verbose: bool) -> None:
+def report_template(session: ChatSession, verbose: bool) -> None:
     """The ChatML fallback always warns; the rest of the story is for --verbose."""
     template = session.template
     if template.warning:
@@ -172,7 +176,7 @@ def report_template(session: Any, verbose: bool) -> None:
             notice(f"template: {note}")
 
 
-def start_session(opts: RunOptions, *, overflow: str, with_history: bool) -> Any:
+def start_session(opts: RunOptions, *, overflow: str, with_history: bool) -> ChatSession:
     """Load the model, open the history store (unless off), resolve the template: a ready ChatSession."""
     from llmchat.session import ChatSession
 
@@ -182,14 +186,13 @@ def start_session(opts: RunOptions, *, overflow: str, with_history: bool) -> Any
         from llmchat.history import open_or_warn
 
         store = open_or_warn(warn=lambda message: notice(f"warning: {message}"))
-    flag_template, config_template = template_choice(opts, loaded)
     try:
         session = ChatSession.start(
             loaded.engine,
             sampling=loaded.sampling,
             model_label=loaded.model.name,
-            template_choice=flag_template,
-            config_template=config_template,
+            template_choice=opts.template,
+            config_template=loaded.model.template,
             system=opts.system if opts.system is not None else loaded.config.system,
             overflow=overflow,
             history=store,
@@ -199,7 +202,7 @@ def start_session(opts: RunOptions, *, overflow: str, with_history: bool) -> Any
         if store is not None:
             store.close()
         raise
-    session.loaded_config = loaded.config
+    session.config = loaded.config
     session.verbose = opts.verbose
     report_template(session, opts.verbose)
     return session

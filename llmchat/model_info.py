@@ -55,13 +55,46 @@ DEFAULT_SWA_PERIOD: dict[str, tuple[int, bool]] = {
 
 # llama.h `enum llama_ftype` (general.file_type), llama-cpp-python 0.3.36.
 LLAMA_FTYPE_NAMES: dict[int, str] = {
-    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 4: "Q4_1_SOME_F16", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
-    10: "Q2_K", 11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M",
-    16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S",
-    22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M",
-    28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 33: "Q4_0_4_4",
-    34: "Q4_0_4_8", 35: "Q4_0_8_8", 36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4_MOE", 39: "NVFP4",
-    40: "Q1_0", 41: "Q2_0",
+    0: "F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    4: "Q4_1_SOME_F16",
+    7: "Q8_0",
+    8: "Q5_0",
+    9: "Q5_1",
+    10: "Q2_K",
+    11: "Q3_K_S",
+    12: "Q3_K_M",
+    13: "Q3_K_L",
+    14: "Q4_K_S",
+    15: "Q4_K_M",
+    16: "Q5_K_S",
+    17: "Q5_K_M",
+    18: "Q6_K",
+    19: "IQ2_XXS",
+    20: "IQ2_XS",
+    21: "Q2_K_S",
+    22: "IQ3_XS",
+    23: "IQ3_XXS",
+    24: "IQ1_S",
+    25: "IQ4_NL",
+    26: "IQ3_S",
+    27: "IQ3_M",
+    28: "IQ2_S",
+    29: "IQ2_M",
+    30: "IQ4_XS",
+    31: "IQ1_M",
+    32: "BF16",
+    33: "Q4_0_4_4",
+    34: "Q4_0_4_8",
+    35: "Q4_0_8_8",
+    36: "TQ1_0",
+    37: "TQ2_0",
+    38: "MXFP4_MOE",
+    39: "NVFP4",
+    40: "Q1_0",
+    41: "Q2_0",
 }
 LLAMA_FTYPE_GUESSED = 1024
 
@@ -456,9 +489,7 @@ def context_points(trained_context: int | None) -> list[int]:
     return sorted(points)
 
 
-def estimate_context(
-    meta: GGUFMetadata, layout: AttentionLayout, n_ctx: int, memory: SystemMemory
-) -> ContextEstimate:
+def estimate_context(meta: GGUFMetadata, layout: AttentionLayout, n_ctx: int, memory: SystemMemory) -> ContextEstimate:
     weights = meta.tensor_data_bytes
     kv_full = kv_cache_bytes(layout, n_ctx, swa_full=True)
     kv_swa = kv_cache_bytes(layout, n_ctx, swa_full=False)
@@ -585,10 +616,16 @@ def _notes(meta: GGUFMetadata, layout: AttentionLayout) -> list[str]:
             f"pad(min(n_ctx, window + n_ubatch), 256) tokens (window + 512 of batch padding)."
         )
     if meta.arch_get("attention.kv_lora_rank") is not None:
-        notes.append("this model uses multi-head latent attention (MLA): llama.cpp caches a compressed latent, "
-                     "so the KV figures here are an upper bound.")
+        notes.append(
+            "this model uses multi-head latent attention (MLA): llama.cpp caches a compressed latent, "
+            "so the KV figures here are an upper bound."
+        )
     if any(kv == 0 for kv in layout.kv_heads):
-        notes.append("layers without attention (recurrent/SSM) hold no KV cache; their fixed-size state is not counted.")
-    notes.append("fits_ram compares total with MemAvailable; fits_vram with the free memory of the emptiest GPU "
-                 "(only meaningful with a GPU build of llama-cpp-python).")
+        notes.append(
+            "layers without attention (recurrent/SSM) hold no KV cache; their fixed-size state is not counted."
+        )
+    notes.append(
+        "fits_ram compares total with MemAvailable; fits_vram with the free memory of the emptiest GPU "
+        "(only meaningful with a GPU build of llama-cpp-python)."
+    )
     return notes

@@ -49,35 +49,140 @@ class RunOptions:
 
 
 _ENGINE_OPTIONS = {
-    "model": Annotated[Optional[str], typer.Option("--model", "-m", help="A .gguf path, a name in the models folder, or a config alias. Default: LLMCHAT_MODEL, the config, then the bundled SmolLM2.", rich_help_panel=ENGINE)],
-    "template": Annotated[Optional[str], typer.Option("--template", help="Chat template: a built-in name (llmchat template list) or a .jinja path.", rich_help_panel=ENGINE)],
-    "ctx": Annotated[Optional[int], typer.Option("--ctx", help="Context window in tokens. Default: min(trained context, 8192).", rich_help_panel=ENGINE)],
-    "threads": Annotated[Optional[int], typer.Option("--threads", "-t", help="CPU threads. Default: the physical cores.", rich_help_panel=ENGINE)],
-    "batch_size": Annotated[int, typer.Option("--batch-size", help="Prompt tokens evaluated per llama.cpp batch.", rich_help_panel=ENGINE)],
-    "device": Annotated[str, typer.Option("--device", help="auto | cpu | gpu. auto offloads every layer when llama.cpp was built with GPU support.", rich_help_panel=ENGINE)],
-    "gpu_layers": Annotated[Optional[int], typer.Option("--gpu-layers", help="Layers to offload to the GPU (-1 = all).", rich_help_panel=ENGINE)],
-    "flash_attn": Annotated[Optional[bool], typer.Option("--flash-attn/--no-flash-attn", help="Flash attention. Default: on (config: flash_attn), as llama.cpp's -fa auto picks; it keeps drafting and --parallel from changing greedy replies. Off is faster on CPU for long chats.", show_default=False, rich_help_panel=ENGINE)],
-    "kv_type": Annotated[str, typer.Option("--kv-type", help="KV cache type: f16 | q8_0 | q4_0 (quantized needs flash attention).", rich_help_panel=ENGINE)],
-    "mmap": Annotated[bool, typer.Option("--mmap/--no-mmap", help="Memory-map the model file.", rich_help_panel=ENGINE)],
+    "model": Annotated[
+        Optional[str],
+        typer.Option(
+            "--model",
+            "-m",
+            help="A .gguf path, a name in the models folder, or a config alias. Default: LLMCHAT_MODEL, the config, then the bundled SmolLM2.",
+            rich_help_panel=ENGINE,
+        ),
+    ],
+    "template": Annotated[
+        Optional[str],
+        typer.Option(
+            "--template",
+            help="Chat template: a built-in name (llmchat template list) or a .jinja path.",
+            rich_help_panel=ENGINE,
+        ),
+    ],
+    "ctx": Annotated[
+        Optional[int],
+        typer.Option(
+            "--ctx", help="Context window in tokens. Default: min(trained context, 8192).", rich_help_panel=ENGINE
+        ),
+    ],
+    "threads": Annotated[
+        Optional[int],
+        typer.Option("--threads", "-t", help="CPU threads. Default: the physical cores.", rich_help_panel=ENGINE),
+    ],
+    "batch_size": Annotated[
+        int, typer.Option("--batch-size", help="Prompt tokens evaluated per llama.cpp batch.", rich_help_panel=ENGINE)
+    ],
+    "device": Annotated[
+        str,
+        typer.Option(
+            "--device",
+            help="auto | cpu | gpu. auto offloads every layer when llama.cpp was built with GPU support.",
+            rich_help_panel=ENGINE,
+        ),
+    ],
+    "gpu_layers": Annotated[
+        Optional[int],
+        typer.Option("--gpu-layers", help="Layers to offload to the GPU (-1 = all).", rich_help_panel=ENGINE),
+    ],
+    "flash_attn": Annotated[
+        Optional[bool],
+        typer.Option(
+            "--flash-attn/--no-flash-attn",
+            help="Flash attention. Default: on (config: flash_attn), as llama.cpp's -fa auto picks; it keeps drafting and --parallel from changing greedy replies. Off is faster on CPU for long chats.",
+            show_default=False,
+            rich_help_panel=ENGINE,
+        ),
+    ],
+    "kv_type": Annotated[
+        str,
+        typer.Option(
+            "--kv-type",
+            help="KV cache type: f16 | q8_0 | q4_0 (quantized needs flash attention).",
+            rich_help_panel=ENGINE,
+        ),
+    ],
+    "mmap": Annotated[
+        bool, typer.Option("--mmap/--no-mmap", help="Memory-map the model file.", rich_help_panel=ENGINE)
+    ],
     "mlock": Annotated[bool, typer.Option("--mlock", help="Lock the model in RAM.", rich_help_panel=ENGINE)],
-    "lookup": Annotated[bool, typer.Option("--lookup", help="Speculative decoding with prompt-lookup n-gram drafts (fast when the reply repeats the prompt).", rich_help_panel=ENGINE)],
-    "kv_shift": Annotated[bool, typer.Option("--kv-shift/--no-kv-shift", help="After the context is trimmed, shift the cached tokens (fast) instead of prefilling them again (exact).", rich_help_panel=ENGINE)],
-    "draft_model": Annotated[Optional[Path], typer.Option("--draft-model", help="Speculative decoding with a small draft model of the same vocabulary.", rich_help_panel=ENGINE)],
-    "verbose": Annotated[bool, typer.Option("--verbose", "-v", help="Show llama.cpp's log and llmchat's decisions on stderr.", rich_help_panel=ENGINE)],
+    "lookup": Annotated[
+        bool,
+        typer.Option(
+            "--lookup",
+            help="Speculative decoding with prompt-lookup n-gram drafts (fast when the reply repeats the prompt).",
+            rich_help_panel=ENGINE,
+        ),
+    ],
+    "kv_shift": Annotated[
+        bool,
+        typer.Option(
+            "--kv-shift/--no-kv-shift",
+            help="After the context is trimmed, shift the cached tokens (fast) instead of prefilling them again (exact).",
+            rich_help_panel=ENGINE,
+        ),
+    ],
+    "draft_model": Annotated[
+        Optional[Path],
+        typer.Option(
+            "--draft-model",
+            help="Speculative decoding with a small draft model of the same vocabulary.",
+            rich_help_panel=ENGINE,
+        ),
+    ],
+    "verbose": Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="Show llama.cpp's log and llmchat's decisions on stderr.", rich_help_panel=ENGINE
+        ),
+    ],
     "debug": Annotated[bool, typer.Option("--debug", help="Show tracebacks.", rich_help_panel=ENGINE)],
 }
 
 _SAMPLING_OPTIONS = {
     "system": Annotated[Optional[str], typer.Option("--system", "-s", help="System prompt.", rich_help_panel=SAMPLING)],
-    "preset": Annotated[Optional[str], typer.Option("--preset", help="precise | balanced | creative | code.", rich_help_panel=SAMPLING)],
-    "temperature": Annotated[Optional[float], typer.Option("--temperature", "--temp", help="0 = greedy.", rich_help_panel=SAMPLING)],
-    "top_p": Annotated[Optional[float], typer.Option("--top-p", help="Nucleus sampling mass, in (0, 1].", rich_help_panel=SAMPLING)],
-    "top_k": Annotated[Optional[int], typer.Option("--top-k", help="Keep the k most likely tokens (0 = off).", rich_help_panel=SAMPLING)],
-    "min_p": Annotated[Optional[float], typer.Option("--min-p", help="Drop tokens below min_p × the top probability.", rich_help_panel=SAMPLING)],
-    "repeat_penalty": Annotated[Optional[float], typer.Option("--repeat-penalty", help="1 = off.", rich_help_panel=SAMPLING)],
-    "max_tokens": Annotated[Optional[int], typer.Option("--max-tokens", "-n", help="Most tokens in a reply (also the reply reserve). Default: the room left.", rich_help_panel=SAMPLING)],
-    "seed": Annotated[Optional[int], typer.Option("--seed", help="Fix the random seed. Default: a fresh seed per reply.", rich_help_panel=SAMPLING)],
-    "stop": Annotated[Optional[list[str]], typer.Option("--stop", help="Stop string (repeatable).", rich_help_panel=SAMPLING)],
+    "preset": Annotated[
+        Optional[str], typer.Option("--preset", help="precise | balanced | creative | code.", rich_help_panel=SAMPLING)
+    ],
+    "temperature": Annotated[
+        Optional[float], typer.Option("--temperature", "--temp", help="0 = greedy.", rich_help_panel=SAMPLING)
+    ],
+    "top_p": Annotated[
+        Optional[float], typer.Option("--top-p", help="Nucleus sampling mass, in (0, 1].", rich_help_panel=SAMPLING)
+    ],
+    "top_k": Annotated[
+        Optional[int],
+        typer.Option("--top-k", help="Keep the k most likely tokens (0 = off).", rich_help_panel=SAMPLING),
+    ],
+    "min_p": Annotated[
+        Optional[float],
+        typer.Option("--min-p", help="Drop tokens below min_p × the top probability.", rich_help_panel=SAMPLING),
+    ],
+    "repeat_penalty": Annotated[
+        Optional[float], typer.Option("--repeat-penalty", help="1 = off.", rich_help_panel=SAMPLING)
+    ],
+    "max_tokens": Annotated[
+        Optional[int],
+        typer.Option(
+            "--max-tokens",
+            "-n",
+            help="Most tokens in a reply (also the reply reserve). Default: the room left.",
+            rich_help_panel=SAMPLING,
+        ),
+    ],
+    "seed": Annotated[
+        Optional[int],
+        typer.Option("--seed", help="Fix the random seed. Default: a fresh seed per reply.", rich_help_panel=SAMPLING),
+    ],
+    "stop": Annotated[
+        Optional[list[str]], typer.Option("--stop", help="Stop string (repeatable).", rich_help_panel=SAMPLING)
+    ],
 }
 
 
@@ -94,7 +199,12 @@ def model_command(*, sampling: bool = True) -> Callable:
         signature = inspect.signature(func)
         own = [p for p in signature.parameters.values() if p.name != "opts"]
         added = [
-            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=(None if name == "stop" else defaults[name]), annotation=annotation)
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=(None if name == "stop" else defaults[name]),
+                annotation=annotation,
+            )
             for name, annotation in shared.items()
         ]
 

@@ -1,30 +1,43 @@
 """One chat session: a loaded model, its resolved template, the conversation, and one turn at a time.
 
-Every mode (ask, chat, batch) runs its turns through `ChatSession.turn`, so the template, the
-budget, the stop rules and the stats are the same everywhere; only where input comes from and
-where output goes differ.
+A turn is one road for every mode (ask, chat, batch, batch `--parallel`):
+1. `prepare`: conversation + system -> template render -> token ids, fitted to the budget.
+2. decoding: `Engine.generate` for one sequence, or `ParallelDecoder` for several; both apply the
+   same reply rules (llmchat.engine.reply) and fill the same `GenerationOutcome`.
+3. `finish`: the outcome becomes a `TurnResult` with its stats and notices.
+4. the exchange joins the conversation and is saved; a failed save turns the history off once
+   (`disable_history`) and is reported in the result (`saved`, `notices`), never raised.
+
+`TurnResult.to_record()` is the one JSON shape that `ask --json`, scripted `chat --json` and
+`batch` print (the README documents it).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from llmchat.chat_template import ModelFacts, ResolvedTemplate, marker_tokens, render_prompt, resolve_template
-from llmchat.conversation import Budget, Conversation, default_reply_reserve, fit_to_context
+from llmchat.chat_template import ModelFacts, ResolvedTemplate, facts_from_metadata, render_prompt, resolve_template
+from llmchat.conversation import Budget, Conversation, FitResult, default_reply_reserve, fit_to_context
 from llmchat.errors import ContextOverflowError, HistoryError
 from llmchat.metrics import TurnStats
-from llmchat.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from llmchat.config import Config
+    from llmchat.engine import Engine
+    from llmchat.engine.reply import GenerationOutcome
+    from llmchat.history import HistoryStore, StoredConversation
+    from llmchat.sampling import SamplingParams
 
 
 class TurnObserver(Protocol):
-    """What a display needs to know during a turn. All methods are optional no-ops in NullObserver."""
+    """What a display needs to know during a turn. NullObserver implements each as a no-op."""
 
     def prefill_started(self, prompt_tokens: int, cached_tokens: int, context_limit: int) -> None: ...
     def text(self, fragment: str) -> None: ...
     def token(self, generated: int, t_first: float, now: float) -> None: ...
-    def finished(self, result: "TurnResult") -> None: ...
+    def finished(self, result: TurnResult) -> None: ...
 
 
 class NullObserver:
@@ -37,8 +50,22 @@ class NullObserver:
     def token(self, generated: int, t_first: float, now: float) -> None:
         pass
 
-    def finished(self, result: "TurnResult") -> None:
+    def finished(self, result: TurnResult) -> None:
         pass
+
+
+RECORD_KEYS = (
+    "id",
+    "reply",
+    "finish_reason",
+    "seed",
+    "model",
+    "template",
+    "conversation_id",
+    "saved",
+    "stats",
+    "error",
+)
 
 
 @dataclass
@@ -48,50 +75,102 @@ class TurnResult:
     finish_reason: str
     stats: TurnStats
     seed: int
+    model: str = ""
+    template: str = ""
+    conversation_id: str | None = None
+    saved: bool = False  # written to the history store
+    notices: list[str] = field(default_factory=list)  # one line each for stderr: trims, a failed save
 
     @property
     def interrupted(self) -> bool:
         return self.finish_reason == "interrupted"
 
+    def to_record(self, record_id: Any = None) -> dict[str, Any]:
+        """The one JSON record of a turn (`ask --json`, scripted `chat --json`, `batch`)."""
+        return {
+            "id": record_id,
+            "reply": self.reply,
+            "finish_reason": self.finish_reason,
+            "seed": self.seed,
+            "model": self.model,
+            "template": self.template,
+            "conversation_id": self.conversation_id,
+            "saved": self.saved,
+            "stats": self.stats.to_dict(),
+            "error": None,
+        }
 
-def model_facts(engine: Any) -> ModelFacts:
-    """What template resolution needs to know about a loaded model."""
-    meta = engine.metadata
-    named = {
-        key.removeprefix("tokenizer.chat_template."): value
-        for key, value in meta.items()
-        if key.startswith("tokenizer.chat_template.")
+
+def error_record(record_id: Any, message: str, *, model: str = "", template: str = "") -> dict[str, Any]:
+    """The record of a turn that produced no reply: the same keys as `TurnResult.to_record`."""
+    return {
+        "id": record_id,
+        "reply": None,
+        "finish_reason": "error",
+        "seed": None,
+        "model": model,
+        "template": template,
+        "conversation_id": None,
+        "saved": False,
+        "stats": None,
+        "error": message.replace("\n", " "),
     }
-    return ModelFacts(
-        architecture=meta.get("general.architecture", ""),
-        name=meta.get("general.name", ""),
-        basename=meta.get("general.basename", ""),
-        chat_template=meta.get("tokenizer.chat_template"),
-        named_templates=named,
-        bos_token=engine.bos_text,
-        eos_token=engine.eos_text,
-        tokens=frozenset(marker for marker in marker_tokens() if engine.has_single_token(marker)),
-        vocab_known=True,
+
+
+@dataclass
+class PreparedTurn:
+    """A turn ready to decode: its prompt tokens, fitted to the budget, and what ends its reply."""
+
+    user: str
+    conversation: Conversation
+    sampling: SamplingParams
+    budget: Budget
+    fit: FitResult
+    stop_strings: tuple[str, ...]  # the template's; the engine adds the sampling's own
+    t_submit: float
+
+    @property
+    def prompt(self) -> list[int]:
+        return self.fit.prompt_tokens
+
+
+class _EngineVocabulary:
+    """The loaded model's vocabulary, seen the way `facts_from_metadata` asks about it."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def __contains__(self, text: object) -> bool:
+        return isinstance(text, str) and self.engine.has_single_token(text)
+
+
+def model_facts(engine: Engine) -> ModelFacts:
+    """What template resolution knows about a loaded model: the same builder `template show` uses
+    on the GGUF file (`facts_from_metadata`), asked through the engine's tokenizer."""
+    return facts_from_metadata(
+        engine.metadata, _EngineVocabulary(engine), bos_token=engine.bos_text, eos_token=engine.eos_text
     )
 
 
 @dataclass
 class ChatSession:
-    engine: Any  # llmchat.engine.Engine; typed loosely so this module never imports llama_cpp
+    engine: Engine
     template: ResolvedTemplate
     facts: ModelFacts
     sampling: SamplingParams
     model_label: str
     conversation: Conversation = field(default_factory=Conversation)
     overflow: str = "drop"
-    history: Any = None  # llmchat.history.HistoryStore or None
+    history: HistoryStore | None = None
     conversation_id: str | None = None
     last_result: TurnResult | None = None
+    config: Config | None = None
+    verbose: bool = False
 
     @classmethod
     def start(
         cls,
-        engine: Any,
+        engine: Engine,
         *,
         sampling: SamplingParams,
         model_label: str,
@@ -99,8 +178,8 @@ class ChatSession:
         config_template: str | None = None,
         system: str | None = None,
         overflow: str = "drop",
-        history: Any = None,
-    ) -> "ChatSession":
+        history: HistoryStore | None = None,
+    ) -> ChatSession:
         facts = model_facts(engine)
         template = resolve_template(facts, template_choice, config_template)
         return cls(
@@ -114,13 +193,19 @@ class ChatSession:
             history=history,
         )
 
+    def close(self) -> None:
+        if self.history is not None:
+            self.history.close()
+        self.engine.close()
+
     # --- tokens and budget ------------------------------------------------------------------
-    def tokenize_messages(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+    def tokenize_messages(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> list[int]:
         rendered = render_prompt(self.template, messages, self.facts, add_generation_prompt=add_generation_prompt)
         return self.engine.prompt_tokens([(piece.text, piece.trusted) for piece in rendered.pieces])
 
-    def budget(self) -> Budget:
-        return Budget(self.engine.n_ctx, default_reply_reserve(self.engine.n_ctx, self.sampling.max_tokens))
+    def budget(self, sampling: SamplingParams | None = None) -> Budget:
+        max_tokens = (sampling or self.sampling).max_tokens
+        return Budget(self.engine.n_ctx, default_reply_reserve(self.engine.n_ctx, max_tokens))
 
     def context_used(self) -> int:
         """Tokens the current conversation takes in the window (without a pending message)."""
@@ -128,23 +213,41 @@ class ChatSession:
         return len(self.tokenize_messages(messages, add_generation_prompt=False)) if messages else 0
 
     # --- one turn -------------------------------------------------------------------------------
+    def prepare(
+        self,
+        user_text: str,
+        *,
+        conversation: Conversation | None = None,
+        sampling: SamplingParams | None = None,
+        overflow: str | None = None,
+    ) -> PreparedTurn:
+        """Render and tokenize the next prompt, trimming the conversation when it must (and may).
+
+        Raises ContextOverflowError (nothing changed) when it cannot fit."""
+        t_submit = time.perf_counter()
+        conversation = self.conversation if conversation is None else conversation
+        sampling = sampling or self.sampling
+        budget = self.budget(sampling)
+        self.check_message_size(user_text, budget)
+        fit = fit_to_context(
+            conversation, user_text, budget, self.tokenize_messages, overflow=overflow or self.overflow
+        )
+        return PreparedTurn(user_text, conversation, sampling, budget, fit, tuple(self.template.stop_strings), t_submit)
+
     def turn(self, user_text: str, observer: TurnObserver | None = None, *, record: bool = True) -> TurnResult:
         """Generate the reply to `user_text`. Ctrl-C stops generation and returns the partial reply,
-        marked interrupted; it is kept in the conversation and history like any other."""
+        marked interrupted; it is kept in the conversation and history like any other. A failed
+        save never raises: the result says `saved=False` and carries the warning."""
         observer = observer or NullObserver()
-        t_submit = time.perf_counter()
-        self.check_message_size(user_text)
-        fit = fit_to_context(self.conversation, user_text, self.budget(), self.tokenize_messages, overflow=self.overflow)
-        if fit.messages_dropped and self.engine.settings.kv_shift:
-            self.engine.shift_out_dropped(fit.prompt_tokens)
+        prepared = self.prepare(user_text)
+        if prepared.fit.messages_dropped and self.engine.settings.kv_shift:
+            self.engine.shift_out_dropped(prepared.prompt)
+        sampling = prepared.sampling
         generation = self.engine.generate(
-            fit.prompt_tokens,
-            self.sampling,
-            max_tokens=self.sampling.max_tokens,
-            stop_strings=self.template.stop_strings,
+            prepared.prompt, sampling, max_tokens=sampling.max_tokens, stop_strings=prepared.stop_strings
         )
         outcome = generation.outcome
-        observer.prefill_started(len(fit.prompt_tokens), self.engine.cached_prefix(fit.prompt_tokens), self.engine.n_ctx)
+        observer.prefill_started(len(prepared.prompt), self.engine.cached_prefix(prepared.prompt), self.engine.n_ctx)
         fragments: list[str] = []
         t_first_written: float | None = None
         stopped: BaseException | None = None
@@ -164,22 +267,74 @@ class ChatSession:
             # but the partial reply is saved first, marked interrupted, as for Ctrl-C.
             outcome.finish_reason = "interrupted"
             stopped = err
-        reply = "".join(fragments)
-        stats = self._stats(outcome, fit, t_submit, t_first_written)
-        result = TurnResult(user_text, reply, outcome.finish_reason, stats, generation.seed)
-        self.conversation.add_exchange(user_text, reply, interrupted=result.interrupted)
-        self.last_result = result
+        result = self.finish(prepared, outcome, "".join(fragments), generation.seed, t_first_written)
+        self.commit(prepared, result, record=record)
         if stopped is not None:
-            if record:
-                try:
-                    self._record(result)
-                except HistoryError:
-                    pass  # the process is ending for another reason; that one is reported
             raise stopped
-        if record:
-            self._record(result)
         observer.finished(result)
         return result
+
+    def finish(
+        self,
+        prepared: PreparedTurn,
+        outcome: GenerationOutcome,
+        reply: str,
+        seed: int,
+        t_first_written: float | None = None,
+        *,
+        t_submit: float | None = None,
+    ) -> TurnResult:
+        """A decoded sequence as a TurnResult: stats and notices, the same for every decoding loop.
+
+        `t_first_written`: when the first reply text reached the user (default: when the engine
+        produced it); `t_submit`: when its TTFT clock started (default: when it was prepared; a
+        parallel sequence starts when it takes its slot)."""
+        start = prepared.t_submit if t_submit is None else t_submit
+        first_written = t_first_written or outcome.t_first_shown
+        first = outcome.t_first_token
+        end = outcome.t_last_token or first or time.perf_counter()
+        fit = prepared.fit
+        stats = TurnStats(
+            ttft_s=(first_written - start) if first_written else 0.0,
+            prefill_s=(first - outcome.t_start) if first else 0.0,
+            decode_s=(end - first) if first else 0.0,
+            total_s=time.perf_counter() - start,
+            prompt_tokens=outcome.prompt_tokens,
+            cached_tokens=outcome.cached_tokens,
+            generated_tokens=outcome.generated_tokens,
+            context_used=outcome.prompt_tokens + outcome.generated_tokens,
+            context_limit=prepared.budget.n_ctx,
+            messages_dropped=fit.messages_dropped,
+            tokens_dropped=fit.tokens_dropped,
+            finish_reason=outcome.finish_reason,
+            draft_proposed=outcome.draft_proposed,
+            draft_accepted=outcome.draft_accepted,
+        )
+        result = TurnResult(
+            prepared.user,
+            reply,
+            outcome.finish_reason,
+            stats,
+            seed,
+            model=self.model_label,
+            template=self.template.name,
+        )
+        if fit.messages_dropped:
+            result.notices.append(stats.trim_notice(prepared.budget.prompt_limit))
+        return result
+
+    def commit(self, prepared: PreparedTurn, result: TurnResult, *, record: bool = True) -> None:
+        """The exchange joins its conversation and, when `record`, the history store."""
+        prepared.conversation.add_exchange(result.user, result.reply, interrupted=result.interrupted)
+        if prepared.conversation is self.conversation:
+            self.last_result = result
+        if record and self.history is not None:
+            try:
+                self._record(result)
+                result.saved = True
+            except HistoryError as err:
+                result.notices.append(self.disable_history(err, "this reply was not saved, and nothing more will be"))
+        result.conversation_id = self.conversation_id if record else None
 
     def check_message_size(self, user_text: str, budget: Budget | None = None) -> None:
         """Refuse a message that certainly cannot fit, before rendering or tokenizing it.
@@ -202,30 +357,21 @@ class ChatSession:
                 limit=budget.prompt_limit,
             )
 
-    def _stats(self, outcome: Any, fit: Any, t_submit: float, t_first_written: float | None) -> TurnStats:
-        end = outcome.t_last_token or outcome.t_first_token or time.perf_counter()
-        first = outcome.t_first_token
-        return TurnStats(
-            ttft_s=(t_first_written - t_submit) if t_first_written else 0.0,
-            prefill_s=(first - outcome.t_start) if first else 0.0,
-            decode_s=(end - first) if first else 0.0,
-            total_s=time.perf_counter() - t_submit,
-            prompt_tokens=outcome.prompt_tokens,
-            cached_tokens=outcome.cached_tokens,
-            generated_tokens=outcome.generated_tokens,
-            context_used=outcome.prompt_tokens + outcome.generated_tokens,
-            context_limit=self.engine.n_ctx,
-            messages_dropped=fit.messages_dropped,
-            tokens_dropped=fit.tokens_dropped,
-            finish_reason=outcome.finish_reason,
-            draft_proposed=outcome.draft_proposed,
-            draft_accepted=outcome.draft_accepted,
-        )
-
     # --- history -------------------------------------------------------------------------------
+    def disable_history(self, err: Exception, consequence: str) -> str:
+        """A history write failed (locked, disk full, read-only): stop using the store for the rest
+        of the session. Returns the one warning line to show; once the store is gone nothing writes
+        to it again, so the warning cannot repeat."""
+        store, self.history = self.history, None
+        if store is not None:
+            try:
+                store.close()
+            except Exception:  # the store is already broken; closing is a courtesy
+                pass
+        return f"warning: {err}; {consequence}"
+
     def _record(self, result: TurnResult) -> None:
-        if self.history is None:
-            return
+        assert self.history is not None
         if self.conversation_id is None:
             self.conversation_id = self.history.new_conversation(
                 model=self.model_label,
@@ -250,13 +396,14 @@ class ChatSession:
         self.conversation_id = None
         self.last_result = None
 
-    def load_conversation(self, stored: Any) -> None:
+    def load_conversation(self, stored: StoredConversation) -> None:
         """Continue a conversation from the history store."""
         self.conversation = Conversation(system=stored.system_prompt)
         for message in stored.messages:
             if message.role in ("user", "assistant"):
                 self.conversation.messages.append({"role": message.role, "content": message.content})
         self.conversation_id = stored.id
+        self.last_result = None
 
     def set_sampling(self, sampling: SamplingParams) -> None:
         self.sampling = sampling

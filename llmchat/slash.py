@@ -46,21 +46,6 @@ class CommandContext:
 # --------------------------------------------------------------------------- shared with the chat loop
 
 
-def disable_history(session: Any, err: Exception, warn: Callable[[str], None]) -> None:
-    """A history write failed (locked, disk full): say so once and go on without saving.
-
-    Once `session.history` is None nothing writes to the store again, so the warning cannot repeat.
-    """
-    store, session.history = session.history, None
-    if store is None:
-        return
-    try:
-        store.close()
-    except Exception:  # the store is already broken; closing is a courtesy
-        pass
-    warn(f"warning: {err}; this chat goes on without saving to the history")
-
-
 def _write_history(ctx: CommandContext, work: Callable[[Any], Any]) -> Any:
     """Run a history write; on HistoryError, turn the history off (once) and return None."""
     store = ctx.session.history
@@ -69,7 +54,7 @@ def _write_history(ctx: CommandContext, work: Callable[[Any], Any]) -> Any:
     try:
         return work(store)
     except HistoryError as err:
-        disable_history(ctx.session, err, ctx.error)
+        ctx.error(ctx.session.disable_history(err, "this chat goes on without saving to the history"))
         return None
 
 
@@ -143,7 +128,7 @@ def cmd_system(ctx: CommandContext, arg: str) -> Outcome:
         session.with_system(new)
     except HistoryError as err:
         # with_system changes the conversation first, then the store: the chat keeps the new prompt.
-        disable_history(session, err, ctx.error)
+        ctx.error(session.disable_history(err, "this chat goes on without saving to the history"))
     ctx.info("system prompt cleared" if new is None else "system prompt set")
     return CONTINUE
 
@@ -172,7 +157,9 @@ def cmd_set(ctx: CommandContext, arg: str) -> Outcome:
 def _value(sampling: Any, name: str) -> str:
     value = getattr(sampling, name)
     if value is None:
-        return {"seed": "random (a fresh seed per reply)", "max_tokens": "auto (the room left in the context)"}.get(name, "none")
+        return {"seed": "random (a fresh seed per reply)", "max_tokens": "auto (the room left in the context)"}.get(
+            name, "none"
+        )
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -285,14 +272,16 @@ def cmd_save(ctx: CommandContext, arg: str) -> Outcome:
         ctx.error("nothing saved yet: a conversation is stored after its first reply")
         return CONTINUE
     if not arg:
-        ctx.info(f"this conversation is saved as {session.conversation_id} (each turn is saved as it ends); /save NAME names it")
+        ctx.info(
+            f"this conversation is saved as {session.conversation_id} (each turn is saved as it ends); /save NAME names it"
+        )
         return CONTINUE
     try:
         _write_history(ctx, lambda store: store.rename(session.conversation_id, arg))
     except LlmchatError as err:  # the name is taken or reserved
         ctx.error(f"error: {err}")
         return CONTINUE
-    if session.history is not None:  # None: the write failed and disable_history said so
+    if session.history is not None:  # None: the write failed and the history is off (said once)
         ctx.info(f"saved as {arg!r} ({session.conversation_id}); /load {arg} continues it later")
     return CONTINUE
 
@@ -342,7 +331,13 @@ def cmd_history(ctx: CommandContext, arg: str) -> Outcome:
         return CONTINUE
     headers = ("", "ID", "Name", "Updated (UTC)", "Msgs")
     rows = [
-        ("*" if s.id == session.conversation_id else "", s.id, s.name or "", s.updated_at[:16].replace("T", " "), str(s.n_messages))
+        (
+            "*" if s.id == session.conversation_id else "",
+            s.id,
+            s.name or "",
+            s.updated_at[:16].replace("T", " "),
+            str(s.n_messages),
+        )
         for s in summaries
     ]
     # Ids are what /load takes: those columns never clip; only the preview gives way.

@@ -212,7 +212,9 @@ def _check_str_method(owner: str, name: str, args: tuple, kwargs: dict) -> tuple
         if _is_count(tabsize):
             _check_chars(len(owner) + owner.count("\t") * max(0, tabsize), what)
     elif name == "replace" and len(args) >= 2:
-        _check_chars(_replace_size(owner, args[0], args[1], args[2] if len(args) > 2 else kwargs.get("count", -1)), what)
+        _check_chars(
+            _replace_size(owner, args[0], args[1], args[2] if len(args) > 2 else kwargs.get("count", -1)), what
+        )
     elif name == "join" and args:
         items = _materialize(args[0])
         if isinstance(items, (list, tuple)):
@@ -292,7 +294,9 @@ def _guarded_filter(name: str, func: Any) -> Any:
 
 
 # --- the functions HF templates expect ------------------------------------------------------------
-def _hf_tojson(value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False) -> str:
+def _hf_tojson(
+    value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
+) -> str:
     """transformers' tojson: plain JSON text (Jinja's own escapes <, >, & and ' for HTML)."""
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
@@ -477,7 +481,9 @@ def _guarded_ast(env: Any, source: str, label: str) -> Any:
 
         def visit_Output(self, node: Any) -> Any:
             self.generic_visit(node)
-            node.nodes = [guard_call("llmchat_guard_output", [child], child.lineno or node.lineno) for child in node.nodes]
+            node.nodes = [
+                guard_call("llmchat_guard_output", [child], child.lineno or node.lineno) for child in node.nodes
+            ]
             return node
 
     tree = env.parse(source)
@@ -539,7 +545,9 @@ def render_compiled(compiled: Any, context: Mapping[str, Any], label: str) -> st
             "refused",
         ) from None
     except env.llmchat_template_raised as err:
-        raise TemplateRenderError(f"{label} raised an error: {err.message}; {OVERRIDE_HINT}", "raised", str(err.message)) from None
+        raise TemplateRenderError(
+            f"{label} raised an error: {err.message}; {OVERRIDE_HINT}", "raised", str(err.message)
+        ) from None
     except RecursionError:
         raise TemplateRenderError(f"{label} was stopped: it recursed too deeply; {OVERRIDE_HINT}", "limit") from None
     except MemoryError:

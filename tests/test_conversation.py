@@ -69,8 +69,18 @@ def test_long_scripted_chat_with_small_context_trims_and_keeps_answering(cli):
     """The real model, --ctx 512: every turn is answered, trims are announced, the system prompt survives."""
     messages = [f"Tell me one fact about the number {i}. Please answer in one or two sentences." for i in range(14)]
     result = cli(
-        "chat", "--json", "--ctx", "512", "--max-tokens", "48", "--temperature", "0", "--seed", "3",
-        "--system", "You are a terse assistant. SYSTEM-MARKER-42.",
+        "chat",
+        "--json",
+        "--ctx",
+        "512",
+        "--max-tokens",
+        "48",
+        "--temperature",
+        "0",
+        "--seed",
+        "3",
+        "--system",
+        "You are a terse assistant. SYSTEM-MARKER-42.",
         input="\n".join(messages) + "\n",
     )
     assert result.returncode == 0, result.stderr
@@ -91,8 +101,16 @@ def test_long_scripted_chat_with_small_context_trims_and_keeps_answering(cli):
 
 
 def test_cached_tokens_grow_across_turns(cli):
-    result = cli("chat", "--json", "--no-history", "--temperature", "0", "--max-tokens", "16",
-                 input="Hello there.\nWhat is your name?\nAnd what can you do?\n")
+    result = cli(
+        "chat",
+        "--json",
+        "--no-history",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "16",
+        input="Hello there.\nWhat is your name?\nAnd what can you do?\n",
+    )
     assert result.returncode == 0, result.stderr
     turns = [json.loads(line) for line in result.stdout.splitlines()]
     assert turns[0]["stats"]["cached_tokens"] == 0
@@ -103,8 +121,16 @@ def test_cached_tokens_grow_across_turns(cli):
 
 
 def test_scripted_chat_message_too_long_is_skipped_and_session_goes_on(cli):
-    result = cli("chat", "--json", "--no-history", "--ctx", "128", "--max-tokens", "16",
-                 input="Hi.\n" + "word " * 300 + "\nBye.\n")
+    result = cli(
+        "chat",
+        "--json",
+        "--no-history",
+        "--ctx",
+        "128",
+        "--max-tokens",
+        "16",
+        input="Hi.\n" + "word " * 300 + "\nBye.\n",
+    )
     assert result.returncode == 4
     turns = [json.loads(line) for line in result.stdout.splitlines()]
     assert [t["error"] is None for t in turns] == [True, False, True]
@@ -113,7 +139,10 @@ def test_scripted_chat_message_too_long_is_skipped_and_session_goes_on(cli):
 
 def test_trim_turn_shifts_the_kept_cache_instead_of_prefilling_it(cli):
     """After a trim, the kept exchanges stay in the KV cache (moved back), unless --no-kv-shift."""
-    messages = "\n".join(f"Tell me one fact about the number {i}. Please answer in one or two sentences." for i in range(12)) + "\n"
+    messages = (
+        "\n".join(f"Tell me one fact about the number {i}. Please answer in one or two sentences." for i in range(12))
+        + "\n"
+    )
     common = ("chat", "--json", "--no-history", "--ctx", "512", "--max-tokens", "48", "--temperature", "0")
     cached_on_trim = {}
     for flag in ("--kv-shift", "--no-kv-shift"):

@@ -241,8 +241,24 @@ def test_ggml_type_table_matches_gguf_package() -> None:
 
 
 def test_known_architectures_cover_the_common_families() -> None:
-    for arch in ("llama", "gemma", "gemma2", "gemma3", "qwen2", "qwen3", "phi3", "mistral3", "starcoder2",
-                 "granite", "command-r", "deepseek2", "olmo", "olmo2", "gpt-oss", "smollm3"):
+    for arch in (
+        "llama",
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "qwen2",
+        "qwen3",
+        "phi3",
+        "mistral3",
+        "starcoder2",
+        "granite",
+        "command-r",
+        "deepseek2",
+        "olmo",
+        "olmo2",
+        "gpt-oss",
+        "smollm3",
+    ):
         assert arch in KNOWN_ARCHITECTURES, arch
 
 
@@ -568,10 +584,16 @@ def test_cli_bad_files(small_gguf: Path, tmp_path: Path) -> None:
         (truncated_copy(small_gguf, tmp_path / "cut10.gguf", 0.10), ("truncated",)),
         (truncated_copy(small_gguf, tmp_path / "cut50.gguf", 0.50), ("truncated",)),
         (truncated_copy(small_gguf, tmp_path / "cut99.gguf", 0.99), ("truncated",)),
-        (patched(small_gguf, tmp_path / "array.gguf", kv_value_offset(data, "tokenizer.ggml.tokens") + 8, "<Q", 1 << 40),
-         ("corrupt",)),
-        (patched(small_gguf, tmp_path / "string.gguf", kv_value_offset(data, "general.name") + 4, "<Q", 1 << 50),
-         ("corrupt",)),
+        (
+            patched(
+                small_gguf, tmp_path / "array.gguf", kv_value_offset(data, "tokenizer.ggml.tokens") + 8, "<Q", 1 << 40
+            ),
+            ("corrupt",),
+        ),
+        (
+            patched(small_gguf, tmp_path / "string.gguf", kv_value_offset(data, "general.name") + 4, "<Q", 1 << 50),
+            ("corrupt",),
+        ),
         (patched(small_gguf, tmp_path / "ntensors.gguf", 8, "<Q", 10**15), ("tensors",)),
         (write_small_gguf(tmp_path / "zero.gguf", block_count=0), ("zero layers",)),
         (write_small_gguf(tmp_path / "alien.gguf", arch="notarealarch"), ("notarealarch",)),

@@ -88,9 +88,7 @@ def test_database_at_older_schema_version_is_migrated(db_path: Path):
     db = raw_connection(db_path)
     db.execute("BEGIN")
     assert history.migrate(db, MIGRATIONS[:1]) == [MIGRATIONS[0].__name__]
-    db.execute(
-        "INSERT INTO conversations VALUES ('01old', 'kept', 'm', '/m.gguf', 'chatml', NULL, '{}', 't0', 't0')"
-    )
+    db.execute("INSERT INTO conversations VALUES ('01old', 'kept', 'm', '/m.gguf', 'chatml', NULL, '{}', 't0', 't0')")
     db.execute("COMMIT")
     db.close()
 
@@ -125,12 +123,18 @@ def test_failing_migration_rolls_back_entirely(db_path: Path, monkeypatch):
 
 def test_conversation_round_trip(store: HistoryStore):
     cid = new_conversation(store, name="trip")
-    store.add_turn(cid, "What is 2+2?", "4", finish_reason="stop", stats={"tokens": 1, "tps": 33.3},
-                   sampling={"temperature": 0.1})
+    store.add_turn(
+        cid, "What is 2+2?", "4", finish_reason="stop", stats={"tokens": 1, "tps": 33.3}, sampling={"temperature": 0.1}
+    )
 
     conv = store.get(cid)
     assert (conv.id, conv.name, conv.model, conv.model_path, conv.template) == (
-        cid, "trip", "smollm2-135m", "/models/smollm2.gguf", "chatml")
+        cid,
+        "trip",
+        "smollm2-135m",
+        "/models/smollm2.gguf",
+        "chatml",
+    )
     assert conv.sampling == {"temperature": 0.7, "top_p": 0.9, "seed": 42}
     user, assistant = conv.messages
     assert (user.role, user.content, user.seq) == ("user", "What is 2+2?", 0)
@@ -347,8 +351,18 @@ def test_export_markdown_is_a_readable_transcript(store: HistoryStore):
     text = export_markdown(store.get(cid))
 
     assert text.startswith("# ")
-    for expected in ["smollm2-135m", "/models/smollm2.gguf", "chatml", "temperature=0.7", "You are terse.",
-                     "## User", "## Assistant", "Question one", "Answer one", "finish_reason=stop"]:
+    for expected in [
+        "smollm2-135m",
+        "/models/smollm2.gguf",
+        "chatml",
+        "temperature=0.7",
+        "You are terse.",
+        "## User",
+        "## Assistant",
+        "Question one",
+        "Answer one",
+        "finish_reason=stop",
+    ]:
         assert expected in text
     assert text.count("[interrupted]") == 1
     assert text.index("Answer t") < text.index("[interrupted]")
@@ -489,7 +503,10 @@ def test_four_processes_writing_at_once_lose_no_turn(tmp_path: Path, db_path: Pa
     children = [
         subprocess.Popen(
             [sys.executable, "-c", WRITER_SCRIPT, str(db_path), cid, str(worker), str(go), str(turns)],
-            env=subprocess_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=subprocess_env(tmp_path),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for worker in range(workers)
     ]
@@ -540,8 +557,12 @@ def test_write_atomically_replaces_and_keeps_mode(tmp_path: Path):
 def run_cli(home: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "llmchat", "history", *args],
-        env=subprocess_env(home), cwd=home, stdin=subprocess.DEVNULL,
-        capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S,
+        env=subprocess_env(home),
+        cwd=home,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
     )
 
 

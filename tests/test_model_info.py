@@ -68,8 +68,13 @@ def synthetic(arch: str = "llama", tensors: list[TensorInfo] | None = None, **ar
     for key, value in arch_keys.items():
         scalars[f"{arch}.{key.replace('__', '.')}"] = value
     return GGUFMetadata(
-        path=Path("synthetic.gguf"), version=3, file_size=0, data_offset=0, alignment=32,
-        scalars=scalars, tensors=tensors or [],
+        path=Path("synthetic.gguf"),
+        version=3,
+        file_size=0,
+        data_offset=0,
+        alignment=32,
+        scalars=scalars,
+        tensors=tensors or [],
     )
 
 
@@ -98,9 +103,18 @@ def test_smollm2_matches_llama_cpp_buffers(smollm2: GGUFMetadata) -> None:
     assert kv_cache_bytes(layout, 4096) == 90 * MiB
     assert kv_cache_bytes(layout, 4096, swa_full=False) == 90 * MiB  # no SWA layers: same
     out = 0.1875 * MiB
-    for n_ctx, n_ubatch, measured in ((4096, 512, 98.2520), (65536, 512, 98.2520), (131072, 512, 141.51), (131072, 256, 70.76), (131072, 128, 35.38)):
+    for n_ctx, n_ubatch, measured in (
+        (4096, 512, 98.2520),
+        (65536, 512, 98.2520),
+        (131072, 512, 141.51),
+        (131072, 256, 70.76),
+        (131072, 128, 35.38),
+    ):
         expected = measured * MiB + out
-        assert abs(compute_buffer_bytes(smollm2, layout, n_ctx, n_ubatch) - expected) / expected < 0.01, (n_ctx, n_ubatch)
+        assert abs(compute_buffer_bytes(smollm2, layout, n_ctx, n_ubatch) - expected) / expected < 0.01, (
+            n_ctx,
+            n_ubatch,
+        )
     measured = (99.3770 + 0.1875) * MiB
     assert abs(compute_buffer_bytes(smollm2, layout, 4096, flash_attn=False) - measured) / measured < 0.01
     measured_32k = (646.3848 + 0.1875) * MiB
@@ -194,15 +208,26 @@ def test_mha_and_head_dim_fallback() -> None:
 
 
 def test_separate_key_and_value_lengths() -> None:
-    meta = synthetic(block_count=2, embedding_length=1024, attention__head_count=8, attention__head_count_kv=2,
-                     attention__key_length=192, attention__value_length=128)
+    meta = synthetic(
+        block_count=2,
+        embedding_length=1024,
+        attention__head_count=8,
+        attention__head_count_kv=2,
+        attention__key_length=192,
+        attention__value_length=128,
+    )
     assert kv_bytes_per_token(attention_layout(meta)) == 2 * 2 * (192 + 128) * 2
 
 
 def test_per_layer_kv_heads_with_recurrent_layers() -> None:
     """Hybrid models list head_count_kv per layer; 0 means no attention in that layer (no KV)."""
-    meta = synthetic("jamba", block_count=4, embedding_length=256, attention__head_count=[8, 8, 8, 8],
-                     attention__head_count_kv=[0, 2, 0, 2])
+    meta = synthetic(
+        "jamba",
+        block_count=4,
+        embedding_length=256,
+        attention__head_count=[8, 8, 8, 8],
+        attention__head_count_kv=[0, 2, 0, 2],
+    )
     layout = attention_layout(meta)
     assert kv_bytes_per_token(layout) == 2 * 2 * (32 + 32) * 2
     assert layout.kind == "GQA"
@@ -232,17 +257,30 @@ def test_long_per_layer_array_is_read_from_the_file(tmp_path: Path) -> None:
 
 
 def test_swa_pattern_from_the_file() -> None:
-    as_period = synthetic("gemma3", block_count=8, embedding_length=256, attention__head_count=4,
-                          attention__sliding_window=128, attention__sliding_window_pattern=4)
+    as_period = synthetic(
+        "gemma3",
+        block_count=8,
+        embedding_length=256,
+        attention__head_count=4,
+        attention__sliding_window=128,
+        attention__sliding_window_pattern=4,
+    )
     assert attention_layout(as_period).swa_layers == (True, True, True, False) * 2
-    as_flags = synthetic("gemma3", block_count=3, embedding_length=256, attention__head_count=4,
-                         attention__sliding_window=128, attention__sliding_window_pattern=[True, False, True])
+    as_flags = synthetic(
+        "gemma3",
+        block_count=3,
+        embedding_length=256,
+        attention__head_count=4,
+        attention__sliding_window=128,
+        attention__sliding_window_pattern=[True, False, True],
+    )
     assert attention_layout(as_flags).swa_layers == (True, False, True)
 
 
 def test_unknown_swa_layout_counts_as_full_attention() -> None:
-    meta = synthetic("qwen2", block_count=4, embedding_length=256, attention__head_count=4,
-                     attention__sliding_window=4096)
+    meta = synthetic(
+        "qwen2", block_count=4, embedding_length=256, attention__head_count=4, attention__sliding_window=4096
+    )
     layout = attention_layout(meta)
     assert layout.n_swa_layers == 0 and layout.sliding_window == 0
     assert kv_cache_bytes(layout, 8192, swa_full=False) == kv_cache_bytes(layout, 8192)
@@ -280,8 +318,9 @@ def test_context_points_include_the_trained_context() -> None:
 
 
 def test_fits_against_ram_and_vram(smollm2: GGUFMetadata) -> None:
-    small = SystemMemory(ram_total_bytes=1 << 30, ram_available_bytes=400 * MiB,
-                         gpus=(GpuMemory("Test GPU", 8 << 30, 2 << 30),))
+    small = SystemMemory(
+        ram_total_bytes=1 << 30, ram_available_bytes=400 * MiB, gpus=(GpuMemory("Test GPU", 8 << 30, 2 << 30),)
+    )
     by_ctx = {c.n_ctx: c for c in model_report(smollm2, small).contexts}
     assert by_ctx[4096].fits_ram is True and by_ctx[32768].fits_ram is False
     assert by_ctx[32768].fits_vram is True and by_ctx[131072].fits_vram is False
@@ -315,23 +354,60 @@ def run_info_json(model: Path, home: Path) -> dict[str, Any]:
     env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     result = subprocess.run(
         [sys.executable, "-m", "llmchat", "info", "-m", str(model), "--json"],
-        capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=env,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
 
 STABLE_FIELDS = {
-    "path", "file_size_bytes", "gguf_version", "architecture", "name", "size_label", "parameter_count",
-    "quantization", "quantization_source", "trained_context", "layers", "embedding_length", "heads",
-    "kv_heads", "heads_per_layer", "kv_heads_per_layer", "head_dim_k", "head_dim_v", "attention",
-    "sliding_window", "sliding_window_layers", "sliding_window_layout", "vocab_size", "tensor_count",
-    "weights_bytes", "has_chat_template", "chat_template_source", "kv_bytes_per_token", "contexts",
-    "memory", "notes", "runtime",
+    "path",
+    "file_size_bytes",
+    "gguf_version",
+    "architecture",
+    "name",
+    "size_label",
+    "parameter_count",
+    "quantization",
+    "quantization_source",
+    "trained_context",
+    "layers",
+    "embedding_length",
+    "heads",
+    "kv_heads",
+    "heads_per_layer",
+    "kv_heads_per_layer",
+    "head_dim_k",
+    "head_dim_v",
+    "attention",
+    "sliding_window",
+    "sliding_window_layers",
+    "sliding_window_layout",
+    "vocab_size",
+    "tensor_count",
+    "weights_bytes",
+    "has_chat_template",
+    "chat_template_source",
+    "kv_bytes_per_token",
+    "contexts",
+    "memory",
+    "notes",
+    "runtime",
 }
 CONTEXT_FIELDS = {
-    "n_ctx", "beyond_trained", "kv_bytes", "kv_bytes_swa", "compute_bytes", "total_bytes",
-    "total_bytes_swa", "fits_ram", "fits_vram",
+    "n_ctx",
+    "beyond_trained",
+    "kv_bytes",
+    "kv_bytes_swa",
+    "compute_bytes",
+    "total_bytes",
+    "total_bytes_swa",
+    "fits_ram",
+    "fits_vram",
 }
 
 
@@ -377,7 +453,11 @@ def test_info_human_output(smollm2: GGUFMetadata, tmp_path: Path) -> None:
     env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     result = subprocess.run(
         [sys.executable, "-m", "llmchat", "info", "-m", str(smollm2.path)],
-        capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=env,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     for fragment in ("llama", "Q4_1", "GQA", "23,040 B", "8,192", "fits RAM", "runtime: "):
@@ -387,7 +467,13 @@ def test_info_human_output(smollm2: GGUFMetadata, tmp_path: Path) -> None:
 GPU_RUNTIME = {
     "gpu_offload": True,
     "devices": [
-        {"name": "CUDA0", "description": "NVIDIA H200", "kind": "GPU", "free_bytes": 140 * 2**30, "total_bytes": 143 * 2**30},
+        {
+            "name": "CUDA0",
+            "description": "NVIDIA H200",
+            "kind": "GPU",
+            "free_bytes": 140 * 2**30,
+            "total_bytes": 143 * 2**30,
+        },
         {"name": "CPU", "description": "AMD EPYC", "kind": "CPU", "free_bytes": 2**34, "total_bytes": 2**34},
     ],
     "cpu_features": ["AVX2", "AVX512", "FMA"],
@@ -421,7 +507,10 @@ def test_backend_notice_reports_the_offload_llama_cpp_logged(monkeypatch) -> Non
     gpu = devices.Device("CUDA0", "NVIDIA H200", "GPU", 1, 2)
     monkeypatch.setattr(devices, "devices", lambda: [gpu])
     monkeypatch.setattr(logs, "offloaded", {"layers": 31, "of": 31})
-    assert core._backend_notice(-1, 8) == "backend: CUDA0 (NVIDIA H200): 31/31 layers offloaded; the rest on CPU, 8 threads"
+    assert (
+        core._backend_notice(-1, 8)
+        == "backend: CUDA0 (NVIDIA H200): 31/31 layers offloaded; the rest on CPU, 8 threads"
+    )
     assert "not used" in core._backend_notice(0, 8)
     monkeypatch.setattr(devices, "devices", lambda: [])
     assert core._backend_notice(0, 2) == "backend: CPU, 2 threads (this llama-cpp-python build has no GPU backend)"

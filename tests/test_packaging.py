@@ -23,7 +23,18 @@ def test_wheel_contains_templates_and_finds_them(tmp_path):
     for folder in ("llmchat", "templates"):
         shutil.copytree(ROOT / folder, source_copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(source_copy), "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), "-q"],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(source_copy),
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "dist"),
+            "-q",
+        ],
         check=True,
         capture_output=True,
     )
@@ -40,18 +51,39 @@ def test_wheel_contains_templates_and_finds_them(tmp_path):
     assert modules == in_tree
 
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(target), str(wheel), "-q"], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(target), str(wheel), "-q"],
+        check=True,
+        capture_output=True,
+    )
     probe = "import llmchat.chat_template as t, sys; names = [x.name for x in t.builtin_templates()]; print(len(names)); print(t.__file__)"
     env = dict(os.environ, PYTHONPATH=str(target))
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, check=True
+    ).stdout.split()
     assert int(out[0]) == len(source)
     assert out[1].startswith(str(target))  # the installed copy, not the source tree
 
     # The installed copy runs the main job: the engine, the template and the bundled model.
     home = tmp_path / "home"
     asked = subprocess.run(
-        [sys.executable, "-m", "llmchat", "ask", "--no-history", "--temperature", "0", "--max-tokens", "8", "Name a colour."],
-        capture_output=True, text=True, env=env | {"LLMCHAT_HOME": str(home)}, cwd=tmp_path, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "llmchat",
+            "ask",
+            "--no-history",
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "8",
+            "Name a colour.",
+        ],
+        capture_output=True,
+        text=True,
+        env=env | {"LLMCHAT_HOME": str(home)},
+        cwd=tmp_path,
+        timeout=300,
     )
     assert asked.returncode == 0, asked.stderr
     assert asked.stdout.strip()

@@ -85,7 +85,9 @@ def assert_db_consistent(home: Path) -> None:
 
 
 def last_conversation(home: Path) -> dict | None:
-    proc = subprocess.run(llmchat("history", "show", "last", "--json"), capture_output=True, env=env_for(home), timeout=60)
+    proc = subprocess.run(
+        llmchat("history", "show", "last", "--json"), capture_output=True, env=env_for(home), timeout=60
+    )
     if proc.returncode != 0:
         assert proc.returncode == 2 and b"empty" in proc.stderr, proc.stderr
         return None
@@ -295,7 +297,9 @@ def test_unreadable_model_file(tmp_path, home, bad_models):
     command = shlex.join(llmchat("ask", "-m", str(model), "hi"))
     proc = subprocess.run(
         ["capsh", "--drop=cap_dac_override,cap_dac_read_search", "--", "-c", command],
-        capture_output=True, env=env_for(home), timeout=TIMEOUT,
+        capture_output=True,
+        env=env_for(home),
+        timeout=TIMEOUT,
     )
     result = Run(proc, proc.stdout, proc.stderr)
     if os.access(model, os.R_OK) and proc.returncode != 3:
@@ -365,7 +369,9 @@ def hostile_ggufs(tmp_path_factory, smollm2_path: Path) -> dict[str, tuple[Path,
     made = {}
     for name in ("self.__init__.__globals__", "syntax error", "deep nesting"):
         marker = folder / f"{MARKER}-{len(made)}"
-        model = with_chat_template(smollm2_path, folder / f"hostile-{len(made)}.gguf", hostile(HOSTILE_TEMPLATES[name], marker))
+        model = with_chat_template(
+            smollm2_path, folder / f"hostile-{len(made)}.gguf", hostile(HOSTILE_TEMPLATES[name], marker)
+        )
         made[name] = (model, marker)
     return made
 
@@ -411,7 +417,9 @@ def test_bad_prompt_ask(cli, argument, stdin, needle):
 
 
 def test_undecodable_argument(home):
-    proc = subprocess.run(llmchat("ask", *FAST, os.fsdecode(b"hi \xff")), capture_output=True, env=env_for(home), timeout=TIMEOUT)
+    proc = subprocess.run(
+        llmchat("ask", *FAST, os.fsdecode(b"hi \xff")), capture_output=True, env=env_for(home), timeout=TIMEOUT
+    )
     assert_clean_failure(Run(proc, proc.stdout, proc.stderr), 2, "not UTF-8")
 
 
@@ -479,7 +487,9 @@ def test_special_token_strings_stay_text(cli, request, model_fixture, marked):
     plain = "hello there"
     counts = {}
     for text in (plain, marked):
-        result = cli("ask", "-m", str(model), "--json", "--no-history", *FAST, "--temperature", "0", text, timeout=TIMEOUT)
+        result = cli(
+            "ask", "-m", str(model), "--json", "--no-history", *FAST, "--temperature", "0", text, timeout=TIMEOUT
+        )
         assert result.returncode == 0, result.stderr
         record = json.loads(result.stdout)
         counts[text] = record["stats"]["prompt_tokens"]
@@ -554,7 +564,9 @@ def test_closed_stdout_is_quiet(home, args, stdin):
         subprocess.run(llmchat("ask", *FAST, "hi"), capture_output=True, env=env_for(home), timeout=TIMEOUT)
     write_end = closed_pipe()
     try:
-        proc = subprocess.run(llmchat(*args), stdout=write_end, stderr=subprocess.PIPE, input=stdin, env=env_for(home), timeout=TIMEOUT)
+        proc = subprocess.run(
+            llmchat(*args), stdout=write_end, stderr=subprocess.PIPE, input=stdin, env=env_for(home), timeout=TIMEOUT
+        )
     finally:
         os.close(write_end)
     stderr = proc.stderr.decode()
@@ -565,7 +577,13 @@ def test_closed_stdout_is_quiet(home, args, stdin):
 
 def test_reader_going_away_mid_reply(home):
     """`llmchat ask ... | head -c1`: exit 141 quietly; the partial reply is kept, marked interrupted."""
-    proc = subprocess.Popen(llmchat("ask", "-t", "1", "--ctx", "512", "-n", "300", LONG_REPLY), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env_for(home))
+    proc = subprocess.Popen(
+        llmchat("ask", "-t", "1", "--ctx", "512", "-n", "300", LONG_REPLY),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env_for(home),
+    )
     first = read_some(proc.stdout.fileno())
     proc.stdout.close()
     result = finish(proc)
@@ -579,7 +597,13 @@ def test_reader_going_away_mid_reply(home):
 
 @pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
 def test_signal_during_decode_keeps_partial_reply(home, sig, code, word):
-    proc = subprocess.Popen(llmchat("ask", "-t", "1", "--ctx", "512", "-n", "300", "--temperature", "0", LONG_REPLY), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env_for(home))
+    proc = subprocess.Popen(
+        llmchat("ask", "-t", "1", "--ctx", "512", "-n", "300", "--temperature", "0", LONG_REPLY),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env_for(home),
+    )
     first = read_some(proc.stdout.fileno())
     proc.send_signal(sig)
     result = finish(proc, first)
@@ -594,7 +618,13 @@ def test_signal_during_decode_keeps_partial_reply(home, sig, code, word):
 
 def test_sigint_during_load(home):
     """Right after the model is named (the bundled default is announced before it loads)."""
-    proc = subprocess.Popen(llmchat("ask", "-t", "1", "--ctx", "512", "-n", "300", LONG_REPLY), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env_for(home))
+    proc = subprocess.Popen(
+        llmchat("ask", "-t", "1", "--ctx", "512", "-n", "300", LONG_REPLY),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env_for(home),
+    )
     seen = wait_for_line(proc.stderr, "model:")
     proc.send_signal(signal.SIGINT)
     result = finish(proc, stderr_head="".join(seen))
@@ -611,7 +641,10 @@ def test_sigint_during_prefill(home):
     prompt = "Summarise this. " + "The river runs past the old mill and under the stone bridge. " * 250
     proc = subprocess.Popen(
         llmchat("ask", "-v", "-t", "1", "--ctx", "4096", "-n", "8", prompt),
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env_for(home),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env_for(home),
     )
     seen = wait_for_line(proc.stderr, "context:")
     time.sleep(1.0)
@@ -643,8 +676,25 @@ def output_records(path: Path) -> list[dict]:
 def test_signal_during_batch_leaves_whole_lines(home, tmp_path, sig, code, parallel):
     items = write_items(tmp_path / "in.jsonl", 12)
     out = tmp_path / "out.jsonl"
-    args = ("batch", str(items), "-o", str(out), "-P", parallel, "-t", "1", "--ctx", "512", "-n", "6", "--progress", "off")
-    proc = subprocess.Popen(llmchat(*args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env_for(home))
+    args = (
+        "batch",
+        str(items),
+        "-o",
+        str(out),
+        "-P",
+        parallel,
+        "-t",
+        "1",
+        "--ctx",
+        "512",
+        "-n",
+        "6",
+        "--progress",
+        "off",
+    )
+    proc = subprocess.Popen(
+        llmchat(*args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env_for(home)
+    )
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline and proc.poll() is None:
         if out.exists() and out.read_bytes().count(b"\n") >= 2:
@@ -670,7 +720,12 @@ def test_signal_during_batch_leaves_whole_lines(home, tmp_path, sig, code, paral
 def test_concurrent_asks_record_every_turn(home):
     words = ["apple", "pear", "plum", "fig"]
     procs = [
-        subprocess.Popen(llmchat("ask", *FAST, f"Say the word {word}"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env_for(home))
+        subprocess.Popen(
+            llmchat("ask", *FAST, f"Say the word {word}"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env_for(home),
+        )
         for word in words
     ]
     for proc in procs:
@@ -687,12 +742,16 @@ def test_concurrent_asks_record_every_turn(home):
 def test_locked_database_is_waited_for(home, cli):
     assert cli("ask", *FAST, "first").returncode == 0  # creates the database
     holder = subprocess.Popen(
-        [sys.executable, "-c", (
-            "import sqlite3, sys, time\n"
-            f"db = sqlite3.connect({str(history_db(home))!r}, isolation_level=None)\n"
-            "db.execute('BEGIN EXCLUSIVE'); print('locked', flush=True)\n"
-            "time.sleep(2.5); db.execute('COMMIT')\n"
-        )],
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sqlite3, sys, time\n"
+                f"db = sqlite3.connect({str(history_db(home))!r}, isolation_level=None)\n"
+                "db.execute('BEGIN EXCLUSIVE'); print('locked', flush=True)\n"
+                "time.sleep(2.5); db.execute('COMMIT')\n"
+            ),
+        ],
         stdout=subprocess.PIPE,
     )
     try:
@@ -742,7 +801,13 @@ def test_disk_full_mid_chat(tmpfs):
     """The first turn is saved; then the disk fills: the chat goes on, warns once, exits 0."""
     folder = tmpfs("256k")
     home = folder / "home"
-    proc = subprocess.Popen(llmchat("chat", "--json", *FAST), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env_for(home))
+    proc = subprocess.Popen(
+        llmchat("chat", "--json", *FAST),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env_for(home),
+    )
 
     def turn(text: str) -> dict:
         proc.stdin.write(text.encode() + b"\n")
@@ -777,7 +842,9 @@ def test_batch_output_on_full_disk_keeps_whole_lines(tmpfs, tmp_path, cli):
     folder = tmpfs("16k")
     items = write_items(tmp_path / "in.jsonl", 200)
     out = folder / "out.jsonl"
-    result = cli("batch", str(items), "-o", str(out), "-t", "1", "--ctx", "256", "-n", "2", "--progress", "off", timeout=TIMEOUT)
+    result = cli(
+        "batch", str(items), "-o", str(out), "-t", "1", "--ctx", "256", "-n", "2", "--progress", "off", timeout=TIMEOUT
+    )
     assert_clean_failure(result, 1)
     records = output_records(out)
     assert records and len(records) < 200

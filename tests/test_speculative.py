@@ -140,16 +140,27 @@ def test_flash_attention_makes_batched_decode_match_single_decode(smollm2_path):
     """The mechanism the tests above rely on, checked directly on llama.cpp: the logits of a
     continuation decoded one token at a time equal those of the same tokens decoded in batches of 9
     (prompt lookup's 8 drafts + 1) when flash attention is on."""
+    import llama_cpp
     import numpy as np
 
-    import llama_cpp
     from llmchat.engine import logs
 
     logs.install(False)
-    llm = llama_cpp.Llama(str(smollm2_path), n_ctx=512, n_batch=512, n_threads=2, n_threads_batch=2, logits_all=True, flash_attn=True, verbose=False)
+    llm = llama_cpp.Llama(
+        str(smollm2_path),
+        n_ctx=512,
+        n_batch=512,
+        n_threads=2,
+        n_threads_batch=2,
+        logits_all=True,
+        flash_attn=True,
+        verbose=False,
+    )
     try:
         prompt = llm.tokenize(PROMPTS["copy"].encode(), add_bos=False, special=False)
-        continuation = llm.tokenize(b" The old clock in the hall ticked slowly and the kettle began to sing.", add_bos=False, special=False)
+        continuation = llm.tokenize(
+            b" The old clock in the hall ticked slowly and the kettle began to sing.", add_bos=False, special=False
+        )
 
         def logits(chunk: int) -> np.ndarray:
             llm.reset()
@@ -167,7 +178,19 @@ def test_flash_attention_makes_batched_decode_match_single_decode(smollm2_path):
 def test_lookup_and_draft_model_together_is_a_usage_error(smollm2_path, tmp_path):
     env = dict(os.environ, LLMCHAT_HOME=str(tmp_path))
     proc = subprocess.run(
-        [sys.executable, "-m", "llmchat", "ask", "-m", str(smollm2_path), "--lookup", "--draft-model", str(smollm2_path), "--no-history", "hi"],
+        [
+            sys.executable,
+            "-m",
+            "llmchat",
+            "ask",
+            "-m",
+            str(smollm2_path),
+            "--lookup",
+            "--draft-model",
+            str(smollm2_path),
+            "--no-history",
+            "hi",
+        ],
         capture_output=True,
         text=True,
         env=env,

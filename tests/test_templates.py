@@ -19,8 +19,22 @@ from llmchat.chat_template import ModelFacts, Piece, builtin_templates, render_p
 from llmchat.errors import ExitCode, TemplateError, UsageError
 
 REQUIRED_BUILTINS = {
-    "chatml", "llama2", "llama3", "mistral-v1", "mistral-v3", "mistral-v7", "gemma", "phi3", "phi4",
-    "qwen2.5", "deepseek", "zephyr", "vicuna", "alpaca", "command-r", "granite",
+    "chatml",
+    "llama2",
+    "llama3",
+    "mistral-v1",
+    "mistral-v3",
+    "mistral-v7",
+    "gemma",
+    "phi3",
+    "phi4",
+    "qwen2.5",
+    "deepseek",
+    "zephyr",
+    "vicuna",
+    "alpaca",
+    "command-r",
+    "granite",
 }
 
 SYSTEM = {"role": "system", "content": "You are terse."}
@@ -55,80 +69,165 @@ def test_every_required_family_ships_with_a_complete_header():
 # (template, bos, eos, messages, expected) — system + user + assistant + user, generation prompt on.
 GOLDENS = [
     # https://huggingface.co/teknium/OpenHermes-2.5-Mistral-7B chat_template
-    ("chatml", "", "", CONVERSATION,
-     "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n"
-     "<|im_start|>assistant\nHi there<|im_end|>\n<|im_start|>user\nWho are you?<|im_end|>\n"
-     "<|im_start|>assistant\n"),
+    (
+        "chatml",
+        "",
+        "",
+        CONVERSATION,
+        "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n"
+        "<|im_start|>assistant\nHi there<|im_end|>\n<|im_start|>user\nWho are you?<|im_end|>\n"
+        "<|im_start|>assistant\n",
+    ),
     # meta-llama/Llama-2-7b-chat-hf: BOS + "[INST] " before each user turn, " answer " + EOS after.
-    ("llama2", "<s>", "</s>", CONVERSATION,
-     "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHello [/INST] Hi there </s><s>[INST] Who are you? [/INST]"),
+    (
+        "llama2",
+        "<s>",
+        "</s>",
+        CONVERSATION,
+        "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHello [/INST] Hi there </s><s>[INST] Who are you? [/INST]",
+    ),
     # meta-llama/Meta-Llama-3-8B-Instruct
-    ("llama3", "<|begin_of_text|>", "<|eot_id|>", CONVERSATION,
-     "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
-     "<|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|>"
-     "<|start_header_id|>assistant<|end_header_id|>\n\nHi there<|eot_id|>"
-     "<|start_header_id|>user<|end_header_id|>\n\nWho are you?<|eot_id|>"
-     "<|start_header_id|>assistant<|end_header_id|>\n\n"),
+    (
+        "llama3",
+        "<|begin_of_text|>",
+        "<|eot_id|>",
+        CONVERSATION,
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\nHi there<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nWho are you?<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n",
+    ),
     # Mistral cookbook, tokenizer V1: "<s> [INST] system\n\nuser [/INST] assistant</s> [INST] user [/INST]"
-    ("mistral-v1", "<s>", "</s>", CONVERSATION,
-     "<s> [INST] You are terse.\n\nHello [/INST] Hi there</s> [INST] Who are you? [/INST]"),
+    (
+        "mistral-v1",
+        "<s>",
+        "</s>",
+        CONVERSATION,
+        "<s> [INST] You are terse.\n\nHello [/INST] Hi there</s> [INST] Who are you? [/INST]",
+    ),
     # Mistral cookbook, tokenizer V2/V3: the system prompt goes before the LAST user message.
-    ("mistral-v3", "<s>", "</s>", CONVERSATION,
-     "<s>[INST] Hello[/INST] Hi there</s>[INST] You are terse.\n\nWho are you?[/INST]"),
+    (
+        "mistral-v3",
+        "<s>",
+        "</s>",
+        CONVERSATION,
+        "<s>[INST] Hello[/INST] Hi there</s>[INST] You are terse.\n\nWho are you?[/INST]",
+    ),
     # Mistral-Large-Instruct-2411 model card, "Basic Instruct Template (V7)"
-    ("mistral-v7", "<s>", "</s>", CONVERSATION,
-     "<s>[SYSTEM_PROMPT] You are terse.[/SYSTEM_PROMPT][INST] Hello[/INST] Hi there</s>[INST] Who are you?[/INST]"),
+    (
+        "mistral-v7",
+        "<s>",
+        "</s>",
+        CONVERSATION,
+        "<s>[SYSTEM_PROMPT] You are terse.[/SYSTEM_PROMPT][INST] Hello[/INST] Hi there</s>[INST] Who are you?[/INST]",
+    ),
     # google/gemma-3-1b-it: system text + "\n\n" opens the first user turn.
-    ("gemma", "<bos>", "<eos>", CONVERSATION,
-     "<bos><start_of_turn>user\nYou are terse.\n\nHello<end_of_turn>\n<start_of_turn>model\nHi there<end_of_turn>\n"
-     "<start_of_turn>user\nWho are you?<end_of_turn>\n<start_of_turn>model\n"),
+    (
+        "gemma",
+        "<bos>",
+        "<eos>",
+        CONVERSATION,
+        "<bos><start_of_turn>user\nYou are terse.\n\nHello<end_of_turn>\n<start_of_turn>model\nHi there<end_of_turn>\n"
+        "<start_of_turn>user\nWho are you?<end_of_turn>\n<start_of_turn>model\n",
+    ),
     # microsoft/Phi-3.5-mini-instruct
-    ("phi3", "<s>", "<|endoftext|>", CONVERSATION,
-     "<|system|>\nYou are terse.<|end|>\n<|user|>\nHello<|end|>\n<|assistant|>\nHi there<|end|>\n"
-     "<|user|>\nWho are you?<|end|>\n<|assistant|>\n"),
+    (
+        "phi3",
+        "<s>",
+        "<|endoftext|>",
+        CONVERSATION,
+        "<|system|>\nYou are terse.<|end|>\n<|user|>\nHello<|end|>\n<|assistant|>\nHi there<|end|>\n"
+        "<|user|>\nWho are you?<|end|>\n<|assistant|>\n",
+    ),
     # microsoft/phi-4
-    ("phi4", "<|endoftext|>", "<|im_end|>", CONVERSATION,
-     "<|im_start|>system<|im_sep|>You are terse.<|im_end|><|im_start|>user<|im_sep|>Hello<|im_end|>"
-     "<|im_start|>assistant<|im_sep|>Hi there<|im_end|><|im_start|>user<|im_sep|>Who are you?<|im_end|>"
-     "<|im_start|>assistant<|im_sep|>"),
+    (
+        "phi4",
+        "<|endoftext|>",
+        "<|im_end|>",
+        CONVERSATION,
+        "<|im_start|>system<|im_sep|>You are terse.<|im_end|><|im_start|>user<|im_sep|>Hello<|im_end|>"
+        "<|im_start|>assistant<|im_sep|>Hi there<|im_end|><|im_start|>user<|im_sep|>Who are you?<|im_end|>"
+        "<|im_start|>assistant<|im_sep|>",
+    ),
     # Qwen/Qwen2.5-7B-Instruct (no tools)
-    ("qwen2.5", "", "<|im_end|>", CONVERSATION,
-     "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n"
-     "<|im_start|>assistant\nHi there<|im_end|>\n<|im_start|>user\nWho are you?<|im_end|>\n"
-     "<|im_start|>assistant\n"),
+    (
+        "qwen2.5",
+        "",
+        "<|im_end|>",
+        CONVERSATION,
+        "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n"
+        "<|im_start|>assistant\nHi there<|im_end|>\n<|im_start|>user\nWho are you?<|im_end|>\n"
+        "<|im_start|>assistant\n",
+    ),
     # deepseek-ai/deepseek-coder-6.7b-instruct: a given system text runs straight into "### Instruction:".
-    ("deepseek", "<｜begin▁of▁sentence｜>", "<|EOT|>", CONVERSATION,
-     "<｜begin▁of▁sentence｜>You are terse.### Instruction:\nHello\n### Response:\nHi there\n<|EOT|>\n"
-     "### Instruction:\nWho are you?\n### Response:\n"),
+    (
+        "deepseek",
+        "<｜begin▁of▁sentence｜>",
+        "<|EOT|>",
+        CONVERSATION,
+        "<｜begin▁of▁sentence｜>You are terse.### Instruction:\nHello\n### Response:\nHi there\n<|EOT|>\n"
+        "### Instruction:\nWho are you?\n### Response:\n",
+    ),
     # deepseek-ai/DeepSeek-V3
-    ("deepseek3", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", CONVERSATION,
-     "<｜begin▁of▁sentence｜>You are terse.<｜User｜>Hello<｜Assistant｜>Hi there<｜end▁of▁sentence｜>"
-     "<｜User｜>Who are you?<｜Assistant｜>"),
+    (
+        "deepseek3",
+        "<｜begin▁of▁sentence｜>",
+        "<｜end▁of▁sentence｜>",
+        CONVERSATION,
+        "<｜begin▁of▁sentence｜>You are terse.<｜User｜>Hello<｜Assistant｜>Hi there<｜end▁of▁sentence｜>"
+        "<｜User｜>Who are you?<｜Assistant｜>",
+    ),
     # HuggingFaceH4/zephyr-7b-beta
-    ("zephyr", "<s>", "</s>", CONVERSATION,
-     "<|system|>\nYou are terse.</s>\n<|user|>\nHello</s>\n<|assistant|>\nHi there</s>\n"
-     "<|user|>\nWho are you?</s>\n<|assistant|>\n"),
+    (
+        "zephyr",
+        "<s>",
+        "</s>",
+        CONVERSATION,
+        "<|system|>\nYou are terse.</s>\n<|user|>\nHello</s>\n<|assistant|>\nHi there</s>\n"
+        "<|user|>\nWho are you?</s>\n<|assistant|>\n",
+    ),
     # FastChat vicuna_v1.1: system + " ", "USER: x ", "ASSISTANT: y</s>", final "ASSISTANT:"
-    ("vicuna", "<s>", "</s>", CONVERSATION,
-     "You are terse. USER: Hello ASSISTANT: Hi there</s>USER: Who are you? ASSISTANT:"),
+    (
+        "vicuna",
+        "<s>",
+        "</s>",
+        CONVERSATION,
+        "You are terse. USER: Hello ASSISTANT: Hi there</s>USER: Who are you? ASSISTANT:",
+    ),
     # Stanford Alpaca prompt, multi-turn as in text-generation-webui's Alpaca template
-    ("alpaca", "<s>", "</s>", CONVERSATION,
-     "You are terse.\n\n### Instruction:\nHello\n\n### Response:\nHi there\n\n"
-     "### Instruction:\nWho are you?\n\n### Response:\n"),
+    (
+        "alpaca",
+        "<s>",
+        "</s>",
+        CONVERSATION,
+        "You are terse.\n\n### Instruction:\nHello\n\n### Response:\nHi there\n\n"
+        "### Instruction:\nWho are you?\n\n### Response:\n",
+    ),
     # CohereForAI/c4ai-command-r-v01
-    ("command-r", "<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>", CONVERSATION,
-     "<BOS_TOKEN><|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are terse.<|END_OF_TURN_TOKEN|>"
-     "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hello<|END_OF_TURN_TOKEN|>"
-     "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>Hi there<|END_OF_TURN_TOKEN|>"
-     "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Who are you?<|END_OF_TURN_TOKEN|>"
-     "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"),
+    (
+        "command-r",
+        "<BOS_TOKEN>",
+        "<|END_OF_TURN_TOKEN|>",
+        CONVERSATION,
+        "<BOS_TOKEN><|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are terse.<|END_OF_TURN_TOKEN|>"
+        "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hello<|END_OF_TURN_TOKEN|>"
+        "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>Hi there<|END_OF_TURN_TOKEN|>"
+        "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Who are you?<|END_OF_TURN_TOKEN|>"
+        "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>",
+    ),
     # ibm-granite/granite-3.0-8b-instruct
-    ("granite", "<|end_of_text|>", "<|end_of_text|>", CONVERSATION,
-     "<|start_of_role|>system<|end_of_role|>You are terse.<|end_of_text|>\n"
-     "<|start_of_role|>user<|end_of_role|>Hello<|end_of_text|>\n"
-     "<|start_of_role|>assistant<|end_of_role|>Hi there<|end_of_text|>\n"
-     "<|start_of_role|>user<|end_of_role|>Who are you?<|end_of_text|>\n"
-     "<|start_of_role|>assistant<|end_of_role|>"),
+    (
+        "granite",
+        "<|end_of_text|>",
+        "<|end_of_text|>",
+        CONVERSATION,
+        "<|start_of_role|>system<|end_of_role|>You are terse.<|end_of_text|>\n"
+        "<|start_of_role|>user<|end_of_role|>Hello<|end_of_text|>\n"
+        "<|start_of_role|>assistant<|end_of_role|>Hi there<|end_of_text|>\n"
+        "<|start_of_role|>user<|end_of_role|>Who are you?<|end_of_text|>\n"
+        "<|start_of_role|>assistant<|end_of_role|>",
+    ),
 ]
 
 
@@ -144,30 +243,80 @@ def test_builtin_golden(name, bos, eos, messages, expected):
 # Without a system message, and other documented behaviours.
 VARIANTS = [
     # Qwen2.5's template brings its own system prompt.
-    ("qwen2.5", "", "", NO_SYSTEM[:1], True,
-     "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
-     "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n"),
+    (
+        "qwen2.5",
+        "",
+        "",
+        NO_SYSTEM[:1],
+        True,
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+        "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n",
+    ),
     ("gemma", "<bos>", "", NO_SYSTEM[:1], True, "<bos><start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\n"),
-    ("gemma", "<bos>", "", NO_SYSTEM[:2], False,
-     "<bos><start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\nHi there<end_of_turn>\n"),
+    (
+        "gemma",
+        "<bos>",
+        "",
+        NO_SYSTEM[:2],
+        False,
+        "<bos><start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\nHi there<end_of_turn>\n",
+    ),
     ("llama2", "<s>", "</s>", NO_SYSTEM[:1], True, "<s>[INST] Hello [/INST]"),
     ("mistral-v3", "<s>", "</s>", NO_SYSTEM, True, "<s>[INST] Hello[/INST] Hi there</s>[INST] Who are you?[/INST]"),
-    ("deepseek", "<｜begin▁of▁sentence｜>", "", NO_SYSTEM[:1], True,
-     "<｜begin▁of▁sentence｜>You are an AI programming assistant, utilizing the Deepseek Coder model, developed by "
-     "Deepseek Company, and you only answer questions related to computer science. For politically sensitive "
-     "questions, security and privacy issues, and other non-computer science questions, you will refuse to "
-     "answer\n### Instruction:\nHello\n### Response:\n"),
-    ("vicuna", "", "", NO_SYSTEM[:1], True,
-     "A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, "
-     "detailed, and polite answers to the user's questions. USER: Hello ASSISTANT:"),
-    ("alpaca", "", "", NO_SYSTEM[:1], True,
-     "Below is an instruction that describes a task. Write a response that appropriately completes the "
-     "request.\n\n### Instruction:\nHello\n\n### Response:\n"),
+    (
+        "deepseek",
+        "<｜begin▁of▁sentence｜>",
+        "",
+        NO_SYSTEM[:1],
+        True,
+        "<｜begin▁of▁sentence｜>You are an AI programming assistant, utilizing the Deepseek Coder model, developed by "
+        "Deepseek Company, and you only answer questions related to computer science. For politically sensitive "
+        "questions, security and privacy issues, and other non-computer science questions, you will refuse to "
+        "answer\n### Instruction:\nHello\n### Response:\n",
+    ),
+    (
+        "vicuna",
+        "",
+        "",
+        NO_SYSTEM[:1],
+        True,
+        "A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, "
+        "detailed, and polite answers to the user's questions. USER: Hello ASSISTANT:",
+    ),
+    (
+        "alpaca",
+        "",
+        "",
+        NO_SYSTEM[:1],
+        True,
+        "Below is an instruction that describes a task. Write a response that appropriately completes the "
+        "request.\n\n### Instruction:\nHello\n\n### Response:\n",
+    ),
     # Phi-3.5 ends with EOS when no generation prompt is asked for.
-    ("phi3", "", "<|endoftext|>", NO_SYSTEM[:2], False, "<|user|>\nHello<|end|>\n<|assistant|>\nHi there<|end|>\n<|endoftext|>"),
-    ("llama3", "<|begin_of_text|>", "", [{"role": "user", "content": "  padded  "}], False,
-     "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\npadded<|eot_id|>"),
-    ("chatml", "", "", NO_SYSTEM[:2], False, "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\nHi there<|im_end|>\n"),
+    (
+        "phi3",
+        "",
+        "<|endoftext|>",
+        NO_SYSTEM[:2],
+        False,
+        "<|user|>\nHello<|end|>\n<|assistant|>\nHi there<|end|>\n<|endoftext|>",
+    ),
+    (
+        "llama3",
+        "<|begin_of_text|>",
+        "",
+        [{"role": "user", "content": "  padded  "}],
+        False,
+        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\npadded<|eot_id|>",
+    ),
+    (
+        "chatml",
+        "",
+        "",
+        NO_SYSTEM[:2],
+        False,
+        "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\nHi there<|im_end|>\n",
+    ),
 ]
 
 
@@ -252,28 +401,92 @@ def test_nothing_known_falls_back_to_chatml_with_a_warning():
 @pytest.mark.parametrize(
     ("facts", "expected"),
     [
-        (ModelFacts(architecture="llama", name="Meta Llama 3.1 8B Instruct",
-                    tokens=frozenset({"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}), vocab_known=True), "llama3"),
+        (
+            ModelFacts(
+                architecture="llama",
+                name="Meta Llama 3.1 8B Instruct",
+                tokens=frozenset({"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}),
+                vocab_known=True,
+            ),
+            "llama3",
+        ),
         (ModelFacts(architecture="llama", name="LLaMA v2"), "llama2"),
-        (ModelFacts(architecture="qwen2", name="Qwen2.5 7B Instruct",
-                    tokens=frozenset({"<|im_start|>", "<|im_end|>"}), vocab_known=True), "qwen2.5"),
-        (ModelFacts(architecture="qwen2", name="Qwen2 7B Instruct",
-                    tokens=frozenset({"<|im_start|>", "<|im_end|>"}), vocab_known=True), "chatml"),
+        (
+            ModelFacts(
+                architecture="qwen2",
+                name="Qwen2.5 7B Instruct",
+                tokens=frozenset({"<|im_start|>", "<|im_end|>"}),
+                vocab_known=True,
+            ),
+            "qwen2.5",
+        ),
+        (
+            ModelFacts(
+                architecture="qwen2",
+                name="Qwen2 7B Instruct",
+                tokens=frozenset({"<|im_start|>", "<|im_end|>"}),
+                vocab_known=True,
+            ),
+            "chatml",
+        ),
         (ModelFacts(architecture="llama", name="Mistral 7B Instruct v0.2", vocab_known=True), "mistral-v1"),
-        (ModelFacts(architecture="llama", name="Mistral 7B Instruct v0.3",
-                    tokens=frozenset({"[INST]", "[/INST]"}), vocab_known=True), "mistral-v3"),
-        (ModelFacts(architecture="llama", name="Mistral Large Instruct 2411",
-                    tokens=frozenset({"[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]"}), vocab_known=True), "mistral-v7"),
-        (ModelFacts(architecture="phi3", name="Phi 4", tokens=frozenset({"<|im_start|>", "<|im_sep|>", "<|im_end|>"}),
-                    vocab_known=True), "phi4"),
-        (ModelFacts(architecture="phi3", name="Phi 3.5 Mini Instruct",
-                    tokens=frozenset({"<|user|>", "<|assistant|>", "<|end|>"}), vocab_known=True), "phi3"),
+        (
+            ModelFacts(
+                architecture="llama",
+                name="Mistral 7B Instruct v0.3",
+                tokens=frozenset({"[INST]", "[/INST]"}),
+                vocab_known=True,
+            ),
+            "mistral-v3",
+        ),
+        (
+            ModelFacts(
+                architecture="llama",
+                name="Mistral Large Instruct 2411",
+                tokens=frozenset({"[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]"}),
+                vocab_known=True,
+            ),
+            "mistral-v7",
+        ),
+        (
+            ModelFacts(
+                architecture="phi3",
+                name="Phi 4",
+                tokens=frozenset({"<|im_start|>", "<|im_sep|>", "<|im_end|>"}),
+                vocab_known=True,
+            ),
+            "phi4",
+        ),
+        (
+            ModelFacts(
+                architecture="phi3",
+                name="Phi 3.5 Mini Instruct",
+                tokens=frozenset({"<|user|>", "<|assistant|>", "<|end|>"}),
+                vocab_known=True,
+            ),
+            "phi3",
+        ),
         (ModelFacts(architecture="command-r"), "command-r"),
         (ModelFacts(architecture="granite"), "granite"),
         (ModelFacts(architecture="llama", name="TinyLlama 1.1B Chat v1.0", vocab_known=True), "zephyr"),
-        (ModelFacts(architecture="qwen2", name="DeepSeek R1 Distill Qwen 7B",
-                    tokens=frozenset({"<｜User｜>", "<｜Assistant｜>", "<|im_start|>", "<|im_end|>"}), vocab_known=True), "deepseek3"),
-        (ModelFacts(architecture="llama", name="deepseek-coder-6.7b-instruct", tokens=frozenset({"<|EOT|>"}), vocab_known=True), "deepseek"),
+        (
+            ModelFacts(
+                architecture="qwen2",
+                name="DeepSeek R1 Distill Qwen 7B",
+                tokens=frozenset({"<｜User｜>", "<｜Assistant｜>", "<|im_start|>", "<|im_end|>"}),
+                vocab_known=True,
+            ),
+            "deepseek3",
+        ),
+        (
+            ModelFacts(
+                architecture="llama",
+                name="deepseek-coder-6.7b-instruct",
+                tokens=frozenset({"<|EOT|>"}),
+                vocab_known=True,
+            ),
+            "deepseek",
+        ),
         (ModelFacts(architecture="llama", basename="vicuna"), "vicuna"),
     ],
     ids=lambda value: value if isinstance(value, str) else value.name or value.architecture,
@@ -377,10 +590,14 @@ def hostile_payloads(marker: Path) -> dict[str, str]:
         "cycler_globals": "{{ cycler.__init__.__globals__.os.system('TOUCH') }}".replace("TOUCH", touch),
         "joiner_popen": "{{ joiner.__init__.__globals__.os.popen('TOUCH').read() }}".replace("TOUCH", touch),
         "namespace_globals": "{{ namespace.__init__.__globals__.os.system('TOUCH') }}".replace("TOUCH", touch),
-        "self_init_globals": "{{ self.__init__.__globals__.__builtins__.__import__('os').system('TOUCH') }}".replace("TOUCH", touch),
+        "self_init_globals": "{{ self.__init__.__globals__.__builtins__.__import__('os').system('TOUCH') }}".replace(
+            "TOUCH", touch
+        ),
         "raise_exception_globals": "{{ raise_exception.__globals__['os'].system('TOUCH') }}".replace("TOUCH", touch),
         "strftime_globals": "{{ strftime_now.__globals__['os'].system('TOUCH') }}".replace("TOUCH", touch),
-        "subclasses": "{% for c in ''.__class__.__mro__[1].__subclasses__() %}{{ c('TOUCH') }}{% endfor %}".replace("TOUCH", touch),
+        "subclasses": "{% for c in ''.__class__.__mro__[1].__subclasses__() %}{{ c('TOUCH') }}{% endfor %}".replace(
+            "TOUCH", touch
+        ),
         "attr_filter": "{{ (messages|attr('__class__')).__mro__[1].__subclasses__() }}",
         "format_escape": "{{ '{0.__class__.__init__.__globals__}'.format(messages) }}",
         "loop_internals": "{% for m in messages %}{{ loop.__class__.__init__.__globals__ }}{% endfor %}",
@@ -542,13 +759,17 @@ def test_reasoning_template_still_protects_user_text():
 
 def test_oversized_template_is_refused():
     with pytest.raises(TemplateError, match="characters long"):
-        resolve_template(ModelFacts(chat_template="{{ messages[0].content }}" + " " * (template_sandbox.MAX_TEMPLATE_CHARS + 1)))
+        resolve_template(
+            ModelFacts(chat_template="{{ messages[0].content }}" + " " * (template_sandbox.MAX_TEMPLATE_CHARS + 1))
+        )
 
 
 def test_empty_content_and_folded_system_pieces():
     facts = ModelFacts(chat_template=DROPS_SYSTEM)
     resolved = resolve_template(facts)
-    rendered = render_prompt(resolved, [SYSTEM, {"role": "user", "content": "x"}, {"role": "assistant", "content": ""}], facts)
+    rendered = render_prompt(
+        resolved, [SYSTEM, {"role": "user", "content": "x"}, {"role": "assistant", "content": ""}], facts
+    )
     assert rendered.pieces == (Piece("<u>", True), Piece("You are terse.\nx", False), Piece("</u><a></a><a>", True))
 
 
@@ -670,14 +891,18 @@ def write_messages(tmp_path: Path, messages) -> str:
 
 def test_cli_render_prints_exactly_the_prompt(isolated_home, capsys):
     messages = write_messages(isolated_home, CONVERSATION)
-    code, out, err = run_cli(["template", "render", "--template", "gemma", "--messages", messages, "--bos-token", "<bos>"], capsys)
+    code, out, err = run_cli(
+        ["template", "render", "--template", "gemma", "--messages", messages, "--bos-token", "<bos>"], capsys
+    )
     assert code == 0, err
     assert out == GOLDENS[[c[0] for c in GOLDENS].index("gemma")][4]
 
 
 def test_cli_render_without_generation_prompt(isolated_home, capsys):
     messages = write_messages(isolated_home, NO_SYSTEM[:2])
-    code, out, _ = run_cli(["template", "render", "--template", "chatml", "--messages", messages, "--no-generation-prompt"], capsys)
+    code, out, _ = run_cli(
+        ["template", "render", "--template", "chatml", "--messages", messages, "--no-generation-prompt"], capsys
+    )
     assert code == 0
     assert out == "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\nHi there<|im_end|>\n"
 

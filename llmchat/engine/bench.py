@@ -52,7 +52,11 @@ class Series:
         return statistics.stdev(self.samples) if len(self.samples) > 1 else 0.0
 
     def to_dict(self, digits: int = 2) -> dict:
-        return {"mean": round(self.mean, digits), "sd": round(self.sd, digits), "samples": [round(s, digits) for s in self.samples]}
+        return {
+            "mean": round(self.mean, digits),
+            "sd": round(self.sd, digits),
+            "samples": [round(s, digits) for s in self.samples],
+        }
 
 
 @dataclass

@@ -8,13 +8,12 @@ drafter is set (drafted tokens are verified in one pass).
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import ctypes
 import os
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -23,9 +22,9 @@ import numpy as np
 
 from llmchat.engine import logs
 from llmchat.engine.drafting import CountingDrafter, DraftingLlama, DraftModelDrafter, PromptLookupDrafter
+from llmchat.engine.reply import GenerationOutcome, ReplyAssembler
 from llmchat.errors import ModelError, UsageError
 from llmchat.sampling import SamplingParams
-from llmchat.stopping import StopMatcher
 
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
 DEFAULT_MAX_CTX = 8192
@@ -87,20 +86,6 @@ class TokenEvent:
     token_id: int
 
 
-@dataclass
-class GenerationOutcome:
-    finish_reason: str = "stop"  # stop | length | interrupted
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    generated_tokens: int = 0
-    t_start: float = 0.0  # perf_counter when generation began (prefill starts)
-    t_first_token: float | None = None
-    t_last_token: float | None = None
-    draft_proposed: int = 0
-    draft_accepted: int = 0
-    generated_ids: list[int] = field(default_factory=list)
-
-
 def _backend_notice(gpu_layers: int, threads: int) -> str:
     """Where the model runs, as llama.cpp reported it during this load."""
     from llmchat.engine.devices import devices
@@ -118,8 +103,6 @@ def _backend_notice(gpu_layers: int, threads: int) -> str:
 
 
 def _gpu_layers(settings: EngineSettings) -> int:
-    if settings.device not in ("auto", "cpu", "gpu"):
-        raise UsageError(f"--device must be auto, cpu or gpu, got {settings.device!r}")
     can_offload = bool(llama_cpp.llama_supports_gpu_offload())
     if settings.device == "gpu" and not can_offload:
         raise UsageError(
@@ -148,7 +131,9 @@ class Engine:
         self.metadata: dict[str, str] = dict(llm.metadata)
         self.n_ctx: int = llm.n_ctx()
         self.n_ctx_train: int = llm._model.n_ctx_train()
-        self.n_layers: int = int(self.metadata.get(f"{self.metadata.get('general.architecture', '')}.block_count", 0) or 0)
+        self.n_layers: int = int(
+            self.metadata.get(f"{self.metadata.get('general.architecture', '')}.block_count", 0) or 0
+        )
         self.bos_id: int = llm._model.token_bos()
         self.eos_id: int = llm._model.token_eos()
         self.add_bos: bool = bool(llm._model.add_bos_token())
@@ -161,8 +146,6 @@ class Engine:
     def load(cls, model_path: Path, settings: EngineSettings) -> "Engine":
         logs.install(settings.verbose)
         notices: list[str] = []
-        if settings.kv_type not in KV_TYPES:
-            raise UsageError(f"--kv-type must be one of {', '.join(KV_TYPES)}, got {settings.kv_type!r}")
         # Flash attention is on by default. Besides being faster on CPU (+11-16% pp/tg on SmolLM2,
         # -5% pp on Gemma 3: bench/results/engine.md), llama.cpp's CPU flash-attention kernel
         # computes each query row the same way whatever the batch holds, so a token's logits do
@@ -171,25 +154,23 @@ class Engine:
         # near-tie: --lookup and --draft-model would change greedy replies from the first tokens.
         # (One limit remains: once the cache holds more than 256 tokens, a lone query row takes a
         # kernel that splits the cache across threads and rounds differently; see README.)
-        if settings.kv_type != "f16" and not settings.flash_attn:
-            raise UsageError(
-                f"--kv-type {settings.kv_type} needs flash attention (a quantized V cache); "
-                "drop --no-flash-attn or use --kv-type f16"
-            )
+        # The option values were checked once, before loading (llmchat.loading.validate_options).
         flash_attn = settings.flash_attn
         gpu_layers = _gpu_layers(settings)
         threads = settings.threads or physical_cores()
 
         drafter: PromptLookupDrafter | DraftModelDrafter | None = None
-        if settings.lookup and settings.draft_model:
-            raise UsageError("--lookup and --draft-model are two kinds of drafting; choose one")
         if settings.lookup:
             drafter = PromptLookupDrafter(settings.draft_tokens)
         elif settings.draft_model:
             # The drafter's greedy picks should match the target's: the same attention numerics.
             draft_llm = _open_llama(
-                settings.draft_model, n_ctx=settings.n_ctx or 0, threads=threads, gpu_layers=gpu_layers,
-                settings=settings, flash_attn=flash_attn,
+                settings.draft_model,
+                n_ctx=settings.n_ctx or 0,
+                threads=threads,
+                gpu_layers=gpu_layers,
+                settings=settings,
+                flash_attn=flash_attn,
             )
             drafter = DraftModelDrafter(draft_llm, settings.draft_tokens, penalty_last_n=_PENALTY_LAST_N)
 
@@ -205,7 +186,9 @@ class Engine:
         )
         notices.append(f"flash attention {'on' if flash_attn else 'off'}, KV cache {settings.kv_type}")
         if drafter is not None:
-            notices.append(f"speculative decoding: {'prompt lookup' if settings.lookup else settings.draft_model}, up to {settings.draft_tokens} drafted tokens per pass")
+            notices.append(
+                f"speculative decoding: {'prompt lookup' if settings.lookup else settings.draft_model}, up to {settings.draft_tokens} drafted tokens per pass"
+            )
         notices.append(_backend_notice(gpu_layers, threads))
         return cls(llm, model_path, settings, notices)
 
@@ -256,7 +239,10 @@ class Engine:
         counted, so the bound also holds when a template trims or collapses it. (Other vocabularies
         normalize text or map a run of unknown characters to a single token.)
         """
-        if llama_cpp.llama_vocab_type(self._vocab) not in (llama_cpp.LLAMA_VOCAB_TYPE_SPM, llama_cpp.LLAMA_VOCAB_TYPE_BPE):
+        if llama_cpp.llama_vocab_type(self._vocab) not in (
+            llama_cpp.LLAMA_VOCAB_TYPE_SPM,
+            llama_cpp.LLAMA_VOCAB_TYPE_BPE,
+        ):
             return None
         solid = len("".join(text.split()).encode("utf-8", errors="replace"))
         return -(-solid // self.max_token_bytes())
@@ -361,7 +347,12 @@ class Engine:
         return moved
 
     def generate(
-        self, prompt: Sequence[int], sampling: SamplingParams, *, max_tokens: int | None, stop_strings: Sequence[str] = ()
+        self,
+        prompt: Sequence[int],
+        sampling: SamplingParams,
+        *,
+        max_tokens: int | None,
+        stop_strings: Sequence[str] = (),
     ) -> "Generation":
         return Generation(self, list(prompt), sampling, max_tokens, tuple(stop_strings) + tuple(sampling.stop))
 
@@ -369,12 +360,19 @@ class Engine:
 class Generation:
     """An iterator of TokenEvents; `outcome` is complete once iteration ends (or is abandoned)."""
 
-    def __init__(self, engine: Engine, prompt: list[int], sampling: SamplingParams, max_tokens: int | None, stops: tuple[str, ...]):
+    def __init__(
+        self,
+        engine: Engine,
+        prompt: list[int],
+        sampling: SamplingParams,
+        max_tokens: int | None,
+        stops: tuple[str, ...],
+    ):
         self.engine = engine
         self.prompt = prompt
         self.sampling = sampling
         self.max_tokens = max_tokens
-        self.stops = StopMatcher(stops)
+        self.stops = stops
         self.outcome = GenerationOutcome(prompt_tokens=len(prompt))
         self.seed = sampling.seed if sampling.seed is not None else random.randrange(1, 2**31)
 
@@ -382,11 +380,11 @@ class Generation:
         engine, llm, outcome = self.engine, self.engine._llm, self.outcome
         room = engine.n_ctx - len(self.prompt)
         limit = room if self.max_tokens is None else min(self.max_tokens, room)
+        reply = ReplyAssembler(engine, outcome, limit=limit, stop_strings=self.stops)
         outcome.cached_tokens = engine.cached_prefix(self.prompt)
         # The library's seed is fixed by default, which makes every run identical even at
         # temperature 1; a fresh seed per call unless the user gave one.
         llm.set_seed(self.seed)
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         outcome.t_start = time.perf_counter()
         outcome.finish_reason = "interrupted"  # until we know better
         params = self.sampling
@@ -405,29 +403,15 @@ class Generation:
                 outcome.finish_reason = "length"
                 return
             for token in stream:
-                now = time.perf_counter()
-                if outcome.t_first_token is None:
-                    outcome.t_first_token = now
-                if engine.is_end_of_generation(token):
-                    outcome.finish_reason = "stop"
-                    break
-                outcome.t_last_token = now
-                outcome.generated_tokens += 1
-                outcome.generated_ids.append(token)
-                text = self.stops.feed(decoder.decode(engine.token_bytes(token)))
-                if self.stops.stopped:
-                    outcome.finish_reason = "stop"
-                    if text:
-                        yield TokenEvent(text, token)
-                    break
-                yield TokenEvent(text, token)
-                if outcome.generated_tokens >= limit:
-                    outcome.finish_reason = "length"
+                text = reply.add(token, time.perf_counter())
+                if text:
+                    yield TokenEvent(text, token)
+                if reply.done:
                     break
             else:
-                outcome.finish_reason = "stop"
-            tail = self.stops.flush() + decoder.decode(b"", final=True)
-            if tail and not self.stops.stopped:
+                reply.end_of_stream()
+            tail = reply.tail()
+            if tail:
                 yield TokenEvent(tail, -1)
         finally:
             stream.close()
@@ -475,7 +459,7 @@ def _open_llama(
     logs.recent_errors.clear()
     logs.offloaded.clear()
     try:
-        with _library_templates_off():
+        with _library_templates_off(), _model_params(use_extra_bufts=not cpu_has_amx()):
             return model_class(**kwargs)
     except (ValueError, RuntimeError, OSError) as err:
         reason = logs.first_error() or str(err)
@@ -502,6 +486,47 @@ class _UncompiledTemplate:
             raise RuntimeError("llmchat renders chat templates itself (llmchat.chat_template)")
 
         return unavailable
+
+
+def cpu_has_amx() -> bool:
+    """Whether the CPU advertises Intel AMX (Sapphire Rapids and later).
+
+    A `-march=native` build then includes ggml's AMX matmul kernels, offered as an "extra buffer
+    type". On this project's CI VMs (Xeon with amx_tile/amx_int8 in cpuinfo) they die with SIGILL
+    on `tileloadd` at the first multi-token prefill, even with the tile-data permission granted;
+    the same model runs fine without the extra buffer types. So where AMX is advertised, llmchat
+    loads without them (`use_extra_bufts = false`, llama.cpp's `--no-extra-bufts`).
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    return "amx_tile" in line.split()
+    except OSError:
+        pass
+    return False
+
+
+@contextlib.contextmanager
+def _model_params(*, use_extra_bufts: bool) -> Iterator[None]:
+    """Set model parameters that `Llama()` has no keyword for (it builds them from
+    `llama_model_default_params()` inside its constructor)."""
+    if use_extra_bufts:
+        yield
+        return
+    module = llama_cpp.llama.llama_cpp
+    original = module.llama_model_default_params
+
+    def params() -> llama_cpp.llama_model_params:
+        value = original()
+        value.use_extra_bufts = False
+        return value
+
+    module.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        module.llama_model_default_params = original
 
 
 @contextlib.contextmanager

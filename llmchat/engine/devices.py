@@ -33,10 +33,17 @@ class Device:
 def _bind():
     lib = llama_cpp.llama_cpp._lib
     try:
-        functions = {name: getattr(lib, name) for name in (
-            "ggml_backend_dev_count", "ggml_backend_dev_get", "ggml_backend_dev_name",
-            "ggml_backend_dev_description", "ggml_backend_dev_type", "ggml_backend_dev_memory",
-        )}
+        functions = {
+            name: getattr(lib, name)
+            for name in (
+                "ggml_backend_dev_count",
+                "ggml_backend_dev_get",
+                "ggml_backend_dev_name",
+                "ggml_backend_dev_description",
+                "ggml_backend_dev_type",
+                "ggml_backend_dev_memory",
+            )
+        }
     except AttributeError:
         return None
     functions["ggml_backend_dev_count"].restype = ctypes.c_size_t
@@ -47,7 +54,11 @@ def _bind():
         functions[name].restype = ctypes.c_char_p
     functions["ggml_backend_dev_type"].argtypes = [ctypes.c_void_p]
     functions["ggml_backend_dev_type"].restype = ctypes.c_int
-    functions["ggml_backend_dev_memory"].argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
+    functions["ggml_backend_dev_memory"].argtypes = [
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.POINTER(ctypes.c_size_t),
+    ]
     functions["ggml_backend_dev_memory"].restype = None
     return functions
 
@@ -63,13 +74,15 @@ def devices() -> list[Device]:
         dev = f["ggml_backend_dev_get"](index)
         free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
         f["ggml_backend_dev_memory"](dev, ctypes.byref(free), ctypes.byref(total))
-        found.append(Device(
-            name=(f["ggml_backend_dev_name"](dev) or b"?").decode(errors="replace"),
-            description=(f["ggml_backend_dev_description"](dev) or b"").decode(errors="replace").strip(),
-            kind=_DEVICE_KINDS.get(f["ggml_backend_dev_type"](dev), "other"),
-            free_bytes=int(free.value),
-            total_bytes=int(total.value),
-        ))
+        found.append(
+            Device(
+                name=(f["ggml_backend_dev_name"](dev) or b"?").decode(errors="replace"),
+                description=(f["ggml_backend_dev_description"](dev) or b"").decode(errors="replace").strip(),
+                kind=_DEVICE_KINDS.get(f["ggml_backend_dev_type"](dev), "other"),
+                free_bytes=int(free.value),
+                total_bytes=int(total.value),
+            )
+        )
     return found
 
 
@@ -84,3 +97,32 @@ def cpu_features() -> list[str]:
     if not cpu:
         return []
     return [name.strip() for name, value in re.findall(r"([A-Z0-9_]+) = (\d+)", cpu.group(1)) if value != "0"]
+
+
+def _ggml_string(name: str) -> str | None:
+    """A version string ggml exports (`ggml_version`, `ggml_commit`), where this build has it."""
+    try:
+        function = getattr(llama_cpp.llama_cpp._lib, name)
+    except AttributeError:
+        return None
+    function.argtypes = []
+    function.restype = ctypes.c_char_p
+    value = function()
+    return value.decode(errors="replace") if value else None
+
+
+def runtime_versions() -> list[str]:
+    """`llmchat --version`: the binding, the llama.cpp (ggml) it was built from, and the backend."""
+    ggml = _ggml_string("ggml_version")
+    commit = _ggml_string("ggml_commit")
+    built = " ".join(part for part in (ggml, f"(commit {commit})" if commit and commit != "unknown" else None) if part)
+    gpus = [d for d in devices() if d.is_gpu]
+    backend = (
+        ", ".join(f"{d.name} ({d.description})" for d in gpus) if gpus else "CPU only (no GPU backend in this build)"
+    )
+    features = ", ".join(f for f in cpu_features() if f in ("AVX2", "AVX512", "AMX_INT8", "NEON", "SVE", "SME"))
+    return [
+        f"llama-cpp-python {getattr(llama_cpp, '__version__', '?')}",
+        f"llama.cpp (ggml) {built or 'version not exported by this build'}",
+        f"backend: {backend}" + (f"; CPU features {features}" if features else ""),
+    ]

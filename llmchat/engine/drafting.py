@@ -140,7 +140,9 @@ class DraftModelDrafter(LlamaDraftModel):
                 logits = logits.copy()
                 seen = np.unique(np.asarray(history[-self.penalty_last_n :], dtype=np.intp))
                 # llama.cpp's penalties sampler: shrink a positive logit, push a negative one lower.
-                logits[seen] = np.where(logits[seen] <= 0, logits[seen] * self.repeat_penalty, logits[seen] / self.repeat_penalty)
+                logits[seen] = np.where(
+                    logits[seen] <= 0, logits[seen] * self.repeat_penalty, logits[seen] / self.repeat_penalty
+                )
             token = int(np.argmax(logits))  # the first maximum, as llama.cpp's greedy sampler picks
             drafted.append(token)
             if len(drafted) >= k or llama_cpp.llama_vocab_is_eog(self._vocab, token):

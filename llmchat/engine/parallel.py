@@ -37,18 +37,17 @@ prefilled in full.
 
 from __future__ import annotations
 
-import codecs
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import llama_cpp
 
 from llmchat.engine import logs
+from llmchat.engine.reply import GenerationOutcome, ReplyAssembler
 from llmchat.errors import ModelError, UsageError
 from llmchat.sampling import SamplingParams
-from llmchat.stopping import StopMatcher
 
 # A new item waits for another slot's prefill only when that saves at least this many tokens.
 MIN_WAIT_GAIN = 4
@@ -68,19 +67,14 @@ class ParallelItem:
 
 @dataclass
 class ParallelResult:
+    """One finished item: its text and the same `GenerationOutcome` a serial `Generation` fills."""
+
     key: Any
-    text: str = ""
-    finish_reason: str = "stop"  # stop | length | error
-    error: str | None = None
+    outcome: GenerationOutcome
     seed: int = 0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0  # prompt tokens reused from the KV cache (own leftover or copied)
-    generated_tokens: int = 0
-    token_ids: list[int] = field(default_factory=list)
-    t_submit: float = 0.0  # the item took a slot
-    t_first_token: float | None = None  # first sampled token (the end of its prefill)
-    t_first_shown: float | None = None  # first token that is not end-of-generation
-    t_last_token: float | None = None
+    text: str = ""
+    error: str | None = None
+    t_submit: float = 0.0  # the item took a slot (its TTFT is measured from here)
     t_done: float = 0.0
 
 
@@ -96,9 +90,7 @@ class _Slot:
         self.next_token: int | None = None  # sampled, to be evaluated next step
         self.sampler = None
         self.result: ParallelResult | None = None
-        self.limit = 0
-        self.stops: StopMatcher | None = None
-        self.decoder = None
+        self.reply: ReplyAssembler | None = None
         self.fragments: list[str] = []
         self.batch_index = -1  # where this slot's logits are in the current batch
 
@@ -194,7 +186,9 @@ class ParallelDecoder:
         """The chain `Llama._init_sampler` builds, so that one item samples as `Engine.generate` would."""
         chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         add = lambda sampler: llama_cpp.llama_sampler_chain_add(chain, sampler)  # noqa: E731
-        add(llama_cpp.llama_sampler_init_penalties(self.n_vocab, self.penalty_last_n, sampling.repeat_penalty, 0.0, 0.0))
+        add(
+            llama_cpp.llama_sampler_init_penalties(self.n_vocab, self.penalty_last_n, sampling.repeat_penalty, 0.0, 0.0)
+        )
         temperature = sampling.temperature
         if temperature < 0:
             add(llama_cpp.llama_sampler_init_dist(seed))
@@ -248,12 +242,14 @@ class ParallelDecoder:
         prompt = list(item.prompt)
         seed = item.sampling.seed if item.sampling.seed is not None else random.randrange(1, 2**31)
         now = time.perf_counter()
-        result = ParallelResult(key=item.key, seed=seed, prompt_tokens=len(prompt), t_submit=now)
+        outcome = GenerationOutcome(prompt_tokens=len(prompt), t_start=now)
+        result = ParallelResult(key=item.key, outcome=outcome, seed=seed, t_submit=now)
         if not prompt or len(prompt) >= self.n_ctx_per_seq:
-            result.finish_reason = "error"
+            outcome.finish_reason = "error"
             result.error = (
-                "empty prompt" if not prompt else
-                f"the prompt is {len(prompt)} tokens but each sequence holds {self.n_ctx_per_seq}"
+                "empty prompt"
+                if not prompt
+                else f"the prompt is {len(prompt)} tokens but each sequence holds {self.n_ctx_per_seq}"
             )
             result.t_done = now
             on_done(result)
@@ -261,9 +257,9 @@ class ParallelDecoder:
         room = self.n_ctx_per_seq - len(prompt)
         slot.item = item
         slot.result = result
-        slot.limit = room if item.max_tokens is None else min(item.max_tokens, room)
-        slot.stops = StopMatcher(tuple(item.stop_strings) + tuple(item.sampling.stop))
-        slot.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        limit = room if item.max_tokens is None else min(item.max_tokens, room)
+        stops = tuple(item.stop_strings) + tuple(item.sampling.stop)
+        slot.reply = ReplyAssembler(self.engine, outcome, limit=limit, stop_strings=stops)
         slot.fragments = []
         slot.next_token = None
         slot.waiting_on = None
@@ -310,7 +306,7 @@ class ParallelDecoder:
                 llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, length, -1)
                 slot.cache = prompt[:length]
         slot.pending = prompt[length:]
-        slot.result.cached_tokens = length
+        slot.result.outcome.cached_tokens = length
         self.prompt_reused += length
 
     def _clear(self, slot: _Slot) -> None:
@@ -392,44 +388,31 @@ class ParallelDecoder:
         self._resolve_waits(slots)
 
     def _on_token(self, slot: _Slot, token: int, now: float, on_done: Callable) -> None:
-        """The same rules as `Generation.__iter__`: EOG ends (not counted), stop strings, the limit."""
-        result = slot.result
-        engine = self.engine
-        if result.t_first_token is None:
-            result.t_first_token = now
-        if engine.is_end_of_generation(token):
-            self._finish(slot, "stop", now, on_done)
-            return
-        if result.t_first_shown is None:
-            result.t_first_shown = now
-        result.t_last_token = now
-        result.generated_tokens += 1
-        self.generated_total += 1
-        result.token_ids.append(token)
-        text = slot.stops.feed(slot.decoder.decode(engine.token_bytes(token)))
+        """The shared reply rules (`ReplyAssembler`): EOG ends (not counted), stop strings, the limit."""
+        reply = slot.reply
+        before = reply.outcome.generated_tokens
+        text = reply.add(token, now)
+        self.generated_total += reply.outcome.generated_tokens - before
         if text:
             slot.fragments.append(text)
-        if slot.stops.stopped:
-            self._finish(slot, "stop", now, on_done)
-        elif result.generated_tokens >= slot.limit:
-            self._finish(slot, "length", now, on_done)
+        if reply.done:
+            self._finish(slot, now, on_done)
         else:
             slot.next_token = token
 
-    def _finish(self, slot: _Slot, reason: str, now: float, on_done: Callable) -> None:
+    def _finish(self, slot: _Slot, now: float, on_done: Callable) -> None:
         result = slot.result
-        tail = slot.stops.flush() + slot.decoder.decode(b"", final=True)
-        if tail and not slot.stops.stopped:
+        tail = slot.reply.tail()
+        if tail:
             slot.fragments.append(tail)
         result.text = "".join(slot.fragments)
-        result.finish_reason = reason
         result.t_done = now
         self._release(slot)
         on_done(result)
 
     def _fail(self, slot: _Slot, message: str, now: float, on_done: Callable) -> None:
         result = slot.result
-        result.finish_reason = "error"
+        result.outcome.finish_reason = "error"
         result.error = message
         result.text = "".join(slot.fragments)
         result.t_done = now
@@ -442,6 +425,7 @@ class ParallelDecoder:
         self._free_sampler(slot)
         slot.item = None
         slot.result = None
+        slot.reply = None
         slot.pending = []
         slot.next_token = None
         slot.waiting_on = None

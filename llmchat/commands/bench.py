@@ -25,7 +25,9 @@ def check_counts(n_prompt: int, n_gen: int, reps: int, ctx: "int | None") -> Non
     if not 1 <= reps <= 1000:
         raise UsageError(f"-r/--reps must be between 1 and 1000, got {reps}")
     if ctx is not None and ctx < max(n_prompt, n_gen):
-        raise UsageError(f"--ctx {ctx} is smaller than the test ({max(n_prompt, n_gen)} tokens); raise --ctx or drop it")
+        raise UsageError(
+            f"--ctx {ctx} is smaller than the test ({max(n_prompt, n_gen)} tokens); raise --ctx or drop it"
+        )
 
 
 @model_command(sampling=False)
@@ -41,7 +43,9 @@ def bench(
     check_counts(n_prompt, n_gen, reps, opts.ctx)
     if opts.lookup or opts.draft_model is not None:
         # Drafting changes generation, not single-token decode; it is measured by bench/speculative_bench.py.
-        raise UsageError("bench measures plain prompt and decode speed; --lookup and --draft-model do not apply (drop them)")
+        raise UsageError(
+            "bench measures plain prompt and decode speed; --lookup and --draft-model do not apply (drop them)"
+        )
     import sys
 
     from llmchat.loading import load_model
@@ -65,7 +69,7 @@ def bench(
         engine.close()
 
     if json_output:
-        from llmchat.render import write_json
+        from llmchat.output import write_json
 
         write_json(to_json(result, loaded.model.name, str(loaded.model.path), engine, opts))
     else:
@@ -116,8 +120,12 @@ def format_table(result, model_name: str, *, flash_attn: bool) -> str:
     header = ("model", "size", "params", "backend", "threads", "fa", "test", "t/s")
     right = (False, True, True, False, True, True, True, True)
     common = (
-        f"{model_name} ({model.desc})", _size(model.size_bytes), _params(model.n_params), model.backend,
-        str(model.threads), "1" if flash_attn else "0",
+        f"{model_name} ({model.desc})",
+        _size(model.size_bytes),
+        _params(model.n_params),
+        model.backend,
+        str(model.threads),
+        "1" if flash_attn else "0",
     )
     rows = [
         common + (f"pp{result.n_prompt}", f"{result.pp.mean:.2f} ± {result.pp.sd:.2f}"),

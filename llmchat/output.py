@@ -110,8 +110,14 @@ class StreamPrinter:
     def prefill_started(self, prompt_tokens: int, cached_tokens: int, context_limit: int) -> None:
         now = time.perf_counter()
         self._state = dict(
-            t_start=now, t_first=None, t_last=now, ttft=0.0, generated=0,
-            prompt_tokens=prompt_tokens, cached_tokens=cached_tokens, context_limit=context_limit,
+            t_start=now,
+            t_first=None,
+            t_last=now,
+            ttft=0.0,
+            generated=0,
+            prompt_tokens=prompt_tokens,
+            cached_tokens=cached_tokens,
+            context_limit=context_limit,
         )
         self._ended_with_newline = True
         if self.show_live:

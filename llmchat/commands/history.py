@@ -15,8 +15,6 @@ import typer
 if TYPE_CHECKING:
     from llmchat.history import HistoryStore
 
-app = typer.Typer(no_args_is_help=True, help="List, show, export and remove saved conversations.")
-
 EXPORT_FORMATS = ("json", "markdown")
 
 
@@ -52,7 +50,6 @@ def _load(ref: str):
         return store.get(ref)
 
 
-@app.command("list")
 def list_command(
     limit: int = typer.Option(50, "--limit", "-n", help="Show at most this many conversations."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON array instead of a table."),
@@ -112,7 +109,6 @@ def _short_time(iso: str) -> str:
     return iso[:16].replace("T", " ")
 
 
-@app.command("show")
 def show_command(
     ref: str = typer.Argument(..., metavar="ID", help="Conversation id, unique id prefix, name, or 'last'."),
     as_json: bool = typer.Option(False, "--json", help="Print the conversation as JSON."),
@@ -132,7 +128,6 @@ def show_command(
         typer.echo(export_markdown(conv), nl=False)
 
 
-@app.command("export")
 def export_command(
     ref: str = typer.Argument(..., metavar="ID", help="Conversation id, unique id prefix, name, or 'last'."),
     fmt: str = typer.Option("markdown", "--format", "-f", help="json or markdown."),
@@ -202,7 +197,6 @@ def _remove_quietly(name: str) -> None:
         pass
 
 
-@app.command("rm")
 def rm_command(
     ref: str = typer.Argument(..., metavar="ID", help="Conversation id, unique id prefix, name, or 'last'."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Delete without asking."),

@@ -49,15 +49,7 @@ from typing import Any, Optional
 
 import typer
 
-app = typer.Typer(
-    help="Show a model's architecture, KV-cache size and memory needs.",
-    no_args_is_help=False,
-    add_completion=False,
-    subcommand_metavar="",  # a single command: no "COMMAND [ARGS]..." in the usage line
-)
 
-
-@app.callback(invoke_without_command=True)
 def info(
     model: Optional[str] = typer.Option(
         None, "-m", "--model", help="Model: a .gguf path, a name in the models folder, or a config alias."
@@ -108,25 +100,18 @@ def _with_ggml_gpus(runtime: dict) -> Any:
         return memory
     gpus = tuple(
         GpuMemory(name=d["description"] or d["name"], total_bytes=d["total_bytes"], free_bytes=d["free_bytes"])
-        for d in runtime["devices"] if d["kind"] in ("GPU", "iGPU") and d["total_bytes"]
+        for d in runtime["devices"]
+        if d["kind"] in ("GPU", "iGPU") and d["total_bytes"]
     )
     return dataclasses.replace(memory, gpus=gpus)
 
 
 def resolve_model_path(requested: str | None) -> Path:
-    """`-m` to a file path, the same way chat resolves it (aliases, models folder, default model)."""
-    try:
-        from llmchat.models import resolve_model
-    except ImportError:  # models.py not available: treat -m as a plain path
-        if requested is None:
-            from llmchat.errors import UsageError
-
-            raise UsageError("no model given; pass -m PATH.gguf") from None
-        return Path(requested).expanduser()
+    """`-m` to a file path, by the one resolver chat uses (aliases, models folder, default model)."""
     from llmchat.config import load_config
+    from llmchat.models.resolve import resolve_model
 
-    config = load_config()
-    return resolve_model(requested, aliases=config.models, config_default=config.model).path
+    return resolve_model(requested, load_config()).path
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,10 +119,14 @@ def resolve_model_path(requested: str | None) -> Path:
 
 
 def _runtime_line(runtime: dict) -> str:
-    features = ", ".join(f for f in runtime["cpu_features"] if f in ("AVX2", "AVX512", "AMX_INT8", "NEON", "SVE", "SME"))
+    features = ", ".join(
+        f for f in runtime["cpu_features"] if f in ("AVX2", "AVX512", "AMX_INT8", "NEON", "SVE", "SME")
+    )
     cpu = "CPU" + (f" ({features})" if features else "")
     if not runtime["gpu_offload"]:
-        return f"runtime: llama.cpp on the {cpu}; this llama-cpp-python build has no GPU backend, so no layer is offloaded"
+        return (
+            f"runtime: llama.cpp on the {cpu}; this llama-cpp-python build has no GPU backend, so no layer is offloaded"
+        )
     gpus = ", ".join(f"{d['name']} ({d['description']})" for d in runtime["devices"] if d["kind"] in ("GPU", "iGPU"))
     return f"runtime: {gpus}; --device auto offloads all {runtime['offload_layers']} layers (the output layer included)"
 

@@ -1,6 +1,6 @@
 """`llmchat batch`: answer many prompts from a JSONL or text file, one JSON record per item.
 
-Only Typer and the shared options are imported here; the runner (llmchat.batch) and the engine are
+Only Typer and the shared options are imported here; the runner (llmchat.batch.runner) and the engine are
 imported when the command runs, so `llmchat --help` stays fast.
 """
 
@@ -14,12 +14,28 @@ from llmchat.options import RunOptions, model_command
 
 @model_command()
 def batch(
-    input_path: Annotated[str, typer.Argument(metavar="INPUT", help="JSONL or plain text (one prompt per line); - for stdin.")],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the JSONL records here (default: stdout).")] = None,
-    parallel: Annotated[int, typer.Option("--parallel", "-P", help="Decode this many items at once in one context (1 = one after another).")] = 1,
-    resume: Annotated[bool, typer.Option("--resume", help="Skip the ids already in OUTPUT and append the rest.")] = False,
-    progress: Annotated[str, typer.Option("--progress", help="auto | bar | lines | json | off (stderr; auto = a bar on a terminal, lines otherwise).")] = "auto",
-    fsync: Annotated[bool, typer.Option("--fsync", help="fsync OUTPUT after each record (survives a power cut; slower).")] = False,
+    input_path: Annotated[
+        str, typer.Argument(metavar="INPUT", help="JSONL or plain text (one prompt per line); - for stdin.")
+    ],
+    output: Annotated[
+        Optional[Path], typer.Option("--output", "-o", help="Write the JSONL records here (default: stdout).")
+    ] = None,
+    parallel: Annotated[
+        int,
+        typer.Option("--parallel", "-P", help="Decode this many items at once in one context (1 = one after another)."),
+    ] = 1,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Skip the ids already in OUTPUT and append the rest.")
+    ] = False,
+    progress: Annotated[
+        str,
+        typer.Option(
+            "--progress", help="auto | bar | lines | json | off (stderr; auto = a bar on a terminal, lines otherwise)."
+        ),
+    ] = "auto",
+    fsync: Annotated[
+        bool, typer.Option("--fsync", help="fsync OUTPUT after each record (survives a power cut; slower).")
+    ] = False,
     *,
     opts: RunOptions,
 ) -> None:
@@ -35,11 +51,13 @@ def batch(
     """
     import sys
 
-    from llmchat.batch import run_batch
+    from llmchat.batch.runner import run_batch
     from llmchat.errors import ExitCode, LlmchatError
 
     try:
-        failed, total = run_batch(input_path, output, parallel=parallel, resume=resume, progress=progress, fsync=fsync, opts=opts)
+        failed, total = run_batch(
+            input_path, output, parallel=parallel, resume=resume, progress=progress, fsync=fsync, opts=opts
+        )
     except KeyboardInterrupt:
         # Raised as SystemExit: Typer (standalone_mode=False) turns KeyboardInterrupt into a *returned*
         # exit code, which `cli.main` does not pass on. The records written so far are complete lines.
@@ -49,4 +67,6 @@ def batch(
     if failed:
         # An error (not typer.Exit, whose code is returned, not raised, under standalone_mode=False): exit 1.
         where = f"in {output}" if output is not None else "on stdout"
-        raise LlmchatError(f"{failed} of {total} items failed; see their error records {where}", exit_code=ExitCode.ERROR)
+        raise LlmchatError(
+            f"{failed} of {total} items failed; see their error records {where}", exit_code=ExitCode.ERROR
+        )

@@ -10,12 +10,6 @@ from typing import Any, Optional
 
 import typer
 
-app = typer.Typer(
-    no_args_is_help=True,
-    help="List, inspect and render chat templates.",
-    add_completion=False,
-)
-
 MODEL_HELP = "Model: a .gguf path, a name in the models folder, or a config alias."
 TEMPLATE_HELP = "A built-in template name or a path to a .jinja file (overrides the model's own template)."
 
@@ -28,7 +22,6 @@ SAMPLE_CONVERSATION = (
 )
 
 
-@app.command("list")
 def list_templates() -> None:
     """The built-in templates: what they match in a model's metadata, and their stop strings."""
     from rich.console import Console
@@ -63,15 +56,18 @@ def _quoted(strings: Any) -> str:
     return " ".join(repr(s) for s in strings) or "-"
 
 
-@app.command("render")
 def render(
     messages_file: str = typer.Option(
         ..., "--messages", help='JSON file with a list of {"role": ..., "content": ...} objects ("-" reads stdin).'
     ),
     model: Optional[str] = typer.Option(None, "-m", "--model", help=MODEL_HELP),
     template: Optional[str] = typer.Option(None, "--template", help=TEMPLATE_HELP),
-    bos_token: Optional[str] = typer.Option(None, "--bos-token", help="BOS text for the template (default: the model's, or empty)."),
-    eos_token: Optional[str] = typer.Option(None, "--eos-token", help="EOS text for the template (default: the model's, or empty)."),
+    bos_token: Optional[str] = typer.Option(
+        None, "--bos-token", help="BOS text for the template (default: the model's, or empty)."
+    ),
+    eos_token: Optional[str] = typer.Option(
+        None, "--eos-token", help="EOS text for the template (default: the model's, or empty)."
+    ),
     no_generation_prompt: bool = typer.Option(
         False, "--no-generation-prompt", help="Leave out the opening of the assistant's reply."
     ),
@@ -95,7 +91,6 @@ def render(
     sys.stdout.flush()
 
 
-@app.command("show")
 def show(
     model: Optional[str] = typer.Option(None, "-m", "--model", help=MODEL_HELP + " Default: the default model."),
     template: Optional[str] = typer.Option(None, "--template", help=TEMPLATE_HELP),
@@ -160,38 +155,24 @@ def read_messages(source: str) -> list:
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as err:
-        raise UsageError(f"--messages {source}: not valid JSON ({err.msg} at line {err.lineno}, column {err.colno})") from None
+        raise UsageError(
+            f"--messages {source}: not valid JSON ({err.msg} at line {err.lineno}, column {err.colno})"
+        ) from None
     if isinstance(data, dict) and isinstance(data.get("messages"), list):
         data = data["messages"]  # also accept the {"messages": [...]} request shape
     if not isinstance(data, list) or not data:
-        raise UsageError(f'--messages {source}: expected a non-empty JSON list of {{"role": ..., "content": ...}} objects')
+        raise UsageError(
+            f'--messages {source}: expected a non-empty JSON list of {{"role": ..., "content": ...}} objects'
+        )
     return data
 
 
 def model_facts(model: Optional[str]) -> tuple:
-    """(ModelFacts of the -m model, the config file's template for it or None)."""
+    """(ModelFacts of the -m model, the config file's template for it or None): -m resolved by the
+    one resolver chat uses, the facts built by the one builder chat uses."""
     from llmchat.chat_template import facts_from_gguf
+    from llmchat.config import load_config
+    from llmchat.models.resolve import resolve_model
 
-    path, config_choice = _resolve_model(model)
-    return facts_from_gguf(path), config_choice
-
-
-def _resolve_model(model: Optional[str]) -> tuple:
-    """-m resolved the way chat resolves it (aliases, models folder, default model), and the
-    template the config file sets for that model (alias, per-path entry, or global)."""
-    from pathlib import Path
-
-    from llmchat.errors import UsageError
-
-    try:
-        from llmchat.config import load_config
-        from llmchat.models import resolve_model
-    except ImportError:  # models/config not available: -m is a plain path
-        if model is None:
-            raise UsageError("no model given; pass -m PATH.gguf") from None
-        return Path(model).expanduser(), None
-    config = load_config()
-    resolved = resolve_model(model, aliases=config.models, config_default=config.model)
-    alias = config.alias_for_path(resolved.path) if resolved.how != "alias" else {}
-    config_choice = resolved.alias_template or alias.get("template") or config.template
-    return resolved.path, config_choice
+    resolved = resolve_model(model, load_config())
+    return facts_from_gguf(resolved.path), resolved.template

@@ -1,0 +1,290 @@
+"""`llmchat batch`: many independent prompts through one loaded model, one JSONL record each.
+
+Input: JSONL or plain text, one item per line (a line starting with `{` is JSON). A JSON item holds
+`id?`, `prompt` or `messages`, `system?` and optional sampling (`temperature`, `top_p`, `top_k`,
+`min_p`, `repeat_penalty`, `max_tokens`, `seed`, `stop`). Items without an id get their 1-based line
+number. A bad line becomes an error record for that item; the run goes on.
+
+Output: one JSON line per item, in input order: the turn record every mode prints
+(`TurnResult.to_record`, or `error_record` for an item that got no reply). Each record is written with one write call of the whole line and flushed, so an
+interrupted run leaves complete lines only and `--resume` can pick up where it stopped (a trailing
+partial line from a crash is truncated away first).
+
+Two paths, the same prompts and sampling rules:
+- serial (`--parallel 1`): every item is a fresh conversation run through `ChatSession.turn`, the
+  one generation path of `ask` and `chat`. The engine keeps its KV cache from item to item, so a
+  system prompt shared by consecutive items is prefilled once (llama.cpp prefix reuse).
+- parallel (`--parallel N`): each item is prepared by `ChatSession.prepare` and finished by
+  `ChatSession.finish`, exactly as a serial turn; only the decoding differs:
+  `engine.parallel.ParallelDecoder` decodes N items at once in one context, with the same sampler
+  chain and reply rules (`engine.reply.ReplyAssembler`). Records are emitted in input order.
+
+Every item's reply is bounded: its `max_tokens`, else `--max-tokens`, else the reply reserve
+`ask` keeps (min(1024, ctx/4)); a runaway item cannot hold the batch for the whole window.
+
+A batch is not a conversation: nothing is written to the history store.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from llmchat.batch.items import BatchItem, id_key, parse_input
+from llmchat.batch.progress import Progress
+from llmchat.batch.sink import InOrder, RecordSink, read_done_ids
+from llmchat.conversation import Conversation, default_reply_reserve
+from llmchat.errors import LlmchatError, UsageError
+from llmchat.options import RunOptions
+from llmchat.output import notice
+from llmchat.session import error_record
+
+if TYPE_CHECKING:
+    from llmchat.engine.parallel import ParallelDecoder, ParallelResult
+    from llmchat.sampling import SamplingParams
+    from llmchat.session import ChatSession, PreparedTurn, TurnResult
+
+PROGRESS_MODES = ("auto", "bar", "lines", "json", "off")
+MAX_PARALLEL = 64
+
+
+# --- the run ----------------------------------------------------------------------------------------
+class BatchRunner:
+    def __init__(
+        self,
+        session: ChatSession,
+        *,
+        parallel: int,
+        progress_mode: str,
+        sink: RecordSink,
+        verbose: bool = False,
+    ):
+        self.session = session
+        self.verbose = verbose
+        self.engine = session.engine
+        self.parallel = parallel
+        self.progress_mode = progress_mode
+        self.sink = sink
+        self.base_sampling = session.sampling
+        self.system = session.conversation.system
+        self.skipped = 0  # items already in the output (--resume), for the summary
+
+    # --- shared by both paths ---------------------------------------------------------------------
+    def sampling_for(self, item: BatchItem) -> SamplingParams:
+        sampling = replace(self.base_sampling, **item.overrides) if item.overrides else self.base_sampling
+        if item.stop is not None:
+            sampling = replace(sampling, stop=item.stop)
+        if sampling.max_tokens is None:
+            sampling = replace(sampling, max_tokens=default_reply_reserve(self.engine.n_ctx, None))
+        return sampling
+
+    def conversation_for(self, item: BatchItem) -> Conversation:
+        system = item.system if item.has_system else self.system
+        return Conversation(system=system, messages=[dict(m) for m in item.history])
+
+    def prepare(self, item: BatchItem) -> PreparedTurn:
+        """The item as a turn of its own conversation: `ChatSession.prepare`, as for ask and chat.
+        Raises LlmchatError when it cannot fit (a batch never trims an item's messages)."""
+        assert item.user is not None
+        return self.session.prepare(
+            item.user, conversation=self.conversation_for(item), sampling=self.sampling_for(item), overflow="error"
+        )
+
+    def run(self, items: list[BatchItem]) -> int:
+        """Answer every item; returns how many failed."""
+        progress = Progress(
+            len(items), self.progress_mode, label=f" (parallel {self.parallel})" if self.parallel > 1 else ""
+        )
+        writer = InOrder((item.index for item in items), self.sink.write)
+        interrupted = False
+        progress.start()
+        try:
+            if self.parallel > 1:
+                self._run_parallel(items, writer, progress)
+            else:
+                self._run_serial(items, writer, progress)
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM raised as SystemExit by cli
+            interrupted = True
+            raise
+        finally:
+            progress.close()
+            if progress.mode == "json":
+                progress.final_json(self.skipped, interrupted=interrupted)
+            elif progress.mode != "off" or interrupted:
+                notice(progress.summary(self.skipped, interrupted=interrupted))
+        return progress.failed
+
+    def _fail(self, item: BatchItem, message: str, writer: InOrder, progress: Progress) -> None:
+        session = self.session
+        writer.put(
+            item.index, error_record(item.id, message, model=session.model_label, template=session.template.name)
+        )
+        progress.item_done(False)
+
+    def _done(
+        self, item: BatchItem, result: TurnResult, writer: InOrder, progress: Progress, *, count_tokens: bool = True
+    ) -> None:
+        writer.put(item.index, result.to_record(item.id))
+        progress.item_done(True, result.stats.generated_tokens, count_tokens=count_tokens)
+
+    # --- serial: one item at a time, through ChatSession.turn -------------------------------------
+    def _run_serial(self, items: list[BatchItem], writer: InOrder, progress: Progress) -> None:
+        session = self.session
+        for item in items:
+            if item.error:
+                self._fail(item, item.error, writer, progress)
+                continue
+            assert item.user is not None
+            session.conversation = self.conversation_for(item)
+            session.conversation_id = None
+            session.set_sampling(self.sampling_for(item))
+            session.overflow = "error"
+            try:
+                result = session.turn(item.user, record=False)
+            except LlmchatError as err:
+                self._fail(item, str(err), writer, progress)
+                continue
+            except (ValueError, RuntimeError) as err:  # llama.cpp refusing a prompt
+                self._fail(item, f"generation failed: {err}", writer, progress)
+                continue
+            if result.interrupted:
+                # Not written: a partial reply is not an answer, and --resume will redo this item.
+                raise KeyboardInterrupt
+            self._done(item, result, writer, progress)
+
+    # --- parallel: several items decoded together; prepared and finished as the serial path ------
+    def _run_parallel(self, items: list[BatchItem], writer: InOrder, progress: Progress) -> None:
+        from llmchat.engine.parallel import ParallelDecoder, ParallelItem, context_per_sequence
+
+        ready: dict[int, tuple[BatchItem, PreparedTurn]] = {}
+        for item in items:
+            if item.error:
+                self._fail(item, item.error, writer, progress)
+                continue
+            try:
+                ready[item.index] = (item, self.prepare(item))
+            except LlmchatError as err:
+                self._fail(item, str(err), writer, progress)
+        if not ready:
+            return
+        needed = max(len(p.prompt) + (p.sampling.max_tokens or 0) for _, p in ready.values())
+        per_seq = context_per_sequence(needed, self.engine.n_ctx)
+        tokens_before = progress.tokens
+
+        def on_done(done: ParallelResult) -> None:
+            item, prepared = ready.pop(done.key)
+            if done.error:
+                self._fail(item, done.error, writer, progress)
+                return
+            result = self.session.finish(prepared, done.outcome, done.text, done.seed, t_submit=done.t_submit)
+            self._done(item, result, writer, progress, count_tokens=False)
+
+        def on_step(decoder: ParallelDecoder) -> None:
+            progress.set_tokens(tokens_before + decoder.generated_total)
+
+        decoder = ParallelDecoder(
+            self.engine, min(self.parallel, len(ready)), per_seq, n_batch=self.engine.settings.batch_size
+        )
+        work = [
+            ParallelItem(
+                key=index,
+                prompt=p.prompt,
+                sampling=p.sampling,
+                max_tokens=p.sampling.max_tokens,
+                stop_strings=p.stop_strings,
+            )
+            for index, (_, p) in ready.items()
+        ]
+        if self.verbose:
+            notice(
+                f"parallel: {decoder.n_seq} sequences x {per_seq} tokens in one context, batches of {decoder.n_batch}"
+            )
+        decoder.run(work, on_done, on_step)
+        if self.verbose:
+            notice(
+                f"parallel: {decoder.steps} decode steps; prompt tokens: {decoder.prompt_evaluated} evaluated, "
+                f"{decoder.prompt_reused} reused from the KV cache (shared prefixes)"
+            )
+
+
+# --- entry ------------------------------------------------------------------------------------------
+def check_arguments(
+    input_path: str, output: Path | None, *, parallel: int, resume: bool, progress: str, opts: RunOptions
+) -> None:
+    """Usage errors (exit 2), before the model loads."""
+    if parallel < 1 or parallel > MAX_PARALLEL:
+        raise UsageError(f"--parallel must be between 1 and {MAX_PARALLEL}, got {parallel}")
+    if progress not in PROGRESS_MODES:
+        raise UsageError(f"--progress must be one of {', '.join(PROGRESS_MODES)}, got {progress!r}")
+    if resume and output is None:
+        raise UsageError("--resume needs -o OUTPUT: the records already written are read from that file")
+    if parallel > 1 and (opts.lookup or opts.draft_model):
+        raise UsageError(
+            "--parallel does not combine with --lookup or --draft-model; use --parallel 1 for speculative decoding"
+        )
+    if input_path == "-":
+        if sys.stdin.isatty():
+            raise UsageError(
+                "INPUT is '-' but stdin is a terminal; pipe the items in (cat items.jsonl | llmchat batch -)"
+            )
+        return
+    path = Path(input_path).expanduser()
+    if not path.is_file():
+        raise UsageError(f"input {input_path} is not a file; pass a JSONL or text file, or - for stdin")
+    if output is not None and output.expanduser().exists() and output.expanduser().resolve() == path.resolve():
+        raise UsageError("OUTPUT is the same file as INPUT; write the results elsewhere")
+    if output is not None and output.expanduser().is_dir():
+        raise UsageError(f"output {output} is a folder; pass a file path")
+
+
+def read_input(input_path: str) -> bytes:
+    if input_path == "-":
+        return sys.stdin.buffer.read()
+    return Path(input_path).expanduser().read_bytes()
+
+
+def run_batch(
+    input_path: str, output: Path | None, *, parallel: int, resume: bool, progress: str, fsync: bool, opts: RunOptions
+) -> tuple[int, int]:
+    """The whole command; returns (items failed, items run)."""
+    check_arguments(input_path, output, parallel=parallel, resume=resume, progress=progress, opts=opts)
+    items = parse_input(read_input(input_path))
+    output = output.expanduser() if output is not None else None
+
+    skipped = 0
+    if resume:
+        done, cut = read_done_ids(output)
+        if cut:
+            notice(f"batch: removed a partial last line ({cut} bytes) from {output}")
+        todo = [item for item in items if id_key(item.id) not in done]
+        skipped = len(items) - len(todo)
+        items = todo
+    if not items:
+        notice(
+            "batch: nothing to do"
+            + (f" (all {skipped} items are already in {output})" if skipped else " (the input has no items)")
+        )
+        if output is not None and not resume:
+            RecordSink(output, append=False, fsync=False).close()
+        return 0, 0
+
+    if output is not None and not output.parent.is_dir():
+        raise UsageError(f"the folder of {output} does not exist")
+    from llmchat.loading import start_session
+
+    # Before the output is opened: a model that fails to load clobbers nothing. A batch is not a
+    # conversation, so nothing goes to the history store.
+    session = start_session(opts, overflow="error", with_history=False)
+    sink = None
+    try:
+        sink = RecordSink(output, append=resume, fsync=fsync)
+        runner = BatchRunner(session, parallel=parallel, progress_mode=progress, sink=sink, verbose=opts.verbose)
+        runner.skipped = skipped
+        failed = runner.run(items)
+    finally:
+        if sink is not None:
+            sink.close()
+        session.engine.close()
+    return failed, len(items)

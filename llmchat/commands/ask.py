@@ -1,0 +1,88 @@
+"""`llmchat ask`: one prompt (argument and/or piped stdin), one streamed reply on stdout."""
+
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from llmchat.errors import UsageError
+from llmchat.options import RunOptions, model_command
+
+
+def read_prompt(argument: Optional[str]) -> str:
+    """The prompt from piped stdin, the argument, or both (stdin first: `cat notes | llmchat ask "summarise"`)."""
+    parts = []
+    if not sys.stdin.isatty():
+        raw = sys.stdin.buffer.read()
+        try:
+            piped = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise UsageError(
+                f"stdin is not UTF-8 text (bad byte at offset {err.start}); convert it first, e.g. with iconv"
+            ) from None
+        if piped.strip():
+            parts.append(piped.strip("\n"))
+    if argument:
+        try:
+            argument.encode("utf-8")
+        except UnicodeEncodeError:  # undecodable argv bytes arrive as lone surrogates
+            raise UsageError("the prompt argument is not UTF-8 text; convert it first, e.g. with iconv") from None
+        parts.append(argument)
+    prompt = "\n\n".join(parts)
+    if "\x00" in prompt:
+        raise UsageError("the prompt contains NUL bytes (binary input?); pass text")
+    if not prompt.strip():
+        raise UsageError('empty prompt: pass it as an argument (llmchat ask "...") or pipe it on stdin')
+    return prompt
+
+
+@model_command()
+def ask(
+    prompt: Annotated[Optional[str], typer.Argument(help="The prompt. Piped stdin comes first, then this.")] = None,
+    json_output: Annotated[
+        bool,
+        typer.Option("--json", help="Print one JSON record: reply, finish_reason, seed, stats, ... (see the README)."),
+    ] = False,
+    stats: Annotated[
+        Optional[bool], typer.Option("--stats/--no-stats", help="Stats on stderr (default: on a terminal only).")
+    ] = None,
+    continue_last: Annotated[
+        bool, typer.Option("--continue", "-c", help="Continue the most recent conversation.")
+    ] = False,
+    cid: Annotated[
+        Optional[str], typer.Option("--cid", help="Continue the conversation with this id (or name).")
+    ] = None,
+    overflow: Annotated[
+        str,
+        typer.Option("--overflow", help="When the conversation outgrows the context: error | drop (oldest exchanges)."),
+    ] = "error",
+    no_history: Annotated[bool, typer.Option("--no-history", help="Do not save this exchange.")] = False,
+    *,
+    opts: RunOptions,
+) -> None:
+    """One prompt, one streamed reply on stdout."""
+    from llmchat.commands.turns import check_overflow, continue_conversation, run_turn
+    from llmchat.loading import start_session
+    from llmchat.output import StreamPrinter, is_tty, write_json
+
+    check_overflow(overflow)
+    text = read_prompt(prompt)
+    session = start_session(opts, overflow=overflow, with_history=not no_history)
+    try:
+        if continue_last or cid:
+            continue_conversation(session, cid or "last")
+        on_terminal = is_tty(sys.stderr)
+        show_stats = on_terminal if stats is None else stats
+        printer = StreamPrinter(
+            show_live=show_stats and on_terminal and not json_output,
+            show_summary=show_stats and not json_output,
+            echo_text=not json_output,
+            mark_interrupted=False,  # `main` reports the interruption in its one line
+        )
+        result = run_turn(session, text, printer)
+        if json_output:
+            write_json(result.to_record())
+        if result.interrupted:
+            raise KeyboardInterrupt
+    finally:
+        session.close()

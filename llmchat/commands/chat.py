@@ -1,0 +1,116 @@
+"""`llmchat chat`: interactive on a terminal; with piped stdin, one message per line, one reply per turn."""
+
+import sys
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from llmchat.errors import UsageError
+from llmchat.options import RunOptions, model_command
+
+if TYPE_CHECKING:
+    from llmchat.session import ChatSession
+
+
+@model_command()
+def chat(
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Scripted chat: one JSON record per turn (the shape ask --json prints).")
+    ] = False,
+    stats: Annotated[
+        Optional[bool], typer.Option("--stats/--no-stats", help="Live readout and per-reply summary.")
+    ] = None,
+    markdown: Annotated[
+        Optional[bool], typer.Option("--markdown/--plain", help="Render each finished reply as Markdown.")
+    ] = None,
+    resume: Annotated[
+        Optional[str], typer.Option("--resume", "-r", help="Continue a saved conversation: an id, a name or 'last'.")
+    ] = None,
+    overflow: Annotated[
+        str,
+        typer.Option("--overflow", help="When the conversation outgrows the context: drop (oldest exchanges) | error."),
+    ] = "drop",
+    no_history: Annotated[bool, typer.Option("--no-history", help="Do not save this conversation.")] = False,
+    *,
+    opts: RunOptions = RunOptions(),
+) -> None:
+    """Chat: interactive on a terminal; with piped stdin, one message per line and one reply per turn."""
+    from llmchat.commands.turns import check_overflow, continue_conversation
+    from llmchat.loading import start_session
+
+    check_overflow(overflow)
+    session = start_session(opts, overflow=overflow, with_history=not no_history)
+    try:
+        if resume:
+            continue_conversation(session, resume)
+        interactive = sys.stdin.isatty() and not json_output
+        if interactive:
+            from llmchat.chat_ui import run_interactive
+
+            config = session.config
+            run_interactive(
+                session,
+                show_stats=(config.stats if config else True) if stats is None else stats,
+                markdown=(config.markdown if config else False) if markdown is None else markdown,
+                verbose=opts.verbose,
+            )
+        else:
+            exit_code = run_scripted_chat(session, json_output=json_output, show_stats=bool(stats))
+            if exit_code:
+                raise typer.Exit(exit_code)
+    finally:
+        session.close()
+
+
+def run_scripted_chat(session: "ChatSession", *, json_output: bool, show_stats: bool) -> int:
+    """One user message per stdin line; each reply on stdout (or one JSON record per turn, with
+    the turn number as its id)."""
+    from llmchat.commands.turns import run_turn
+    from llmchat.errors import ContextOverflowError
+    from llmchat.output import StreamPrinter, notice, write_json
+    from llmchat.session import error_record
+
+    exit_code = 0
+    turn_number = 0
+    # Bytes, decoded line by line: one undecodable line is reported like any bad message, and
+    # never reaches the tokenizer as surrogates (text-mode stdin would pass them through).
+    for raw in sys.stdin.buffer:
+        message, bad_input = _decode_line(raw.rstrip(b"\r\n"))
+        if not bad_input and not message.strip():
+            continue
+        turn_number += 1
+        printer = StreamPrinter(
+            show_live=False, show_summary=show_stats, echo_text=not json_output, mark_interrupted=False
+        )
+        try:
+            if bad_input:
+                raise UsageError(bad_input)
+            result = run_turn(session, message, printer)
+        except (ContextOverflowError, UsageError) as err:
+            # The session goes on: this message is reported and skipped, nothing else is lost.
+            notice(f"llmchat: error: turn {turn_number}: {err}")
+            exit_code = exit_code or int(err.exit_code)
+            if json_output:
+                write_json(
+                    error_record(turn_number, str(err), model=session.model_label, template=session.template.name)
+                )
+            continue
+        if json_output:
+            write_json(result.to_record(turn_number))
+        if result.interrupted:
+            raise KeyboardInterrupt
+    return exit_code
+
+
+def _decode_line(raw: bytes) -> "tuple[str, Optional[str]]":
+    """(text, None), or ("", why the line cannot be a message)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return (
+            "",
+            f"the line is not UTF-8 text (bad byte at offset {err.start}); convert the input first, e.g. with iconv",
+        )
+    if "\x00" in text:
+        return "", "the line contains NUL bytes (binary input?); pass text"
+    return text, None

@@ -1,0 +1,46 @@
+"""What ask and scripted chat share around a turn: running it with a display, reporting it.
+
+The session owns the turn's outcome (llmchat.session); this module only shows it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llmchat.errors import UsageError
+from llmchat.output import notice
+
+if TYPE_CHECKING:
+    from llmchat.output import StreamPrinter
+    from llmchat.session import ChatSession, TurnResult
+
+OVERFLOW_MODES = ("drop", "error")
+
+
+def check_overflow(value: str) -> None:
+    if value not in OVERFLOW_MODES:
+        raise UsageError(f"--overflow must be drop or error, got {value!r}")
+
+
+def run_turn(session: ChatSession, text: str, printer: StreamPrinter) -> TurnResult:
+    """One turn with a live display; the display is restored whatever happens, and the turn's
+    notices (a trim, a failed save) are shown once, after the reply."""
+    try:
+        result = session.turn(text, printer)
+    except BaseException:
+        printer.abort()
+        raise
+    show_notices(result)
+    return result
+
+
+def show_notices(result: TurnResult) -> None:
+    """Every mode says the same things on stderr after a turn: what a trim dropped, a failed save."""
+    for line in result.notices:
+        notice(line)
+
+
+def continue_conversation(session: ChatSession, reference: str) -> None:
+    if session.history is None:
+        raise UsageError("continuing a conversation needs the history; drop --no-history")
+    session.load_conversation(session.history.get(reference))

@@ -1,0 +1,90 @@
+"""The rules that turn one sequence's sampled tokens into a reply, and decide when it ends.
+
+One `ReplyAssembler` per sequence, used by both decoding loops: `Generation` (one sequence through
+`Llama.generate`) and `ParallelDecoder` (several sequences in one context). Only how tokens are
+produced differs between the two; what a token means is decided here, once:
+- an end-of-generation token ends the reply and is not counted or shown;
+- text is decoded incrementally (a multi-byte character may span tokens) and passed through the
+  stop-string matcher, which holds back a possible partial stop string;
+- the reply ends at `limit` generated tokens (`length`);
+- when the reply ends, the held-back text and any undecoded bytes are released as the tail.
+"""
+
+from __future__ import annotations
+
+import codecs
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from llmchat.stopping import StopMatcher
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+class Vocabulary(Protocol):
+    def is_end_of_generation(self, token_id: int) -> bool: ...
+    def token_bytes(self, token_id: int) -> bytes: ...
+
+
+@dataclass
+class GenerationOutcome:
+    """What one sequence's decoding produced, filled in as it runs (complete once it ends)."""
+
+    finish_reason: str = "stop"  # stop | length | interrupted | error
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    generated_tokens: int = 0
+    t_start: float = 0.0  # perf_counter when the sequence began (its prefill starts)
+    t_first_token: float | None = None  # the first sampled token, end-of-generation included
+    t_first_shown: float | None = None  # the first token that belongs to the reply
+    t_last_token: float | None = None
+    draft_proposed: int = 0
+    draft_accepted: int = 0
+    generated_ids: list[int] = field(default_factory=list)
+
+
+class ReplyAssembler:
+    """Feed sampled tokens one at a time; `add` returns the text that may be shown now."""
+
+    def __init__(self, vocab: Vocabulary, outcome: GenerationOutcome, *, limit: int, stop_strings: Sequence[str] = ()):
+        self.vocab = vocab
+        self.outcome = outcome
+        self.limit = limit
+        self.stops = StopMatcher(tuple(stop_strings))
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.done = False
+
+    def add(self, token: int, now: float) -> str:
+        """Account for one sampled token. Sets `done` (and the finish reason) when the reply ends."""
+        outcome = self.outcome
+        if outcome.t_first_token is None:
+            outcome.t_first_token = now
+        if self.vocab.is_end_of_generation(token):
+            self._end("stop")
+            return ""
+        if outcome.t_first_shown is None:
+            outcome.t_first_shown = now
+        outcome.t_last_token = now
+        outcome.generated_tokens += 1
+        outcome.generated_ids.append(token)
+        text = self.stops.feed(self._decoder.decode(self.vocab.token_bytes(token)))
+        if self.stops.stopped:
+            self._end("stop")
+        elif outcome.generated_tokens >= self.limit:
+            self._end("length")
+        return text
+
+    def end_of_stream(self) -> None:
+        """The token source ran dry without an end token (the library stopped): a normal stop."""
+        if not self.done:
+            self._end("stop")
+
+    def tail(self) -> str:
+        """What was held back (a possible stop string that never completed, undecoded bytes)."""
+        tail = self.stops.flush() + self._decoder.decode(b"", final=True)
+        return "" if self.stops.stopped else tail
+
+    def _end(self, reason: str) -> None:
+        self.done = True
+        self.outcome.finish_reason = reason

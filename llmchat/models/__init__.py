@@ -1,0 +1,1 @@
+"""Models: which file `-m` means (resolve.py)."""
