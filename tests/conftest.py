@@ -15,6 +15,18 @@ from pathlib import Path
 import pytest
 
 
+MODEL_FIXTURES = {"smollm2_path", "gemma_path"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that takes a real model fixture is a `model` test, so the fast loop
+    (`pytest -m "not model"`) never loads one; a subprocess test that runs the bundled default
+    model without the fixture is marked by hand."""
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)
+
+
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path, monkeypatch) -> Path:
     home = tmp_path / "llmchat-home"
