@@ -126,6 +126,9 @@ class BuiltinTemplate:
 class Piece:
     text: str
     trusted: bool  # False: message content, to be tokenized without special-token parsing
+    # For message content: the role of the message it came from. An assistant reply rendered
+    # verbatim can then be given back to the model as the very token ids it was sampled as.
+    role: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -308,8 +311,15 @@ def fold_system_messages(messages: Sequence[Mapping[str, str]]) -> list[dict[str
     return folded
 
 
-def _context(messages: list[dict[str, str]], facts: ModelFacts, add_generation_prompt: bool) -> dict[str, Any]:
+def _context(
+    messages: list[dict[str, str]],
+    facts: ModelFacts,
+    add_generation_prompt: bool,
+    variables: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    # `variables` (enable_thinking, reasoning_effort, --template-var) go first: ours win.
     return {
+        **(variables or {}),
         "messages": messages,
         "add_generation_prompt": add_generation_prompt,
         "bos_token": facts.bos_token,
@@ -322,15 +332,17 @@ def render_prompt(
     messages: Sequence[Mapping[str, str]],
     facts: ModelFacts,
     add_generation_prompt: bool = True,
+    variables: Mapping[str, Any] | None = None,
 ) -> RenderedPrompt:
-    """The prompt for `messages`, as text and as trusted/untrusted pieces that join to that text."""
+    """The prompt for `messages`, as text and as trusted/untrusted pieces that join to that text.
+    `variables`: extra template variables the template's authors defined (`enable_thinking`)."""
     conversation = _normalize_messages(messages)
     if resolved.system_mode == "folded":
         conversation = fold_system_messages(conversation)
     compiled = resolved.compiled()
     label = resolved.source_detail
-    reference = render_compiled(compiled, _context(conversation, facts, add_generation_prompt), label)
-    pieces, notes = _pieces(compiled, conversation, facts, add_generation_prompt, reference, label)
+    reference = render_compiled(compiled, _context(conversation, facts, add_generation_prompt, variables), label)
+    pieces, notes = _pieces(compiled, conversation, facts, add_generation_prompt, reference, label, variables)
     return RenderedPrompt(reference, pieces, notes)
 
 
@@ -355,6 +367,7 @@ def _pieces(
     add_generation_prompt: bool,
     reference: str,
     label: str,
+    variables: Mapping[str, Any] | None = None,
 ) -> tuple[tuple[Piece, ...], tuple[str, ...]]:
     """Split the reference render into template text and message contents.
 
@@ -374,7 +387,9 @@ def _pieces(
     for protected, notes in attempts:
         if not protected:
             continue
-        spliced = _protected_pieces(compiled, conversation, protected, facts, add_generation_prompt, reference, label)
+        spliced = _protected_pieces(
+            compiled, conversation, protected, facts, add_generation_prompt, reference, label, variables
+        )
         if spliced is not None:
             return spliced, notes
     return (Piece(reference, True),), (_ALL_CONTENTS_NOTE,)
@@ -388,6 +403,7 @@ def _protected_pieces(
     add_generation_prompt: bool,
     reference: str,
     label: str,
+    variables: Mapping[str, Any] | None = None,
 ) -> tuple[Piece, ...] | None:
     """Render with placeholders for the `protected` contents and splice the contents back in.
     Empty contents are never replaced: there is nothing to protect, and `{% if content %}` must
@@ -397,12 +413,16 @@ def _protected_pieces(
         for index, message in enumerate(conversation)
     ]
     try:
-        skeleton = render_compiled(compiled, _context(skeleton_messages, facts, add_generation_prompt), label)
+        skeleton = render_compiled(
+            compiled, _context(skeleton_messages, facts, add_generation_prompt, variables), label
+        )
     except TemplateRenderError as err:
         if err.kind in ("refused", "limit"):
             raise
         return None
-    return _splice(reference, skeleton, [message["content"] for message in conversation])
+    return _splice(
+        reference, skeleton, [message["content"] for message in conversation], [m["role"] for m in conversation]
+    )
 
 
 def _content_variants(content: str) -> list[str]:
@@ -414,7 +434,9 @@ def _content_variants(content: str) -> list[str]:
     return variants
 
 
-def _splice(reference: str, skeleton: str, contents: Sequence[str]) -> tuple[Piece, ...] | None:
+def _splice(
+    reference: str, skeleton: str, contents: Sequence[str], roles: Sequence[str] | None = None
+) -> tuple[Piece, ...] | None:
     """Pieces from the skeleton render with each placeholder replaced by its content, or None
     when that does not give back exactly the reference render."""
     parts = _PLACEHOLDER_RE.split(skeleton)  # literal, index, literal, index, ..., literal
@@ -444,7 +466,7 @@ def _splice(reference: str, skeleton: str, contents: Sequence[str]) -> tuple[Pie
         )
         if variant is None:
             return None
-        pieces.append(Piece(variant, False))
+        pieces.append(Piece(variant, False, roles[index] if roles is not None else None))
         pos += len(variant)
     if pos != len(reference):
         return None
@@ -456,8 +478,8 @@ def _merge_pieces(pieces: Iterable[Piece]) -> tuple[Piece, ...]:
     for piece in pieces:
         if not piece.text:
             continue
-        if merged and merged[-1].trusted == piece.trusted:
-            merged[-1] = Piece(merged[-1].text + piece.text, piece.trusted)
+        if merged and merged[-1].trusted == piece.trusted and (piece.trusted or merged[-1].role == piece.role):
+            merged[-1] = Piece(merged[-1].text + piece.text, piece.trusted, piece.role)
         else:
             merged.append(piece)
     return tuple(merged)

@@ -71,18 +71,22 @@ class CtrlCGuard:
 
 def input_history(warn: Callable[[str], None], persist: bool = True) -> Any:
     """A FileHistory at `paths.input_history_file()`, or an in-memory one when that file cannot be
-    written (with one warning) or when the chat keeps no history (`persist=False`)."""
+    written (with one warning) or when the chat keeps no history (`persist=False`).
+
+    Every line typed is in that file, so it is created 0600 in a 0700 folder whatever the umask."""
+    import os
+
     from prompt_toolkit.history import FileHistory, InMemoryHistory
 
     from llmchat import paths
+    from llmchat.private_files import ensure_private_dir, open_private, private_umask
 
     if not persist:
         return InMemoryHistory()
     path = paths.input_history_file()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "ab"):
-            pass
+        ensure_private_dir(path.parent)
+        os.close(open_private(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND))
     except OSError as err:
         warn(
             f"warning: cannot write the input history {path} ({err.strerror or err}); lines typed now are kept for this chat only"
@@ -99,7 +103,8 @@ def input_history(warn: Callable[[str], None], persist: bool = True) -> Any:
             if self.failed:
                 return
             try:
-                super().store_string(string)
+                with private_umask():  # prompt-toolkit opens with "ab": a file removed meanwhile comes back 0600
+                    super().store_string(string)
             except OSError as err:
                 self.failed = True
                 warn(
@@ -134,6 +139,9 @@ class MarkdownObserver:
 
     def token(self, generated: int, t_first: float, now: float) -> None:
         self.printer.token(generated, t_first, now)
+
+    def thinking(self, fragment: str) -> None:
+        self.printer.thinking(fragment)
 
     def finished(self, result: Any) -> None:
         self.printer.abort()  # ends the live readout and restores the scrolling region
@@ -273,7 +281,7 @@ class ChatUI:
             from prompt_toolkit.output import create_output
 
             output = create_output(stdout=self.stderr)
-        prompt = PromptSession(
+        prompt: PromptSession[str] = PromptSession(
             output=output,
             history=input_history(self.error, self.persist_input),
             completer=SlashCompleter(self.session),

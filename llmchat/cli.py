@@ -15,14 +15,17 @@ from typing import Optional
 import typer
 
 try:  # recent Typer vendors its own copy of click; its exceptions are the ones raised
-    from typer import _click as click
+    from typer import _click as click  # type: ignore[attr-defined,unused-ignore]
 except ImportError:  # pragma: no cover - older Typer
-    import click
+    import click  # type: ignore[no-redef,unused-ignore]
 
-from llmchat.commands import ask, batch, bench, chat, config, history, info, template
+from llmchat.commands import ask, batch, bench, cache, chat, config, history, info, models, schema, template
 from llmchat.errors import ExitCode, LlmchatError
 
-EXIT_CODES_HELP = "Exit codes: 0 ok, 1 error, 2 usage, 3 model, 4 context, 130 interrupted, 141 closed output."
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok, 1 error, 2 usage, 3 model, 4 context, 5 structured output invalid, 130 interrupted, "
+    "141 closed output."
+)
 
 app = typer.Typer(
     name="llmchat",
@@ -52,10 +55,30 @@ history_app.command("export")(history.export_command)
 history_app.command("rm")(history.rm_command)
 app.add_typer(history_app, name="history")
 
+models_app = typer.Typer(
+    no_args_is_help=True,
+    help="Every GGUF on this machine (HF cache, Ollama, LM Studio, folders): list, show, pull, rm, alias.",
+)
+models_app.command("list")(models.list_command)
+models_app.command("show")(models.show_command)
+models_app.command("pull")(models.pull_command)
+models_app.command("rm")(models.rm_command)
+models_app.command("alias")(models.alias_command)
+app.add_typer(models_app, name="models")
+
 config_app = typer.Typer(no_args_is_help=True, help="The config file.")
 config_app.command("path")(config.config_path)
 config_app.command("show")(config.config_show)
 app.add_typer(config_app, name="config")
+
+cache_app = typer.Typer(no_args_is_help=True, help="The KV cache on disk: list, clear.")
+cache_app.command("list")(cache.list_command)
+cache_app.command("clear")(cache.clear_command)
+app.add_typer(cache_app, name="cache")
+
+schema_app = typer.Typer(no_args_is_help=True, help="Structured output: see what a --schema holds the model to.")
+schema_app.command("show")(schema.show)
+app.add_typer(schema_app, name="schema")
 
 
 def _print_version(value: bool) -> None:
@@ -175,12 +198,13 @@ def main(argv: Optional[list] = None) -> None:
     except typer.Abort:
         _interrupted()
     except click.ClickException as err:
-        if type(err).__name__ == "NoArgsIsHelpError" and getattr(err, "ctx", None) is not None:
-            sys.stdout.write(err.ctx.get_help() + "\n")
+        context: click.Context | None = getattr(err, "ctx", None)
+        if type(err).__name__ == "NoArgsIsHelpError" and context is not None:
+            sys.stdout.write(context.get_help() + "\n")
             sys.exit(int(ExitCode.USAGE))
         hint = (
-            f" (see llmchat {err.ctx.command_path.split(' ', 1)[1]} --help)"
-            if getattr(err, "ctx", None) and " " in err.ctx.command_path
+            f" (see llmchat {context.command_path.split(' ', 1)[1]} --help)"
+            if context is not None and " " in context.command_path
             else " (see llmchat --help)"
         )
         report_error(err.format_message().replace("\n", " ") + hint)

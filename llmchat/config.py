@@ -8,11 +8,25 @@ Example (`llmchat config path` prints where it lives):
     stats = true                 # live TTFT / tok/s readout in chat
     history = true               # save conversations in SQLite
     ctx = 4096                   # default context window
-    flash_attn = true            # false: faster long chats on CPU (see the README)
+    flash_attn = "auto"          # auto (measured: llmchat bench --calibrate) | true | false
+    prompt_cache = true          # the KV cache on disk: ask -c / chat --resume skip the prefill
+    prompt_cache_max_bytes = 2147483648  # its size bound (least recently used files go first)
     markdown = false
+    think = true                 # reasoning models: thinking on/off (their template's switch)
+    thinking_budget = 512        # close the thinking after this many tokens
 
     [sampling]                   # any of: temperature top_p top_k min_p repeat_penalty max_tokens seed
     temperature = 0.6
+
+    model_dirs = ["~/gguf"]      # more folders of models for `llmchat models list` and -m NAME
+
+    [servers.big]                # a server: llmchat chat -m big:MODEL (or -m big for its first model)
+    url = "http://gpu-box:8080"
+    kind = "auto"                # auto | llama.cpp | openai | ollama
+    api_key_env = "BIG_API_KEY"  # the key itself never goes in this file
+
+    [schemas]                    # llmchat ask --schema movie "..."
+    movie = "title, year int, genres list[str]"
 
     [models.qwen]                # an alias: llmchat chat -m qwen
     path = "~/models/qwen2.5-1.5b-instruct-q4_k_m.gguf"
@@ -33,7 +47,7 @@ from llmchat.errors import ConfigError
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
-    import tomli as tomllib
+    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
 _TOP_LEVEL = {
     "model": str,
@@ -42,13 +56,31 @@ _TOP_LEVEL = {
     "stats": bool,
     "history": bool,
     "ctx": int,
-    "flash_attn": bool,
+    "flash_attn": object,  # true | false | "auto", checked in load_config
+    "prompt_cache": bool,
+    "prompt_cache_max_bytes": int,
     "markdown": bool,
     "template": str,
     "sampling": dict,
     "models": dict,
+    "servers": dict,
+    "model_dirs": list,
+    "think": bool,
+    "reasoning_effort": str,
+    "thinking_budget": int,
+    "hide_thinking": bool,
+    "schemas": dict,
 }
 _ALIAS_KEYS = {"path": str, "template": str, "ctx": int}
+_SERVER_KEYS = {
+    "url": str,
+    "kind": str,
+    "api_key_env": str,
+    "model": str,
+    "connect_timeout": float,
+    "read_timeout": float,
+}
+_SERVER_KINDS = ("auto", "llama.cpp", "openai", "ollama")
 
 
 @dataclass(frozen=True)
@@ -61,11 +93,22 @@ class Config:
     stats: bool = True
     history: bool = True
     ctx: int | None = None
-    flash_attn: bool | None = None
+    flash_attn: bool | str | None = None  # True | False | "auto"
+    prompt_cache: bool = True
+    prompt_cache_max_bytes: int = 2 * 1024**3
     markdown: bool = False
     template: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
+    servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # [servers.NAME]: url, kind, api_key_env, ...
+    model_dirs: list[str] = field(default_factory=list)  # more folders `models list` and `-m NAME` search
+    # Reasoning models: the defaults of --think/--no-think, --reasoning-effort, --thinking-budget, --hide-thinking.
+    think: bool | None = None
+    reasoning_effort: str | None = None
+    thinking_budget: int | None = None
+    hide_thinking: bool = False
+    # Named schemas for --schema NAME: a fields string ("title, year int"), JSON text, or a table.
+    schemas: dict[str, Any] = field(default_factory=dict)
 
     def alias_for_path(self, model_path: Path) -> dict[str, Any]:
         """Per-model settings for a file, whichever way it was named on the command line."""
@@ -76,7 +119,7 @@ class Config:
 
 
 def _type_name(kind: type) -> str:
-    return {str: "a string", bool: "true or false", int: "a whole number", dict: "a table"}[kind]
+    return {str: "a string", bool: "true or false", int: "a whole number", dict: "a table", list: "a list"}[kind]
 
 
 def _check_type(path: Path, key: str, value: Any, kind: type) -> None:
@@ -115,4 +158,35 @@ def load_config(path: Path | None = None) -> Config:
             _check_type(path, f"models.{alias}.{key}", value, _ALIAS_KEYS[key])
         if "path" not in settings:
             raise ConfigError(f'config file {path}: models.{alias} needs a path = "..." line')
+    for name, settings in data.get("servers", {}).items():
+        _check_server(path, name, settings)
+    for folder in data.get("model_dirs", []):
+        _check_type(path, "each model_dirs entry", folder, str)
+    flash_attn = data.get("flash_attn")
+    if flash_attn is not None and not (isinstance(flash_attn, bool) or flash_attn == "auto"):
+        raise ConfigError(f'config file {path}: flash_attn must be true, false or "auto"; fix or remove that line')
+    if data.get("prompt_cache_max_bytes", 0) < 0:
+        raise ConfigError(f"config file {path}: prompt_cache_max_bytes must be 0 or more; fix or remove that line")
     return Config(path=path, exists=True, **data)
+
+
+def _check_server(path: Path, name: str, settings: Any) -> None:
+    """One [servers.NAME] table: a url, and optionally kind, api_key_env, model and timeouts."""
+    _check_type(path, f"servers.{name}", settings, dict)
+    for key, value in settings.items():
+        if key in ("api_key", "key", "token"):
+            raise ConfigError(
+                f"config file {path}: servers.{name}.{key}: API keys are never stored in the config; put the key in "
+                f'an environment variable and name it with api_key_env = "VARIABLE"'
+            )
+        if key not in _SERVER_KEYS:
+            raise ConfigError(f"config file {path}: unknown key servers.{name}.{key}; use {', '.join(_SERVER_KEYS)}")
+        if _SERVER_KEYS[key] is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"config file {path}: servers.{name}.{key} must be a number of seconds above 0")
+        else:
+            _check_type(path, f"servers.{name}.{key}", value, _SERVER_KEYS[key])
+    if "url" not in settings:
+        raise ConfigError(f'config file {path}: servers.{name} needs a url = "http://HOST:PORT" line')
+    if settings.get("kind", "auto") not in _SERVER_KINDS:
+        raise ConfigError(f"config file {path}: servers.{name}.kind must be one of {', '.join(_SERVER_KINDS)}")

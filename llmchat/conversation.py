@@ -31,14 +31,21 @@ class Conversation:
     def prompt_messages(self, pending_user: str | None = None, start: int | None = None) -> list[dict]:
         start = self.window_start if start is None else start
         result = [{"role": "system", "content": self.system}] if self.system else []
-        result += [{"role": m["role"], "content": m["content"]} for m in self.messages[start:]]
+        result += [_prompt_message(m) for m in self.messages[start:]]
         if pending_user is not None:
             result.append({"role": "user", "content": pending_user})
         return result
 
-    def add_exchange(self, user: str, assistant: str, *, interrupted: bool = False) -> None:
+    def add_exchange(
+        self, user: str, assistant: str, *, interrupted: bool = False, token_ids: list[int] | None = None
+    ) -> None:
+        """`token_ids`: the reply as it was sampled, when they spell exactly `assistant` (the next
+        prompt gives them back to the model unchanged: see `Engine.prompt_tokens`)."""
         self.messages.append({"role": "user", "content": user})
-        self.messages.append({"role": "assistant", "content": assistant, "interrupted": interrupted})
+        reply: dict = {"role": "assistant", "content": assistant, "interrupted": interrupted}
+        if token_ids:
+            reply["token_ids"] = token_ids
+        self.messages.append(reply)
 
     def drop_last_exchange(self) -> bool:
         if len(self.messages) < 2:
@@ -56,6 +63,14 @@ class Conversation:
     def clear(self) -> None:
         self.messages.clear()
         self.window_start = 0
+
+
+def _prompt_message(message: dict) -> dict:
+    """What the template sees of a message, plus the sampled ids of a reply (never rendered)."""
+    shown = {"role": message["role"], "content": message["content"]}
+    if message.get("token_ids"):
+        shown["token_ids"] = message["token_ids"]
+    return shown
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ class ExitCode(IntEnum):
     USAGE = 2  # bad flag, bad value, empty prompt
     MODEL = 3  # model missing, unreadable, corrupt or refused (hostile template)
     CONTEXT = 4  # the prompt cannot fit the context window
+    OUTPUT = 5  # structured output (--schema, --format json) invalid: cut off, or not matching the schema
+    SERVER = 6  # a remote server (--server) unreachable, refusing, failing or cutting the stream
     INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
     TERMINATED = 143  # SIGTERM (128 + SIGTERM)
 
@@ -57,3 +59,15 @@ class HistoryError(LlmchatError):
 
 class ConfigError(LlmchatError):
     exit_code = ExitCode.USAGE
+
+
+class ServerError(LlmchatError):
+    """A remote server failed the request. `retriable`: busy (429, 503) or a dropped connection,
+    worth another try after a pause (batch does); `status`: the HTTP status when there was one."""
+
+    exit_code = ExitCode.SERVER
+
+    def __init__(self, message: str, *, retriable: bool = False, status: int | None = None):
+        super().__init__(message)
+        self.retriable = retriable
+        self.status = status

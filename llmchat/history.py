@@ -8,6 +8,10 @@ Why it is built this way:
 - Each turn is committed as soon as it is known, so a crash loses at most the reply in flight.
 - The schema evolves through an append-only list of migrations (the simonw/llm pattern): the
   `_migrations` table records which ones ran, and pending ones run in one transaction.
+- Private by default: the database is created 0600 in a 0700 folder whatever the umask, and
+  SQLite gives its `-wal` and `-shm` files the database's mode. `secure_delete` overwrites
+  deleted text, and each delete checkpoints the WAL (TRUNCATE), whose old frames would otherwise
+  keep the text until overwritten.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any, Callable, TypeVar
 
 from llmchat import paths
 from llmchat.errors import HistoryError, UsageError
+from llmchat.private_files import ensure_private_dir, private_umask, tighten, tightened_notice
 
 T = TypeVar("T")
 
@@ -61,6 +66,7 @@ class StoredMessage:
     stats: dict[str, Any]
     sampling: dict[str, Any] | None
     created_at: str
+    reasoning: str | None = None  # a reasoning model's thinking (assistant messages)
 
 
 @dataclass
@@ -182,6 +188,13 @@ def m002_indexes_and_unique_names(db: sqlite3.Connection) -> None:
     db.execute("CREATE UNIQUE INDEX conversations_name ON conversations(name) WHERE name IS NOT NULL")
 
 
+@migration
+def m003_message_reasoning(db: sqlite3.Connection) -> None:
+    # A reasoning model's thinking, apart from the reply in `content`: shown and exported, marked
+    # as reasoning, but never sent back to the model with the conversation.
+    db.execute("ALTER TABLE messages ADD COLUMN reasoning TEXT")
+
+
 def applied_migrations(db: sqlite3.Connection) -> set[str]:
     db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
     return {row[0] for row in db.execute("SELECT name FROM _migrations")}
@@ -272,16 +285,27 @@ class HistoryStore:
     # ---- opening
 
     @classmethod
-    def open(cls, path: Path | None = None, *, timeout: float = DEFAULT_TIMEOUT_S) -> HistoryStore:
-        """Open (creating if needed) the database at `path`, default `paths.history_db()`."""
+    def open(
+        cls, path: Path | None = None, *, timeout: float = DEFAULT_TIMEOUT_S, warn: Callable[[str], None] | None = None
+    ) -> HistoryStore:
+        """Open (creating if needed) the database at `path`, default `paths.history_db()`.
+
+        `warn` hears the one notice naming files an earlier llmchat left readable by others,
+        which are tightened to 0600 here."""
         path = Path(path) if path is not None else paths.history_db()
         db = cls._connect(path, timeout)
         store = cls(db, path, timeout)
         try:
-            store._retrying(store._prepare)
+            # The umask covers SQLite's own files too, should its build not copy the database's mode.
+            with private_umask():
+                store._retrying(store._prepare)
         except BaseException:
             db.close()
             raise
+        # After a good open: a corrupt or locked database gets its one error line, nothing more.
+        tightened = tighten(_private_files_beside(path))
+        if tightened and warn is not None:
+            warn(tightened_notice(tightened))
         return store
 
     @classmethod
@@ -317,11 +341,12 @@ class HistoryStore:
     @staticmethod
     def _connect(path: Path, timeout: float) -> sqlite3.Connection:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            ensure_private_dir(path.parent)
             # isolation_level=None: no implicit transactions; every write states its own BEGIN.
-            return sqlite3.connect(
-                path, timeout=min(timeout, SQLITE_BUSY_SLICE_S), isolation_level=None, check_same_thread=False
-            )
+            with private_umask():  # a new database file is created 0600
+                return sqlite3.connect(
+                    path, timeout=min(timeout, SQLITE_BUSY_SLICE_S), isolation_level=None, check_same_thread=False
+                )
         except OSError as err:
             raise _unavailable(path, err.strerror or err) from err
         except sqlite3.Error as err:
@@ -331,6 +356,8 @@ class HistoryStore:
         # The first statement that reads the file is what finds a corrupt one.
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA foreign_keys=ON")
+        # Deleted text is overwritten, not left in free pages (on in Debian's SQLite, not in every build).
+        self._db.execute("PRAGMA secure_delete=ON")
         self._in_transaction(migrate)
 
     def close(self) -> None:
@@ -445,11 +472,12 @@ class HistoryStore:
         finish_reason: str | None = None,
         stats: dict | None = None,
         sampling: dict | None = None,
+        reasoning: str | None = None,
     ) -> None:
         """Append a user message and its reply in one transaction: never half a turn."""
         messages = [
             _NewMessage("user", user),
-            _NewMessage("assistant", assistant, interrupted, finish_reason, stats, sampling),
+            _NewMessage("assistant", assistant, interrupted, finish_reason, stats, sampling, reasoning),
         ]
         self._write(lambda db: _append(db, conversation_id, messages))
 
@@ -492,12 +520,36 @@ class HistoryStore:
 
         self._write(update)
 
-    def delete(self, id_or_name: str) -> None:
+    def delete(self, id_or_name: str) -> bool:
+        """Delete a conversation; True when no copy of its text is left in the WAL either (False:
+        another process is reading, and the WAL keeps old frames until it lets go)."""
+
         def delete(db: sqlite3.Connection) -> None:
             conversation_id = _resolve(db, id_or_name)
             db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))  # messages cascade
 
         self._write(delete)
+        return self._truncate_wal()
+
+    def delete_all(self) -> bool:
+        """Empty the store, then checkpoint and VACUUM, so no deleted text is left in the database
+        file or the WAL. True when that succeeded (False: another process holds the WAL)."""
+
+        def delete(db: sqlite3.Connection) -> None:
+            db.execute("DELETE FROM messages")
+            db.execute("DELETE FROM conversations")
+
+        self._write(delete)
+        cleared = self._truncate_wal()
+        # VACUUM rebuilds the file without free pages; in WAL mode it writes through the WAL,
+        # hence the second checkpoint.
+        self._retrying(lambda: self._db.execute("VACUUM"))
+        return self._truncate_wal() and cleared
+
+    def _truncate_wal(self) -> bool:
+        """Copy the WAL into the database and cut it to zero bytes: its old frames hold deleted text."""
+        busy, _, _ = self._retrying(lambda: self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone())
+        return busy == 0
 
     # ---- reading
 
@@ -528,7 +580,9 @@ class HistoryStore:
 # --------------------------------------------------------------------------- SQL helpers
 
 _HEADER_COLUMNS = "id, name, model, model_path, template, system_prompt, sampling_json, created_at, updated_at"
-_MESSAGE_COLUMNS = "id, seq, role, content, interrupted, finish_reason, stats_json, sampling_json, created_at"
+_MESSAGE_COLUMNS = (
+    "id, seq, role, content, interrupted, finish_reason, stats_json, sampling_json, created_at, reasoning"
+)
 
 _LIST_SQL = """
 SELECT c.id, c.name, c.model, c.created_at, c.updated_at,
@@ -549,6 +603,7 @@ class _NewMessage:
     finish_reason: str | None = None
     stats: dict | None = None
     sampling: dict | None = None
+    reasoning: str | None = None
 
 
 def _append(db: sqlite3.Connection, conversation_id: str, messages: list[_NewMessage]) -> list[int]:
@@ -570,7 +625,7 @@ def _insert_message(db: sqlite3.Connection, conversation_id: str, seq: int, mess
         raise ValueError(f"role must be one of {', '.join(ROLES)}, not {message.role!r}")
     cursor = db.execute(
         "INSERT INTO messages (conversation_id, seq, role, content, interrupted, finish_reason,"
-        " stats_json, sampling_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " stats_json, sampling_json, created_at, reasoning) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             conversation_id,
             seq,
@@ -581,6 +636,7 @@ def _insert_message(db: sqlite3.Connection, conversation_id: str, seq: int, mess
             _to_json(message.stats),
             _to_json(message.sampling),
             now,
+            message.reasoning,
         ),
     )
     return cursor.lastrowid
@@ -686,7 +742,7 @@ def _conversation(header: tuple, message_rows: list[tuple]) -> Conversation:
 
 
 def _message(row: tuple) -> StoredMessage:
-    row_id, seq, role, content, interrupted, finish_reason, stats_json, sampling_json, created_at = row
+    row_id, seq, role, content, interrupted, finish_reason, stats_json, sampling_json, created_at, reasoning = row
     return StoredMessage(
         id=row_id,
         seq=seq,
@@ -697,10 +753,19 @@ def _message(row: tuple) -> StoredMessage:
         stats=_from_json(stats_json) or {},
         sampling=_from_json(sampling_json),
         created_at=created_at,
+        reasoning=reasoning,
     )
 
 
 # --------------------------------------------------------------------------- for callers
+
+
+def _private_files_beside(path: Path) -> list[Path]:
+    """The database, its WAL files and, in llmchat's own data folder, the input history."""
+    files = [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
+    if path == paths.history_db():
+        files.append(paths.input_history_file())
+    return files
 
 
 def open_or_warn(path: Path | None = None, warn: Callable[[str], None] | None = None) -> HistoryStore | None:
@@ -710,7 +775,7 @@ def open_or_warn(path: Path | None = None, warn: Callable[[str], None] | None = 
     silently not saving a chat they expect to keep would be worse.
     """
     try:
-        return HistoryStore.open(path)
+        return HistoryStore.open(path, warn=warn)
     except HistoryUnavailable as err:
         if warn is not None:
             warn(f"{err}; going on without history")
@@ -750,7 +815,12 @@ def _markdown_header(conv: Conversation) -> str:
 
 
 def _markdown_message(message: StoredMessage) -> str:
-    lines = [f"## {message.role.capitalize()}", "", f"*{message.created_at}*", "", message.content, ""]
+    lines = [f"## {message.role.capitalize()}", "", f"*{message.created_at}*", ""]
+    if message.reasoning:
+        # Marked as reasoning, quoted apart from the answer that follows.
+        quoted = "\n".join(f"> {line}" if line else ">" for line in message.reasoning.splitlines())
+        lines += ["### Reasoning", "", quoted, "", "### Answer", ""]
+    lines += [message.content, ""]
     if message.interrupted:
         lines += ["> **[interrupted]** this reply was cut off before it finished.", ""]
     details = dict(message.stats)

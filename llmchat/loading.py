@@ -19,7 +19,12 @@ from llmchat.output import is_tty, notice
 from llmchat.sampling import SamplingParams, build_sampling, preset_values
 
 if TYPE_CHECKING:
+    from llmchat.chat_template import ResolvedTemplate
     from llmchat.engine import Engine, EngineSettings
+    from llmchat.engine.kv_store import KVStore
+    from llmchat.engine.remote import ServerSpec
+    from llmchat.engine.remote.llama_server import LlamaServerEngine
+    from llmchat.engine.remote.openai_compat import OpenAICompatEngine
     from llmchat.session import ChatSession
 
 MIN_CTX = 64
@@ -30,9 +35,10 @@ DEFAULT_MAX_CTX = 8192  # the default window: the trained context, at most this
 class Loaded:
     config: Config
     model: ResolvedModel
-    engine: Engine
+    engine: Engine | LlamaServerEngine | OpenAICompatEngine
     sampling: SamplingParams
     trained_ctx: int
+    base_model: bool = False  # no instruct finetune, no chat template: replies continue the text
 
 
 def validate_options(opts: RunOptions) -> None:
@@ -47,9 +53,12 @@ def validate_options(opts: RunOptions) -> None:
         raise UsageError(f"--device must be auto, cpu or gpu, got {opts.device!r}")
     if opts.kv_type not in ("f16", "q8_0", "q4_0"):
         raise UsageError(f"--kv-type must be f16, q8_0 or q4_0, got {opts.kv_type!r}")
-    if opts.kv_type != "f16" and opts.flash_attn is False:
+    if opts.flash_attn is not None and opts.flash_attn not in FLASH_ATTN_CHOICES:
+        raise UsageError(f"--flash-attn must be auto, on or off, got {opts.flash_attn!r}")
+    if opts.kv_type != "f16" and (opts.no_flash_attn or opts.flash_attn == "off"):
         raise UsageError(
-            f"--kv-type {opts.kv_type} needs flash attention (a quantized V cache); drop --no-flash-attn or use --kv-type f16"
+            f"--kv-type {opts.kv_type} needs flash attention (a quantized V cache); drop --no-flash-attn "
+            "(--flash-attn off) or use --kv-type f16"
         )
     if opts.preset is not None:
         preset_values(opts.preset)
@@ -87,16 +96,35 @@ def check_template_choice(choice: str | None) -> None:
     raise UsageError(f"unknown template {choice!r}: not a file and not a built-in ({names})")
 
 
+FLASH_ATTN_CHOICES = ("auto", "on", "off")
+
+
+def flash_attn_choice(opts: RunOptions, config: Config) -> tuple[str, str]:
+    """auto | on | off, and where it came from: the flags, then the config, then auto."""
+    if opts.no_flash_attn:
+        return "off", "set by --no-flash-attn"
+    if opts.flash_attn is not None:
+        return opts.flash_attn, f"set by --flash-attn {opts.flash_attn}"
+    if config.flash_attn is not None and config.flash_attn != "auto":
+        return ("on" if config.flash_attn else "off"), f"set in the config ({config.path})"
+    return "auto", ""
+
+
 def load_model(opts: RunOptions, *, n_ctx_override: int | None = None, announce: bool = True) -> Loaded:
     validate_options(opts)
     check_template_choice(opts.template)
     config = load_config()
-    flash_attn = next(v for v in (opts.flash_attn, config.flash_attn, True) if v is not None)
-    if opts.kv_type != "f16" and not flash_attn:
+    fa_choice, fa_source = flash_attn_choice(opts, config)
+    if opts.kv_type != "f16" and fa_choice == "off":
         raise UsageError(
             f"--kv-type {opts.kv_type} needs flash attention (a quantized V cache), but the config file "
-            f"{config.path} sets flash_attn = false; pass --flash-attn or use --kv-type f16"
+            f"{config.path} sets flash_attn = false; pass --flash-attn on or use --kv-type f16"
         )
+    server = server_spec(opts, config)
+    if server is not None:
+        if n_ctx_override is not None:  # `bench`: it sizes and times a local llama.cpp context
+            raise UsageError("--server does not apply to bench, which measures a local model; use -m MODEL")
+        return load_remote(opts, config, server)
     model = resolve_model(opts.model, config)
     if model.how == "default" and announce:
         notice(f"model: {model.name} (the bundled default; choose another with -m)")
@@ -120,6 +148,20 @@ def load_model(opts: RunOptions, *, n_ctx_override: int | None = None, announce:
 
     from llmchat.engine import EngineSettings as Settings
 
+    if fa_choice == "auto":
+        from llmchat.engine.calibrate import choose
+
+        picked = choose(
+            model.path,
+            kv_type=opts.kv_type,
+            device=opts.device,
+            gpu_layers=opts.gpu_layers,
+            drafting=opts.lookup or opts.draft_model is not None,
+            threads=opts.threads,
+        )
+        flash_attn, fa_why = picked.flash_attn, picked.why
+    else:
+        flash_attn, fa_why = fa_choice == "on", fa_source
     settings = Settings(
         n_ctx=n_ctx,
         threads=opts.threads,
@@ -127,6 +169,7 @@ def load_model(opts: RunOptions, *, n_ctx_override: int | None = None, announce:
         device=opts.device,
         gpu_layers=opts.gpu_layers,
         flash_attn=flash_attn,
+        flash_attn_why=fa_why,
         kv_type=opts.kv_type,
         mmap=opts.mmap,
         mlock=opts.mlock,
@@ -148,8 +191,14 @@ def load_model(opts: RunOptions, *, n_ctx_override: int | None = None, announce:
         flag_preset=opts.preset,
         flags=sampling_flags(opts),
         stop=opts.stop,
+        stop_loops=opts.loop_stop,
     )
-    return Loaded(config=config, model=model, engine=engine, sampling=sampling, trained_ctx=trained_ctx)
+    from llmchat.models.kind import kind_of
+
+    base_model = kind_of(metadata, [model.name]).is_base
+    return Loaded(
+        config=config, model=model, engine=engine, sampling=sampling, trained_ctx=trained_ctx, base_model=base_model
+    )
 
 
 def _load_with_spinner(model: ResolvedModel, settings: EngineSettings) -> Engine:
@@ -176,11 +225,22 @@ def report_template(session: ChatSession, verbose: bool) -> None:
             notice(f"template: {note}")
 
 
-def start_session(opts: RunOptions, *, overflow: str, with_history: bool) -> ChatSession:
-    """Load the model, open the history store (unless off), resolve the template: a ready ChatSession."""
+def start_session(
+    opts: RunOptions, *, overflow: str, with_history: bool, disk_cache: bool | None = None
+) -> ChatSession:
+    """Load the model, open the history store (unless off), resolve the template: a ready ChatSession.
+
+    `disk_cache`: use the KV cache on disk; None: wherever the history is on (batch, which saves no
+    history, passes True: its items restore a shared system prompt)."""
+    from llmchat.reasoning import ReasoningSettings
     from llmchat.session import ChatSession
 
     loaded = load_model(opts)
+    if loaded.base_model:
+        notice(
+            f"warning: {loaded.model.name} is a base model (no chat template, no instruct finetune): "
+            "its reply will continue your text, not answer it; use an instruct model to chat"
+        )
     store = None
     if with_history and loaded.config.history:
         from llmchat.history import open_or_warn
@@ -197,6 +257,11 @@ def start_session(opts: RunOptions, *, overflow: str, with_history: bool) -> Cha
             overflow=overflow,
             history=store,
         )
+        if getattr(loaded.engine, "renders_template", False):
+            session.template = server_rendered_template(loaded.engine.template_detail)  # type: ignore[union-attr]
+        session.configure_reasoning(
+            ReasoningSettings.from_options(opts, loaded.config), say=lambda line: notice(f"warning: {line}")
+        )
     except BaseException:
         loaded.engine.close()
         if store is not None:
@@ -204,5 +269,136 @@ def start_session(opts: RunOptions, *, overflow: str, with_history: bool) -> Cha
         raise
     session.config = loaded.config
     session.verbose = opts.verbose
+    # The KV cache on disk holds the conversation: off wherever the history is off (--no-history).
+    wanted = store is not None if disk_cache is None else disk_cache and loaded.config.history
+    if opts.prompt_cache and loaded.config.prompt_cache and wanted:
+        session.kv_store = open_kv_store(loaded.engine, loaded.config)
     report_template(session, opts.verbose)
     return session
+
+
+def open_kv_store(engine: object, config: Config) -> KVStore | None:
+    """The KV cache on disk for a local engine (a server keeps its own cache)."""
+    from llmchat.engine import Engine
+
+    if not isinstance(engine, Engine):
+        return None
+    from llmchat.engine.kv_store import KVStore
+
+    return KVStore(engine, max_bytes=config.prompt_cache_max_bytes, warn=notice)
+
+
+# --- remote engines (--server, or a configured [servers.NAME]) -----------------------------------------
+def server_spec(opts: RunOptions, config: Config) -> ServerSpec | None:
+    """The server to use, or None for a local model: `--server URL` (or a configured server's name),
+    `-m NAME:MODEL` or `-m NAME` for a configured [servers.NAME]. With --server, -m names the
+    server's model, or a local copy of its GGUF (the template and BOS/EOS are then read from it)."""
+    import os
+
+    from llmchat.engine.remote import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT, ServerSpec, normalize_url
+
+    entry: dict[str, Any] = {}
+    name = model = None
+    if opts.server is not None:
+        if opts.server in config.servers:
+            name, entry = opts.server, config.servers[opts.server]
+        model = opts.model
+    elif opts.model:
+        prefix, colon, rest = opts.model.partition(":")
+        if prefix in config.servers and not Path(opts.model).expanduser().exists():
+            name, entry, model = prefix, config.servers[prefix], (rest if colon and rest else None)
+    if name is None and opts.server is None:
+        return None
+    if opts.lookup or opts.draft_model is not None:
+        raise UsageError("--lookup and --draft-model run only with a local model; the server decodes by itself")
+    for flag, value in (("--connect-timeout", opts.connect_timeout), ("--read-timeout", opts.read_timeout)):
+        if value is not None and value <= 0:
+            raise UsageError(f"{flag} must be a number of seconds above 0, got {value:g}")
+    local_gguf = None
+    if model is not None and model.endswith(".gguf") and Path(model).expanduser().is_file():
+        local_gguf, model = Path(model).expanduser(), None
+    key_env = entry.get("api_key_env")
+    if key_env:
+        api_key = os.environ.get(key_env)
+        if not api_key:
+            raise UsageError(
+                f"servers.{name}.api_key_env names {key_env}, which is not set; export {key_env}=... (the key), "
+                "or remove api_key_env"
+            )
+    else:
+        api_key = os.environ.get("LLMCHAT_API_KEY") or None
+    return ServerSpec(
+        url=normalize_url(entry.get("url") or opts.server or ""),
+        kind=entry.get("kind", "auto"),
+        model=model or entry.get("model"),
+        api_key=api_key,
+        connect_timeout=float(opts.connect_timeout or entry.get("connect_timeout") or DEFAULT_CONNECT_TIMEOUT),
+        read_timeout=float(opts.read_timeout or entry.get("read_timeout") or DEFAULT_READ_TIMEOUT),
+        local_gguf=local_gguf,
+        name=name,
+    )
+
+
+def load_remote(opts: RunOptions, config: Config, spec: ServerSpec) -> Loaded:
+    """Connect to the server (probing its kind when `auto`): a Loaded whose engine is remote."""
+    from llmchat.engine.remote import connect
+
+    if is_tty(sys.stderr):
+        from rich.console import Console
+
+        with Console(stderr=True).status(f"connecting to {spec.shown_url}…", spinner="dots"):
+            engine = connect(spec)
+    else:
+        engine = connect(spec)
+    if engine.renders_template and opts.template is not None:
+        engine.close()
+        raise UsageError(
+            f"--template: {spec.shown_url} renders its own chat template (OpenAI-compatible API); "
+            "a llama.cpp server takes llmchat's"
+        )
+    if opts.ctx is not None:
+        # A window within the server's: the server's own is the hard limit where it is known.
+        limit = engine.n_ctx if getattr(engine, "ctx_known", True) else opts.ctx
+        if opts.ctx > limit:
+            notice(f"warning: --ctx {opts.ctx} is above the server's {limit} tokens per request; using {limit}")
+        engine.n_ctx = min(opts.ctx, limit)
+    if opts.verbose:
+        for line in engine.notices:
+            notice(line)
+        notice(f"context: {engine.n_ctx} tokens per request (the server's slot)")
+    label = f"{spec.name}:{spec.model}" if spec.name and spec.model else (spec.name or spec.model or "")
+    if not label:
+        label = str(engine.metadata.get("general.name") or spec.shown_url)
+    model = ResolvedModel(
+        path=spec.local_gguf or Path(spec.shown_url),
+        name=label,
+        how="server",
+        template=config.template,
+        ctx=None,
+    )
+    sampling = build_sampling(
+        model_metadata=dict(engine.metadata),
+        config_values=config.sampling,
+        config_preset=config.preset,
+        flag_preset=opts.preset,
+        flags=sampling_flags(opts),
+        stop=opts.stop,
+        stop_loops=opts.loop_stop,
+    )
+    return Loaded(config=config, model=model, engine=engine, sampling=sampling, trained_ctx=0)
+
+
+def server_rendered_template(detail: str) -> ResolvedTemplate:
+    """The stand-in template of a server that renders its own (llmchat.engine.remote.openai_compat):
+    `/show` and `--verbose` say who renders it."""
+    from llmchat.chat_template import ResolvedTemplate
+    from llmchat.engine.remote.openai_compat import SERVER_TEMPLATE
+
+    return ResolvedTemplate(
+        name="server",
+        source="server",
+        source_detail=detail,
+        text=SERVER_TEMPLATE,
+        stop_strings=(),
+        steps=["the server renders the chat template; llmchat sends it the messages"],
+    )

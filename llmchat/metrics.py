@@ -1,7 +1,16 @@
 """Per-turn statistics with honest definitions (the README repeats them).
 
 - TTFT: from submitting the prompt until the first reply token is written. It covers template
-  rendering, tokenizing, prefill and the first sample.
+  rendering, tokenizing, prefill and the first sample. For a reasoning model that is the first
+  token of any kind, thinking included.
+- TTFA (`ttfa_s`): from submitting the prompt until the first *answer* token, after any thinking;
+  the wait a reader of the answer has. The same as TTFT for a reply without thinking; null when
+  no answer token came (the thinking never ended). `thinking_tokens` + `answer_tokens` =
+  `generated_tokens`; `thinking_budget_hit` says --thinking-budget ended the thinking.
+- `cached_tokens`: prompt tokens not evaluated this turn (the KV cache had them); of those,
+  `disk_cached_tokens` came from the KV cache on disk, loaded in `restore_s` (part of TTFT).
+- `flash_attn`, `flash_attn_why`: the attention kernel the engine runs and why (`--flash-attn auto`
+  says what it measured); null for a remote engine.
 - Prefill tok/s: prompt tokens actually evaluated (not those reused from the KV cache) divided by
   the prefill time (start of evaluation to the first sampled token).
 - Decode tok/s: (generated - 1) divided by the time from the first to the last token; the first
@@ -31,6 +40,14 @@ class TurnStats:
     finish_reason: str = "stop"
     draft_proposed: int = 0
     draft_accepted: int = 0
+    ttfa_s: float | None = 0.0
+    thinking_tokens: int = 0
+    answer_tokens: int = 0
+    thinking_budget_hit: bool = False
+    disk_cached_tokens: int = 0
+    restore_s: float = 0.0
+    flash_attn: bool | None = None
+    flash_attn_why: str | None = None
 
     @property
     def prefill_tokens(self) -> int:
@@ -57,6 +74,8 @@ class TurnStats:
             prefill_s=round(self.prefill_s, 4),
             decode_s=round(self.decode_s, 4),
             total_s=round(self.total_s, 4),
+            ttfa_s=None if self.ttfa_s is None else round(self.ttfa_s, 4),
+            restore_s=round(self.restore_s, 4),
             prefill_tokens=self.prefill_tokens,
             prefill_tok_s=round(self.prefill_tok_s, 2),
             decode_tok_s=round(self.decode_tok_s, 2),
@@ -82,11 +101,20 @@ class TurnStats:
             f"TTFT {self.ttft_s * 1000:.0f} ms",
             f"{self.decode_tok_s:.1f} tok/s",
             f"{self.generated_tokens} tokens",
-            f"prompt {self.prompt_tokens} ({self.cached_tokens} cached)",
+            f"prompt {self.prompt_tokens} ({self.cached_tokens} cached"
+            + (
+                f", {self.disk_cached_tokens} from disk in {self.restore_s * 1000:.0f} ms)"
+                if self.disk_cached_tokens
+                else ")"
+            ),
             f"ctx {self.context_used}/{self.context_limit}",
         ]
         if self.draft_proposed:
             parts.append(f"draft accepted {self.draft_acceptance:.0%}")
+        if self.thinking_tokens:
+            answer = "no answer" if self.ttfa_s is None else f"answer at {self.ttfa_s * 1000:.0f} ms"
+            budget = ", budget reached" if self.thinking_budget_hit else ""
+            parts.insert(1, f"thought {self.thinking_tokens} tokens{budget}, {answer}")
         if self.finish_reason != "stop":
             parts.append(self.finish_reason)
         return " · ".join(parts)

@@ -155,9 +155,9 @@ def _attention_kind(heads: int, kv_heads: int) -> str:
 def attention_layout(meta: GGUFMetadata) -> AttentionLayout:
     n_layers = _int(meta.arch_get("block_count")) or 0
     heads = _per_layer(meta, "attention.head_count", n_layers, default=0)
-    kv_heads = _per_layer(meta, "attention.head_count_kv", n_layers, default=None)
-    if kv_heads is None:  # llama.cpp: head_count_kv defaults to head_count (plain MHA)
-        kv_heads = heads
+    heads = heads or []
+    # llama.cpp: head_count_kv defaults to head_count (plain MHA)
+    kv_heads = _per_layer(meta, "attention.head_count_kv", n_layers, default=None) or heads
     key_length, value_length = _head_dims(meta, heads)
     key_length_swa = _int(meta.arch_get("attention.key_length_swa")) or key_length
     value_length_swa = _int(meta.arch_get("attention.value_length_swa")) or value_length
@@ -498,7 +498,7 @@ def estimate_context(meta: GGUFMetadata, layout: AttentionLayout, n_ctx: int, me
     trained = _int(meta.arch_get("context_length"))
     return ContextEstimate(
         n_ctx=n_ctx,
-        beyond_trained=bool(trained) and n_ctx > trained,
+        beyond_trained=trained is not None and trained > 0 and n_ctx > trained,
         kv_bytes=kv_full,
         kv_bytes_swa=kv_swa,
         compute_bytes=compute,

@@ -15,6 +15,8 @@ import typer
 
 ENGINE = "Model and engine"
 SAMPLING = "Sampling"
+REASONING = "Reasoning models"
+STRUCTURED = "Structured output"
 
 
 @dataclass(frozen=True)
@@ -26,13 +28,18 @@ class RunOptions:
     batch_size: int = 512
     device: str = "auto"
     gpu_layers: Optional[int] = None
-    flash_attn: Optional[bool] = None  # None: the config's flash_attn, else on
+    flash_attn: Optional[str] = None  # auto | on | off; None: the config's flash_attn, else auto
+    no_flash_attn: bool = False  # --no-flash-attn: the older spelling of --flash-attn off
+    prompt_cache: bool = True  # --no-prompt-cache: neither read nor write the KV cache on disk
     kv_type: str = "f16"
     mmap: bool = True
     mlock: bool = False
     lookup: bool = False
     kv_shift: bool = True
     draft_model: Optional[Path] = None
+    server: Optional[str] = None  # a llama-server or OpenAI-compatible URL (llmchat.engine.remote)
+    connect_timeout: Optional[float] = None  # seconds; None: the server's config, else 10
+    read_timeout: Optional[float] = None  # seconds between two chunks; None: the config, else 600
     verbose: bool = False
     debug: bool = False
     # sampling
@@ -46,6 +53,19 @@ class RunOptions:
     max_tokens: Optional[int] = None
     seed: Optional[int] = None
     stop: tuple[str, ...] = ()
+    loop_stop: bool = True
+    # reasoning models (llmchat.reasoning)
+    think: Optional[bool] = None
+    reasoning_effort: Optional[str] = None
+    thinking_budget: Optional[int] = None
+    template_var: tuple[str, ...] = ()
+    hide_thinking: bool = False
+    show_thinking: bool = False
+    # structured output (llmchat.structured)
+    schema: Optional[str] = None
+    schema_multi: bool = False
+    output_format: Optional[str] = None
+    grammar_file: Optional[Path] = None
 
 
 _ENGINE_OPTIONS = {
@@ -92,11 +112,24 @@ _ENGINE_OPTIONS = {
         typer.Option("--gpu-layers", help="Layers to offload to the GPU (-1 = all).", rich_help_panel=ENGINE),
     ],
     "flash_attn": Annotated[
-        Optional[bool],
+        Optional[str],
         typer.Option(
-            "--flash-attn/--no-flash-attn",
-            help="Flash attention. Default: on (config: flash_attn), as llama.cpp's -fa auto picks; it keeps drafting and --parallel from changing greedy replies. Off is faster on CPU for long chats.",
+            "--flash-attn",
+            metavar="[auto|on|off]",
+            help="Flash attention. Default: auto (config: flash_attn): on with a GPU, a quantized KV cache or drafting; on the CPU what `llmchat bench --calibrate` measured faster (on until measured). See the README's determinism note.",
             show_default=False,
+            rich_help_panel=ENGINE,
+        ),
+    ],
+    "no_flash_attn": Annotated[
+        bool,
+        typer.Option("--no-flash-attn", help="Same as --flash-attn off.", hidden=True, rich_help_panel=ENGINE),
+    ],
+    "prompt_cache": Annotated[
+        bool,
+        typer.Option(
+            "--prompt-cache/--no-prompt-cache",
+            help="Save the KV cache to disk after a turn and restore it in a new process (ask -c, chat --resume, /load). Off with --no-history. Config: prompt_cache.",
             rich_help_panel=ENGINE,
         ),
     ],
@@ -133,6 +166,28 @@ _ENGINE_OPTIONS = {
         typer.Option(
             "--draft-model",
             help="Speculative decoding with a small draft model of the same vocabulary.",
+            rich_help_panel=ENGINE,
+        ),
+    ],
+    "server": Annotated[
+        Optional[str],
+        typer.Option(
+            "--server",
+            help="Use a running server instead of a local model: llama-server (best: local template, remote KV reuse) or any OpenAI-compatible URL. -m then names the server's model (or a local copy of its GGUF). A configured [servers.NAME] is used as -m NAME:MODEL.",
+            rich_help_panel=ENGINE,
+        ),
+    ],
+    "connect_timeout": Annotated[
+        Optional[float],
+        typer.Option(
+            "--connect-timeout", help="Seconds to wait for a server connection. Default: 10.", rich_help_panel=ENGINE
+        ),
+    ],
+    "read_timeout": Annotated[
+        Optional[float],
+        typer.Option(
+            "--read-timeout",
+            help="Seconds a server may stay silent mid-request (prefill included). Default: 600.",
             rich_help_panel=ENGINE,
         ),
     ],
@@ -180,10 +235,94 @@ _SAMPLING_OPTIONS = {
         Optional[int],
         typer.Option("--seed", help="Fix the random seed. Default: a fresh seed per reply.", rich_help_panel=SAMPLING),
     ],
+    "loop_stop": Annotated[
+        bool,
+        typer.Option(
+            "--loop-stop/--no-loop-stop",
+            help="End a reply that keeps repeating the same span (finish_reason loop).",
+            rich_help_panel=SAMPLING,
+        ),
+    ],
     "stop": Annotated[
         Optional[list[str]], typer.Option("--stop", help="Stop string (repeatable).", rich_help_panel=SAMPLING)
     ],
 }
+
+
+_REASONING_OPTIONS = {
+    "think": Annotated[
+        Optional[bool],
+        typer.Option(
+            "--think/--no-think",
+            help="Turn a reasoning model's thinking on or off, through its template's own switch (enable_thinking). Default: the model's.",
+            show_default=False,
+            rich_help_panel=REASONING,
+        ),
+    ],
+    "reasoning_effort": Annotated[
+        Optional[str],
+        typer.Option(
+            "--reasoning-effort",
+            help="low | medium | high, for templates with an effort level (gpt-oss reasoning_effort).",
+            rich_help_panel=REASONING,
+        ),
+    ],
+    "thinking_budget": Annotated[
+        Optional[int],
+        typer.Option(
+            "--thinking-budget",
+            help="After N generated tokens still in thinking, close the thinking and let the model answer.",
+            rich_help_panel=REASONING,
+        ),
+    ],
+    "template_var": Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--template-var",
+            help='KEY=VALUE passed to the chat template (VALUE read as JSON when it is: true, 3, "x"). Repeatable.',
+            rich_help_panel=REASONING,
+        ),
+    ],
+    "hide_thinking": Annotated[
+        bool,
+        typer.Option("--hide-thinking", help="Show only the answer, not the thinking.", rich_help_panel=REASONING),
+    ],
+    "show_thinking": Annotated[
+        bool,
+        typer.Option(
+            "--show-thinking",
+            help="Print the thinking on stdout too, between <thinking> and </thinking>, before the answer.",
+            rich_help_panel=REASONING,
+        ),
+    ],
+}
+_STRUCTURED_OPTIONS = {
+    "schema": Annotated[
+        Optional[str],
+        typer.Option(
+            "--schema",
+            help="Hold the reply to a JSON Schema: a name from the config's [schemas], a .json file, inline JSON, or fields: 'title, year int, genres list[str]: up to three'. The record gets `parsed`.",
+            rich_help_panel=STRUCTURED,
+        ),
+    ],
+    "schema_multi": Annotated[
+        bool,
+        typer.Option(
+            "--schema-multi", help='Ask for several: {"items": [...]} of the --schema.', rich_help_panel=STRUCTURED
+        ),
+    ],
+    "output_format": Annotated[
+        Optional[str],
+        typer.Option("--format", help="json: the reply is one JSON object (no schema).", rich_help_panel=STRUCTURED),
+    ],
+    "grammar_file": Annotated[
+        Optional[Path],
+        typer.Option(
+            "--grammar", help="Hold the reply to a GBNF grammar file (llama.cpp's format).", rich_help_panel=STRUCTURED
+        ),
+    ],
+}
+_LISTS = ("stop", "template_var")  # repeatable options: a list from Typer, a tuple in RunOptions
 
 
 def _defaults() -> dict:
@@ -192,7 +331,9 @@ def _defaults() -> dict:
 
 def model_command(*, sampling: bool = True) -> Callable:
     """Decorate a Typer command taking `opts: RunOptions` so it also accepts the shared options."""
-    shared = dict(_ENGINE_OPTIONS) | (dict(_SAMPLING_OPTIONS) if sampling else {})
+    shared = dict(_ENGINE_OPTIONS) | (
+        dict(_SAMPLING_OPTIONS) | dict(_REASONING_OPTIONS) | dict(_STRUCTURED_OPTIONS) if sampling else {}
+    )
     defaults = _defaults()
 
     def decorate(func: Callable) -> Callable:
@@ -202,7 +343,7 @@ def model_command(*, sampling: bool = True) -> Callable:
             inspect.Parameter(
                 name,
                 inspect.Parameter.KEYWORD_ONLY,
-                default=(None if name == "stop" else defaults[name]),
+                default=(None if name in _LISTS else defaults[name]),
                 annotation=annotation,
             )
             for name, annotation in shared.items()
@@ -211,11 +352,12 @@ def model_command(*, sampling: bool = True) -> Callable:
         @functools.wraps(func)
         def wrapper(**kwargs):
             # Missing when called directly (bare `llmchat` invokes `chat` itself): the defaults.
-            values = {name: kwargs.pop(name, None if name == "stop" else defaults[name]) for name in shared}
-            values["stop"] = tuple(values.get("stop") or ())
+            values = {name: kwargs.pop(name, None if name in _LISTS else defaults[name]) for name in shared}
+            for name in _LISTS:
+                values[name] = tuple(values.get(name) or ())
             return func(**kwargs, opts=RunOptions(**values))
 
-        wrapper.__signature__ = signature.replace(parameters=own + added)
+        wrapper.__signature__ = signature.replace(parameters=own + added)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in own + added}
         return wrapper
 

@@ -7,6 +7,11 @@ TTFT counter moving while the main thread is inside llama.cpp's prefill (ctypes 
 When stdout and stderr are the same terminal, the readout lives on the bottom row, below a
 scrolling region that holds the streamed reply (the technique apt uses for its progress line); when
 only stderr is a terminal, it is a single line rewritten with a carriage return.
+
+A reasoning model's thinking (`StreamPrinter.thinking`) streams dimmed on stderr when stderr is a
+terminal, and the answer follows in the normal style on stdout; elsewhere it is not printed
+(stdout stays the answer; `--show-thinking` asks for it there, marked, and JSON records carry it).
+The live readout shows the phase: "thinking… 312 tokens, 4.1 s" until the answer starts.
 """
 
 from __future__ import annotations
@@ -57,6 +62,9 @@ def write_json(obj: Any, stream: IO[str] | None = None) -> None:
 
 def format_live(state: dict) -> str:
     """The live readout: TTFT (frozen once the first token arrives), decode tok/s, tokens, context."""
+    if state.get("phase") == "thinking":
+        thought = time.perf_counter() - state["thinking_since"]
+        return f"thinking… {state['generated']} tokens, {thought:.1f} s"
     if state["t_first"] is None:
         waited = time.perf_counter() - state["t_start"]
         return (
@@ -105,6 +113,8 @@ class StreamPrinter:
         self._stop = threading.Event()
         self._rows = 0
         self._ended_with_newline = True
+        self._thinking_shown = False
+        self._thinking_ended_with_newline = True
 
     # --- TurnObserver -----------------------------------------------------------------------
     def prefill_started(self, prompt_tokens: int, cached_tokens: int, context_limit: int) -> None:
@@ -120,10 +130,31 @@ class StreamPrinter:
             context_limit=context_limit,
         )
         self._ended_with_newline = True
+        self._thinking_shown = False
         if self.show_live:
             self._begin_live()
 
+    def thinking(self, fragment: str) -> None:
+        """A reasoning model's thinking: dimmed on stderr when that is a terminal, else not shown."""
+        state = self._state
+        if state.get("phase") != "thinking":
+            state["phase"] = "thinking"
+            state["thinking_since"] = time.perf_counter()
+        if not (self.echo_text and is_tty(self.err)):
+            return
+        with self._lock:
+            self.out.flush()
+            self.err.write(f"{DIM}{fragment}{RESET}")
+            self.err.flush()
+        self._thinking_ended_with_newline = fragment.endswith("\n")
+        self._thinking_shown = True
+
     def text(self, fragment: str) -> None:
+        if self._state.get("phase") == "thinking":
+            self._state["phase"] = "answer"
+            if self._thinking_shown:  # the answer starts on a line of its own, after a blank one
+                self.err.write("\n" if self._thinking_ended_with_newline else "\n\n")
+                self.err.flush()
         if not self.echo_text:
             return
         with self._lock:
@@ -141,6 +172,9 @@ class StreamPrinter:
 
     def finished(self, result: Any) -> None:
         self._end_live()
+        if self._thinking_shown and self._state.get("phase") == "thinking" and not self._thinking_ended_with_newline:
+            self.err.write("\n")  # thinking that never ended: leave the line clean
+            self.err.flush()
         if self.echo_text and not self._ended_with_newline:
             self.out.write("\n")
             self.out.flush()

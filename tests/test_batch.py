@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from llmchat.batch import InOrder, id_key, parse_input, read_done_ids
+from llmchat.batch.items import id_key, parse_input
+from llmchat.batch.sink import InOrder, read_done_ids
 
 GREEDY = ("--temperature", "0", "--seed", "1")
 SYSTEM = "You are a concise assistant. Answer in one short sentence, without lists or preamble."
@@ -269,32 +270,32 @@ def test_greedy_batch_reply_matches_ask(cli, tmp_path):
 def test_parallel_decoder_with_one_sequence_matches_serial_generation(smollm2_path):
     """The parallel decoder's sampler chain, stop rules and prefix reuse are those of Engine.generate:
     with one sequence the tokens are identical (several sequences: the next test)."""
-    from llmchat.batch import BatchRunner, start_session
+    from llmchat.batch.runner import BatchRunner
     from llmchat.engine.parallel import ParallelDecoder, ParallelItem, context_per_sequence
+    from llmchat.loading import start_session
     from llmchat.options import RunOptions
 
-    session = start_session(RunOptions(model=str(smollm2_path), temperature=0.0, seed=1, max_tokens=16))
+    options = RunOptions(model=str(smollm2_path), temperature=0.0, seed=1, max_tokens=16, system=SYSTEM)
+    session = start_session(options, overflow="error", with_history=False)
     try:
         engine = session.engine
-        runner = BatchRunner(
-            session, parallel=1, progress_mode="off", sink=None, base_sampling=session.sampling, system=SYSTEM
-        )
+        runner = BatchRunner(session, parallel=1, progress_mode="off", sink=None)  # type: ignore[arg-type]
         items = parse_input(b"Name a planet.\nWhat is 3 + 4?\nName a month.\n")
         prepared = [runner.prepare(item) for item in items]
         stops = tuple(session.template.stop_strings)
         serial = []
         for p in prepared:
-            generation = engine.generate(p.tokens, p.sampling, max_tokens=16, stop_strings=stops)
+            generation = engine.generate(p.prompt, p.sampling, max_tokens=16, stop_strings=stops)
             text = "".join(event.text for event in generation)
             serial.append((generation.outcome.generated_ids, text))
         results = {}
-        per_seq = context_per_sequence(max(len(p.tokens) for p in prepared) + 16, engine.n_ctx)
+        per_seq = context_per_sequence(max(len(p.prompt) for p in prepared) + 16, engine.n_ctx)
         decoder = ParallelDecoder(engine, 1, per_seq)
         decoder.run(
-            (ParallelItem(i, p.tokens, p.sampling, 16, stops) for i, p in enumerate(prepared)),
+            (ParallelItem(i, p.prompt, p.sampling, 16, stops) for i, p in enumerate(prepared)),
             lambda r: results.__setitem__(r.key, r),
         )
-        assert [(results[i].token_ids, results[i].text) for i in range(len(prepared))] == serial
+        assert [(results[i].outcome.generated_ids, results[i].text) for i in range(len(prepared))] == serial
         assert decoder.prompt_reused > 0  # the system prompt was kept in the KV cache between items
     finally:
         session.engine.close()

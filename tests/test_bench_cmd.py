@@ -25,7 +25,10 @@ def test_bench_json_shape(cli):
     data = json.loads(lines[0])
     for key in ("model", "backend", "threads", "n_prompt", "n_gen", "reps", "pp", "tg", "ttft_s"):
         assert key in data, key
-    assert data["model"] and data["backend"] == "CPU"
+    from llmchat.engine.devices import devices
+
+    gpus = [d for d in devices() if d.is_gpu]
+    assert data["model"] and (data["backend"] != "CPU" if gpus else data["backend"] == "CPU")
     assert data["threads"] == 2
     assert (data["n_prompt"], data["n_gen"], data["reps"]) == (32, 8, 2)
     for test in ("pp", "tg"):

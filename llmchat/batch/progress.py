@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import IO
+from typing import IO, Any
 
 from llmchat.output import is_tty
 
@@ -30,8 +30,8 @@ class Progress:
         self.t_start = time.perf_counter()
         self._last_line_t = self.t_start
         self._last_line_done = 0
-        self._bar = None
-        self._task = None
+        self._bar: Any = None  # a rich Progress, imported only when a bar is shown
+        self._task: Any = None
 
     def start(self) -> None:
         self.t_start = self._last_line_t = time.perf_counter()

@@ -142,7 +142,7 @@ class BatchRunner:
             session.set_sampling(self.sampling_for(item))
             session.overflow = "error"
             try:
-                result = session.turn(item.user, record=False)
+                result = self._serial_turn(item)
             except LlmchatError as err:
                 self._fail(item, str(err), writer, progress)
                 continue
@@ -169,6 +169,9 @@ class BatchRunner:
                 self._fail(item, str(err), writer, progress)
         if not ready:
             return
+        if getattr(self.engine, "remote", False):
+            self._run_streams(ready, writer, progress)
+            return
         needed = max(len(p.prompt) + (p.sampling.max_tokens or 0) for _, p in ready.values())
         per_seq = context_per_sequence(needed, self.engine.n_ctx)
         tokens_before = progress.tokens
@@ -194,6 +197,8 @@ class BatchRunner:
                 sampling=p.sampling,
                 max_tokens=p.sampling.max_tokens,
                 stop_strings=p.stop_strings,
+                steering=p.tracker,
+                markup=p.markup,
             )
             for index, (_, p) in ready.items()
         ]
@@ -207,6 +212,51 @@ class BatchRunner:
                 f"parallel: {decoder.steps} decode steps; prompt tokens: {decoder.prompt_evaluated} evaluated, "
                 f"{decoder.prompt_reused} reused from the KV cache (shared prefixes)"
             )
+
+    # --- against a server: the same items as N concurrent streams (llmchat.engine.remote.streams) --------
+    def _serial_turn(self, item: BatchItem) -> TurnResult:
+        """One item through `ChatSession.turn`; against a server, a busy answer (429, 503) or a dropped
+        connection is retried with backoff. Nothing is written until the item is done."""
+        assert item.user is not None
+        user = item.user
+        if not getattr(self.engine, "remote", False):
+            return self.session.turn(user, record=False)
+        from llmchat.engine.remote.streams import with_retries
+
+        def attempt() -> TurnResult:
+            self.session.conversation = self.conversation_for(item)  # a failed try added nothing
+            return self.session.turn(user, record=False)
+
+        return with_retries(attempt)
+
+    def _run_streams(
+        self, ready: dict[int, tuple[BatchItem, PreparedTurn]], writer: InOrder, progress: Progress
+    ) -> None:
+        from llmchat.engine.remote.streams import ConcurrentStreams, StreamItem, StreamResult
+
+        streams = ConcurrentStreams(self.engine, min(self.parallel, len(ready)))  # type: ignore[arg-type]
+        tokens_before = progress.tokens
+
+        def on_done(done: StreamResult) -> None:
+            item, prepared = ready.pop(done.key)
+            if done.error:
+                self._fail(item, done.error, writer, progress)
+                return
+            result = self.session.finish(prepared, done.outcome, done.text, done.seed, t_submit=done.t_submit)
+            self._done(item, result, writer, progress, count_tokens=False)
+
+        def on_step(running: ConcurrentStreams) -> None:
+            progress.set_tokens(tokens_before + running.generated_total)
+
+        work = [
+            StreamItem(index, p.prompt, p.sampling, p.sampling.max_tokens, p.stop_strings)
+            for index, (_, p) in ready.items()
+        ]
+        if self.verbose:
+            notice(f"parallel: {streams.n} concurrent streams to the server")
+        streams.run(work, on_done, on_step)
+        if self.verbose and streams.retries:
+            notice(f"parallel: {streams.retries} requests retried (server busy or connection dropped)")
 
 
 # --- entry ------------------------------------------------------------------------------------------
@@ -255,6 +305,7 @@ def run_batch(
 
     skipped = 0
     if resume:
+        assert output is not None  # check_arguments: --resume needs -o
         done, cut = read_done_ids(output)
         if cut:
             notice(f"batch: removed a partial last line ({cut} bytes) from {output}")

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from llmchat.errors import UsageError
+from llmchat.errors import ExitCode, LlmchatError, UsageError
 from llmchat.options import RunOptions, model_command
 
 
@@ -64,11 +64,14 @@ def ask(
     from llmchat.commands.turns import check_overflow, continue_conversation, run_turn
     from llmchat.loading import start_session
     from llmchat.output import StreamPrinter, is_tty, write_json
+    from llmchat.structured import from_options
 
     check_overflow(overflow)
     text = read_prompt(prompt)
+    structured = from_options(opts)  # a bad schema is a usage error before the model loads
     session = start_session(opts, overflow=overflow, with_history=not no_history)
     try:
+        session.hold_to(structured)
         if continue_last or cid:
             continue_conversation(session, cid or "last")
         on_terminal = is_tty(sys.stderr)
@@ -84,5 +87,7 @@ def ask(
             write_json(result.to_record())
         if result.interrupted:
             raise KeyboardInterrupt
+        if result.error is not None:
+            raise LlmchatError(result.error, exit_code=ExitCode.OUTPUT)
     finally:
         session.close()

@@ -36,10 +36,23 @@ def bench(
     n_gen: Annotated[int, typer.Option("--n-gen", "-n", help="Tokens generated for the tg test.")] = 128,
     reps: Annotated[int, typer.Option("--reps", "-r", help="Repetitions of each test (after one warm-up).")] = 3,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
+    calibrate: Annotated[
+        bool,
+        typer.Option(
+            "--calibrate",
+            help="Measure flash attention on vs off for this model on this machine (pp36 from an empty and a deep cache, decode at depth) and store the faster for --flash-attn auto.",
+        ),
+    ] = False,
+    depth: Annotated[
+        int, typer.Option("--depth", help="With --calibrate: the cached tokens of the deep probe.")
+    ] = 1024,
     *,
     opts: RunOptions,
 ) -> None:
     """Prompt (pp) and generation (tg) tokens/s, mean ± sd over repetitions, like llama-bench."""
+    if calibrate:
+        run_calibration(opts, depth=depth, json_output=json_output)
+        return
     check_counts(n_prompt, n_gen, reps, opts.ctx)
     if opts.lookup or opts.draft_model is not None:
         # Drafting changes generation, not single-token decode; it is measured by bench/speculative_bench.py.
@@ -74,6 +87,41 @@ def bench(
         write_json(to_json(result, loaded.model.name, str(loaded.model.path), engine, opts))
     else:
         typer.echo(format_table(result, loaded.model.name, flash_attn=engine.settings.flash_attn))
+
+
+def run_calibration(opts: RunOptions, *, depth: int, json_output: bool) -> None:
+    """`bench --calibrate`: what `--flash-attn auto` will pick on the CPU, measured and stored."""
+    import sys
+    from dataclasses import asdict
+
+    from llmchat.config import load_config
+    from llmchat.loading import validate_options
+    from llmchat.models.resolve import resolve_model
+
+    if not 64 <= depth <= MAX_TOKENS:
+        raise UsageError(f"--depth must be between 64 and {MAX_TOKENS}, got {depth}")
+    validate_options(opts)
+    model = resolve_model(opts.model, load_config())
+    from llmchat.engine import EngineSettings
+    from llmchat.engine.calibrate import calibrate
+
+    settings = EngineSettings(
+        threads=opts.threads, batch_size=opts.batch_size, device="cpu", mmap=opts.mmap, mlock=opts.mlock
+    )
+    progress = _progress_line if sys.stderr.isatty() else None
+    try:
+        result = calibrate(model.path, settings, depth=depth, progress=progress)
+    finally:
+        if progress:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
+    if json_output:
+        from llmchat.output import write_json
+
+        write_json({"model": model.name, "model_path": str(model.path), "why": result.reason()} | asdict(result))
+        return
+    typer.echo(f"flash attention auto on the CPU for {model.name}: {'on' if result.flash_attn else 'off'}")
+    typer.echo(result.reason())
 
 
 def _progress_line(stage: str) -> None:

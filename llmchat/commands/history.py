@@ -24,12 +24,13 @@ def _open_store(*, reading: bool = True) -> HistoryStore | None:
     from llmchat import paths
     from llmchat.errors import HistoryError
     from llmchat.history import HistoryStore
+    from llmchat.output import notice
 
     path = paths.history_db()
     if not path.exists():
         return None
     try:
-        return HistoryStore.open(path)
+        return HistoryStore.open(path, warn=lambda message: notice(f"llmchat: {message}"))
     except HistoryError:
         if not reading:
             raise
@@ -177,15 +178,14 @@ def write_atomically(target: Path, text: str) -> None:
 
 
 def _file_mode(target: Path) -> int:
-    """Keep an existing file's mode; a new file gets the usual 0666 minus umask (mkstemp uses 0600)."""
-    import os
+    """Keep an existing file's mode (the user chose it); a new export holds a conversation, so it
+    is 0600 like the history it came from (mkstemp creates the temp file 0600 already)."""
+    from llmchat.private_files import PRIVATE_FILE_MODE
 
     try:
         return target.stat().st_mode & 0o7777
     except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+        return PRIVATE_FILE_MODE
 
 
 def _remove_quietly(name: str) -> None:
@@ -198,10 +198,24 @@ def _remove_quietly(name: str) -> None:
 
 
 def rm_command(
-    ref: str = typer.Argument(..., metavar="ID", help="Conversation id, unique id prefix, name, or 'last'."),
+    ref: Optional[str] = typer.Argument(
+        None, metavar="[ID]", help="Conversation id, unique id prefix, name, or 'last'."
+    ),
+    everything: bool = typer.Option(
+        False, "--all", help="Delete every conversation, the input history and the KV cache on disk."
+    ),
     yes: bool = typer.Option(False, "--yes", "-y", help="Delete without asking."),
 ) -> None:
-    """Delete a conversation and its messages."""
+    """Delete a conversation with every copy of it: its messages, the lines typed for it in the
+    input history, its KV cache on disk. Deleted text is overwritten, not left in the database."""
+    from llmchat.errors import UsageError
+
+    if everything == (ref is not None):
+        raise UsageError("give a conversation ID or --all (not both); see `llmchat history list`")
+    if everything:
+        _remove_everything(yes)
+        return
+    assert ref is not None
     store = _open_store(reading=False)
     if store is None:
         raise _no_history_error(ref)
@@ -211,8 +225,58 @@ def rm_command(
             typer.echo("Not deleted.")
             return
         # Delete by the resolved full id: "last" may name another conversation by now.
-        store.delete(conv.id)
+        wal_cleared = store.delete(conv.id)
+    _remove_copies(conv.id, {m.content for m in conv.messages if m.role == "user"}, wal_cleared)
     typer.echo(f"Deleted conversation {conv.id}.")
+
+
+def _remove_everything(yes: bool) -> None:
+    import contextlib
+
+    store = _open_store(reading=False)
+    with store if store is not None else contextlib.nullcontext():
+        count = 0 if store is None else len(store.list_conversations(limit=-1))  # -1: no limit
+        if not yes and not _confirm_delete_all(count):
+            typer.echo("Not deleted.")
+            return
+        wal_cleared = store.delete_all() if store is not None else True
+    _remove_copies(None, set(), wal_cleared)
+    typer.echo(f"Deleted all {count} conversations.")
+
+
+def _confirm_delete_all(count: int) -> bool:
+    from llmchat.errors import UsageError
+
+    if not sys.stdin.isatty():
+        raise UsageError(f"refusing to delete all {count} conversations without confirmation; pass --yes")
+    return _confirm(f"Delete all {count} conversations, the input history and the KV cache on disk?")
+
+
+def _remove_copies(conversation_id: Optional[str], typed: set[str], wal_cleared: bool) -> None:
+    """The other copies of one conversation (None: of all): its KV cache on disk (None: the whole
+    disk cache, batch items' included), its lines in the input history."""
+    from llmchat import paths
+    from llmchat.engine import kv_store
+    from llmchat.output import notice
+    from llmchat.private_files import forget_typed_lines
+
+    if conversation_id is None:
+        kv_store.clear()
+    else:
+        kv_store.remove_for_conversation(conversation_id)
+    input_history = paths.input_history_file()
+    try:
+        if conversation_id is None:
+            input_history.unlink(missing_ok=True)
+        elif typed:
+            forget_typed_lines(input_history, typed)
+    except OSError as err:  # the conversation itself is gone: say what is left, do not fail
+        notice(f"llmchat: warning: could not clear the input history {input_history} ({err.strerror or err})")
+    if not wal_cleared:
+        notice(
+            "llmchat: another llmchat has the history open; the deleted text leaves the database's "
+            "write-ahead log (history.db-wal) when it closes"
+        )
 
 
 def _confirm_delete(conv) -> bool:
@@ -221,7 +285,11 @@ def _confirm_delete(conv) -> bool:
     label = f"{conv.id}" + (f" ({conv.name})" if conv.name else "")
     if not sys.stdin.isatty():
         raise UsageError(f"refusing to delete conversation {label} without confirmation; pass --yes")
+    return _confirm(f"Delete conversation {label} with {len(conv.messages)} messages?")
+
+
+def _confirm(question: str) -> bool:
     try:
-        return typer.confirm(f"Delete conversation {label} with {len(conv.messages)} messages?", default=False)
+        return typer.confirm(question, default=False)
     except typer.Abort:  # Ctrl-D / Ctrl-C at the prompt means no
         return False

@@ -21,6 +21,8 @@ runtime part asks the installed llama.cpp build which devices it can use.
     sliding_window_layout                 where that layout came from
     vocab_size, tensor_count, weights_bytes
     has_chat_template, chat_template_source
+    kind, tools, kind_evidence            "base" | "instruct" | "reasoning", whether the template
+                                          takes tools, and why (llmchat/models/kind.py)
     kv_bytes_per_token                    {"f16": .., "q8_0": .., "q4_0": ..}, full-context layers
     contexts                              list, one per context length (4k, 8k, 32k, 128k, trained):
         n_ctx, beyond_trained,
@@ -59,18 +61,20 @@ def info(
     """Show a model's architecture, KV-cache size and memory needs (reads the GGUF header only)."""
     from llmchat.gguf_file import check_loadable, read_metadata
     from llmchat.model_info import model_report
+    from llmchat.models.kind import kind_of
 
     path = resolve_model_path(model)
     meta = read_metadata(path)
     check_loadable(meta)
     runtime = runtime_report(meta)
     report = model_report(meta, _with_ggml_gpus(runtime))
+    kind = kind_of(meta, [model] if model else [])
     if as_json:
         import json
 
-        typer.echo(json.dumps(report.to_json() | {"runtime": runtime}, indent=2))
+        typer.echo(json.dumps(report.to_json() | kind.to_json() | {"runtime": runtime}, indent=2))
     else:
-        _print_report(report, runtime)
+        _print_report(report, runtime, kind)
 
 
 def runtime_report(meta: Any) -> dict:
@@ -131,11 +135,11 @@ def _runtime_line(runtime: dict) -> str:
     return f"runtime: {gpus}; --device auto offloads all {runtime['offload_layers']} layers (the output layer included)"
 
 
-def _print_report(report: Any, runtime: dict) -> None:
+def _print_report(report: Any, runtime: dict, kind: Any = None) -> None:
     from rich.console import Console
 
     console = Console(highlight=False)
-    console.print(_overview_table(report))
+    console.print(_overview_table(report, kind))
     console.print(_kv_per_token_table(report))
     console.print(_contexts_table(report))
     console.print(_machine_line(report))
@@ -144,7 +148,7 @@ def _print_report(report: Any, runtime: dict) -> None:
         console.print(f"[dim]• {note}[/dim]")
 
 
-def _overview_table(report: Any) -> Any:
+def _overview_table(report: Any, kind: Any = None) -> Any:
     from rich.table import Table
 
     table = Table(title=report.name or Path(report.path).name, show_header=False, title_justify="left")
@@ -166,6 +170,8 @@ def _overview_table(report: Any) -> Any:
         ("vocabulary", f"{report.vocab_size:,} tokens"),
         ("chat template", report.chat_template_source),
     ]
+    if kind is not None:  # base / instruct / reasoning (llmchat/models/kind.py)
+        rows.append(("kind", f"{kind.label} ({kind.why})"))
     for label, value in rows:
         table.add_row(label, value)
     return table

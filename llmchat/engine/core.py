@@ -15,19 +15,24 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Generator, Iterator, Mapping, Sequence
 
 import llama_cpp
 import numpy as np
 
 from llmchat.engine import logs
 from llmchat.engine.drafting import CountingDrafter, DraftingLlama, DraftModelDrafter, PromptLookupDrafter
-from llmchat.engine.reply import GenerationOutcome, ReplyAssembler
+from llmchat.engine.grammar import Grammar
+from llmchat.engine.reply import GenerationOutcome, ReplyAssembler, Steering
 from llmchat.errors import ModelError, UsageError
 from llmchat.sampling import SamplingParams
 
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
 DEFAULT_MAX_CTX = 8192
+# A rendered prompt's piece: (text, trusted) or (text, trusted, an earlier reply's sampled ids).
+PromptPiece = tuple[str, bool] | tuple[str, bool, Sequence[int] | None]
+# Token attributes of markup tokens (<|im_end|>, <end_of_turn>): control or user-defined specials.
+_CONTROL_ATTRS = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
 # How far back llama-cpp-python's repeat penalty looks (Llama(last_n_tokens_size=64), its default).
 _PENALTY_LAST_N = 64
 
@@ -68,6 +73,7 @@ class EngineSettings:
     device: str = "auto"  # auto | cpu | gpu
     gpu_layers: int | None = None  # None: all when the build can offload (auto/gpu), 0 on cpu
     flash_attn: bool = True  # llama.cpp's own -fa auto picks it on CPU; see Engine.load
+    flash_attn_why: str = ""  # how `--flash-attn auto` decided (llmchat.engine.calibrate); "" when set by hand
     kv_type: str = "f16"  # f16 | q8_0 | q4_0, for both K and V
     mmap: bool = True
     mlock: bool = False
@@ -119,6 +125,14 @@ def _gpu_layers(settings: EngineSettings) -> int:
 class Engine:
     """One loaded model and its context. Load once per session; generate many times."""
 
+    takes_grammar = True  # generate(grammar=...) holds the reply to it (engine.grammar)
+
+    def check_grammar(self, grammar: Grammar) -> None:
+        """UsageError unless llama.cpp can parse `grammar` for this model's vocabulary."""
+        from llmchat.engine.grammar import check_grammar
+
+        check_grammar(grammar, self._llm._model.vocab)
+
     def __init__(self, llm: "llama_cpp.Llama", model_path: Path, settings: EngineSettings, notices: list[str]):
         self._llm = llm
         self.model_path = model_path
@@ -127,7 +141,7 @@ class Engine:
         self._vocab = llama_cpp.llama_model_get_vocab(llm._model.model)
         self._pieces: dict[int, bytes] = {}
         self._max_token_bytes: int | None = None
-        self._drafter: CountingDrafter | None = llm.draft_model  # type: ignore[assignment]
+        self._drafter: CountingDrafter | None = llm.draft_model
         self.metadata: dict[str, str] = dict(llm.metadata)
         self.n_ctx: int = llm.n_ctx()
         self.n_ctx_train: int = llm._model.n_ctx_train()
@@ -185,6 +199,8 @@ class Engine:
             draft_model=CountingDrafter(drafter) if drafter else None,
         )
         notices.append(f"flash attention {'on' if flash_attn else 'off'}, KV cache {settings.kv_type}")
+        if settings.flash_attn_why:
+            notices.append(f"flash attention {'on' if flash_attn else 'off'}: {settings.flash_attn_why}")
         if drafter is not None:
             notices.append(
                 f"speculative decoding: {'prompt lookup' if settings.lookup else settings.draft_model}, up to {settings.draft_tokens} drafted tokens per pass"
@@ -264,8 +280,8 @@ class Engine:
     def detokenize(self, tokens: Sequence[int]) -> str:
         return self._llm.detokenize(list(tokens)).decode("utf-8", errors="replace")
 
-    def prompt_tokens(self, pieces: Sequence[tuple[str, bool]]) -> list[int]:
-        """Token ids for a rendered prompt given as (text, trusted) pieces.
+    def prompt_tokens(self, pieces: Sequence[PromptPiece]) -> list[int]:
+        """Token ids for a rendered prompt given as (text, trusted) or (text, trusted, reply_ids) pieces.
 
         Trusted text (the template's own markup) is tokenized with special-token parsing, so
         `<|im_start|>` becomes the control token. Message content is untrusted: where it contains
@@ -273,11 +289,25 @@ class Engine:
         typing `<|im_end|>` cannot end their own turn. Runs of pieces are otherwise joined and
         tokenized together, which keeps tokenization identical to that of the whole string and
         therefore stable from turn to turn (the KV-cache reuse depends on it).
+
+        `reply_ids`: an earlier assistant reply's ids as they were sampled. A sampled reply is
+        often not the tokenizer's own tokenization of its text (" Amethiac" sampled as three
+        tokens tokenizes to one), and re-tokenizing it would make the prompt diverge from the KV
+        cache right there, re-prefilling everything after. They are used where the template's text
+        after the reply starts with a control token (`<|im_end|>`, `<end_of_turn>`): the reply then
+        ends a token run exactly as it ended generation, so the ids are what that text would be
+        had it been generated into this prompt; elsewhere the text is tokenized as usual.
         """
         tokens: list[int] = []
         run: list[str] = []
-        for text, trusted in pieces:
-            if not trusted and self.tokenize(text, special=True) != self.tokenize(text, special=False):
+        for position, piece in enumerate(pieces):
+            text, trusted = piece[0], piece[1]
+            reply_ids = piece[2] if len(piece) > 2 else None
+            if reply_ids and self._starts_with_control(pieces, position + 1):
+                tokens += self.tokenize("".join(run), special=True) if run else []
+                tokens += reply_ids
+                run = []
+            elif not trusted and self.tokenize(text, special=True) != self.tokenize(text, special=False):
                 tokens += self.tokenize("".join(run), special=True) if run else []
                 tokens += self.tokenize(text, special=False)
                 run = []
@@ -289,6 +319,14 @@ class Engine:
         if self.add_bos and self.bos_id >= 0 and (not tokens or tokens[0] != self.bos_id):
             tokens.insert(0, self.bos_id)
         return tokens
+
+    def _starts_with_control(self, pieces: Sequence[PromptPiece], start: int) -> bool:
+        """Whether the template text from `pieces[start]` on begins with a control token."""
+        following = pieces[start][0] if start < len(pieces) and pieces[start][1] else ""
+        if not following:
+            return start >= len(pieces)  # the reply ends the prompt (no generation prompt)
+        first = self.tokenize(following[:64], special=True)[:1]
+        return bool(first) and bool(llama_cpp.llama_vocab_get_attr(self._vocab, first[0]) & _CONTROL_ATTRS)
 
     def is_end_of_generation(self, token_id: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token_id))
@@ -318,11 +356,11 @@ class Engine:
         """
         llm = self._llm
         cached = np.asarray(llm._input_ids[: llm.n_tokens])
-        prompt = np.asarray(prompt, dtype=cached.dtype)
-        limit = min(len(cached), len(prompt))
-        mismatch = np.nonzero(cached[:limit] != prompt[:limit])[0]
+        wanted = np.asarray(prompt, dtype=cached.dtype)
+        limit = min(len(cached), len(wanted))
+        mismatch = np.nonzero(cached[:limit] != wanted[:limit])[0]
         start = int(mismatch[0]) if len(mismatch) else limit
-        probe = prompt[start : start + 16]
+        probe = wanted[start : start + 16]
         if len(probe) < 16 or start >= len(cached):
             return 0
         for found in np.nonzero(cached[start + 1 :] == probe[0])[0] + start + 1:
@@ -330,8 +368,8 @@ class Engine:
                 break
         else:
             return 0
-        span = min(len(cached) - found, len(prompt) - start)
-        differs = np.nonzero(cached[found : found + span] != prompt[start : start + span])[0]
+        span = min(len(cached) - found, len(wanted) - start)
+        differs = np.nonzero(cached[found : found + span] != wanted[start : start + span])[0]
         moved = int(differs[0]) if len(differs) else span
         memory = llama_cpp.llama_get_memory(llm._ctx.ctx)
         if moved < 32 or not llama_cpp.llama_memory_can_shift(memory):
@@ -346,6 +384,47 @@ class Engine:
         llm._requires_eval = True  # the logits belong to the old sequence
         return moved
 
+    # --- the sequence's state, for the KV cache on disk (llmchat.engine.kv_store) ----------------
+    def evaluated_tokens(self) -> list[int]:
+        """The token ids whose keys and values the KV cache holds now, in order."""
+        return [int(t) for t in self._llm._input_ids[: self._llm.n_tokens]]
+
+    def sequence_state(self) -> bytes:
+        """llama.cpp's serialized state of sequence 0 (its KV cells), for `evaluated_tokens()`.
+
+        Sequence-level (`llama_state_seq_*`), not the whole context: no logits or RNG, and a restore
+        can be cut back to any prefix of it."""
+        ctx = self._llm._ctx.ctx
+        memory = llama_cpp.llama_get_memory(ctx)
+        # Cells past n_tokens (a rejected draft) are stale; drop them so they are not saved.
+        llama_cpp.llama_memory_seq_rm(memory, 0, self._llm.n_tokens, -1)
+        size = llama_cpp.llama_state_seq_get_size(ctx, 0)
+        buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0)
+        return ctypes.string_at(buffer, written)
+
+    def restore_sequence(self, tokens: Sequence[int], state: bytearray, keep: int) -> bool:
+        """Load a `sequence_state()` saved for `tokens` and keep its first `keep` tokens.
+
+        False (and an empty cache) when llama.cpp refuses the data: another model, KV type or
+        attention layout. The next `generate` evaluates at least the last prompt token, which
+        brings fresh logits (the restored state has none)."""
+        llm = self._llm
+        ctx = llm._ctx.ctx
+        memory = llama_cpp.llama_get_memory(ctx)
+        llama_cpp.llama_memory_seq_rm(memory, 0, 0, -1)
+        llm.n_tokens = 0
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer(state)
+        if not llama_cpp.llama_state_seq_set_data(ctx, buffer, len(state), 0):
+            llama_cpp.llama_memory_seq_rm(memory, 0, 0, -1)
+            return False
+        keep = min(keep, len(tokens))
+        llama_cpp.llama_memory_seq_rm(memory, 0, keep, -1)
+        llm.input_ids[:keep] = np.asarray(tokens[:keep], dtype=llm.input_ids.dtype)
+        llm.n_tokens = keep
+        llm._requires_eval = True
+        return True
+
     def generate(
         self,
         prompt: Sequence[int],
@@ -353,8 +432,21 @@ class Engine:
         *,
         max_tokens: int | None,
         stop_strings: Sequence[str] = (),
+        steering: Steering | None = None,
+        markup: Mapping[int, bytes] | None = None,
+        grammar: Grammar | None = None,
+        grammar_after: str | None = None,
     ) -> "Generation":
-        return Generation(self, list(prompt), sampling, max_tokens, tuple(stop_strings) + tuple(sampling.stop))
+        """`steering`: asked between tokens for tokens to force in (a thinking budget);
+        `markup`: control tokens shown as their text (reasoning markers; see engine.reply);
+        `grammar`: the reply is held to it (engine.grammar), from the start or, with
+        `grammar_after`, from the first token after that text (the end of a thinking block)."""
+        generation = Generation(self, list(prompt), sampling, max_tokens, tuple(stop_strings) + tuple(sampling.stop))
+        generation.steering = steering
+        generation.markup = markup
+        generation.grammar = grammar
+        generation.grammar_after = grammar_after
+        return generation
 
 
 class Generation:
@@ -375,12 +467,23 @@ class Generation:
         self.stops = stops
         self.outcome = GenerationOutcome(prompt_tokens=len(prompt))
         self.seed = sampling.seed if sampling.seed is not None else random.randrange(1, 2**31)
+        self.steering: Steering | None = None
+        self.markup: Mapping[int, bytes] | None = None
+        self.grammar: Grammar | None = None
+        self.grammar_after: str | None = None
 
     def __iter__(self) -> Iterator[TokenEvent]:
         engine, llm, outcome = self.engine, self.engine._llm, self.outcome
         room = engine.n_ctx - len(self.prompt)
         limit = room if self.max_tokens is None else min(self.max_tokens, room)
-        reply = ReplyAssembler(engine, outcome, limit=limit, stop_strings=self.stops)
+        reply = ReplyAssembler(
+            engine,
+            outcome,
+            limit=limit,
+            stop_strings=self.stops,
+            markup=self.markup,
+            stop_loops=self.sampling.stop_loops,
+        )
         outcome.cached_tokens = engine.cached_prefix(self.prompt)
         # The library's seed is fixed by default, which makes every run identical even at
         # temperature 1; a fresh seed per call unless the user gave one.
@@ -390,26 +493,40 @@ class Generation:
         params = self.sampling
         if engine._drafter is not None:
             engine._drafter.start_reply(len(self.prompt), params.repeat_penalty)
-        stream = llm.generate(
-            self.prompt,
-            top_k=params.top_k,
-            top_p=params.top_p,
-            min_p=params.min_p,
-            temp=params.temperature,
-            repeat_penalty=params.repeat_penalty,
-        )
+        stream = self._stream(self.prompt)
         try:
             if limit <= 0:
                 outcome.finish_reason = "length"
                 return
-            for token in stream:
-                text = reply.add(token, time.perf_counter())
+            while True:
+                forced: Sequence[int] = ()
+                for token in stream:
+                    if self.steering is not None and engine.is_end_of_generation(token):
+                        forced = self.steering.forced_tokens(outcome.generated_tokens, ending=True)
+                        if forced:
+                            break  # the end token is dropped: the forced ones take its place
+                    text = reply.add(token, time.perf_counter())
+                    if text:
+                        yield TokenEvent(text, token)
+                    if reply.done:
+                        break
+                    forced = self.steering.forced_tokens(outcome.generated_tokens) if self.steering else ()
+                    if forced:
+                        break
+                else:
+                    reply.end_of_stream()
+                if not forced:
+                    break
+                # Forced tokens (the end of a thinking block): the model continues from prompt +
+                # reply so far + them. `Llama.generate` keeps the matching KV prefix, so only the
+                # last sampled token and the forced ones are evaluated.
+                stream.close()
+                text = reply.force(forced, time.perf_counter())
                 if text:
-                    yield TokenEvent(text, token)
+                    yield TokenEvent(text, -1)
                 if reply.done:
                     break
-            else:
-                reply.end_of_stream()
+                stream = self._stream(self.prompt + outcome.generated_ids)
             tail = reply.tail()
             if tail:
                 yield TokenEvent(tail, -1)
@@ -420,6 +537,73 @@ class Generation:
                 outcome.draft_proposed, outcome.draft_accepted = drafter.acceptance(
                     list(self.prompt) + outcome.generated_ids
                 )
+
+    def _stream(self, tokens: list[int]) -> Generator[int, Any, None]:
+        params = self.sampling
+        stream = self.engine._llm.generate(
+            tokens,
+            top_k=params.top_k,
+            top_p=params.top_p,
+            min_p=params.min_p,
+            temp=params.temperature,
+            repeat_penalty=params.repeat_penalty,
+        )
+        return stream if self.grammar is None else self._under_grammar(stream, tokens)
+
+    def _under_grammar(self, stream: Generator[int, Any, None], tokens: list[int]) -> Generator[int, Any, None]:
+        """`stream`, sampled through the chain of `sampler_chain` with the grammar in it.
+
+        `Llama.generate` builds its sampler with `self._init_sampler(...)` when it starts (at the
+        first token) and samples every token through it, drafted positions included: so a drafted
+        token is kept only when it equals the token the grammar allowed. (The library's own
+        `grammar=` would put llama.cpp's full-vocabulary grammar sampler in the chain instead.)"""
+        from llmchat.engine.parallel import sampler_chain
+
+        llm = self.engine._llm
+        after = self.grammar_after
+        so_far = llm.detokenize(tokens[len(self.prompt) :], special=True).decode("utf-8", errors="replace")
+        if after is not None and after in so_far:
+            after = None  # a restarted stream (forced tokens) already past the end of thinking
+        chain = sampler_chain(
+            llm._model.vocab,
+            llm._n_vocab,
+            llm.last_n_tokens_size,
+            self.sampling,
+            self.seed,
+            self.grammar,
+            start_after=after,
+        )
+        sampler = _ChainSampler(chain)
+        llm._init_sampler = lambda **_: sampler  # an instance attribute, removed below
+        try:
+            try:
+                first = next(stream)
+            finally:
+                del llm._init_sampler
+            yield first
+            yield from stream
+        except StopIteration:
+            return
+        finally:
+            stream.close()
+            if llm._sampler is sampler:
+                llm._sampler = None
+            sampler.close()
+
+
+class _ChainSampler:
+    """A llama.cpp sampler chain in the shape `Llama` uses its own (`sample(ctx, idx)`)."""
+
+    def __init__(self, chain: Any):
+        self.chain = chain
+
+    def sample(self, ctx: Any, idx: int = -1) -> int:
+        return int(llama_cpp.llama_sampler_sample(self.chain, ctx.ctx, idx))
+
+    def close(self) -> None:
+        if self.chain is not None:
+            llama_cpp.llama_sampler_free(self.chain)
+            self.chain = None
 
 
 def _open_llama(

@@ -40,12 +40,13 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import llama_cpp
 
 from llmchat.engine import logs
-from llmchat.engine.reply import GenerationOutcome, ReplyAssembler
+from llmchat.engine.grammar import Grammar, constrained
+from llmchat.engine.reply import GenerationOutcome, ReplyAssembler, ThinkingSteering
 from llmchat.errors import ModelError, UsageError
 from llmchat.sampling import SamplingParams
 
@@ -63,6 +64,10 @@ class ParallelItem:
     sampling: SamplingParams
     max_tokens: int | None = None
     stop_strings: tuple[str, ...] = ()
+    grammar: Grammar | None = None  # the reply is held to it (each slot keeps its own state)
+    grammar_after: str | None = None  # ... from the first token after this text (the end of thinking)
+    steering: ThinkingSteering | None = None  # a thinking budget (llmchat.reasoning.ThinkingTracker)
+    markup: Mapping[int, bytes] | None = None  # control tokens shown as text (reasoning markers)
 
 
 @dataclass
@@ -102,6 +107,40 @@ class _Slot:
     def planned(self) -> list[int]:
         """What this sequence's KV will hold once its prompt is evaluated."""
         return self.cache + self.pending
+
+
+def sampler_chain(
+    vocab: Any,
+    n_vocab: int,
+    penalty_last_n: int,
+    sampling: SamplingParams,
+    seed: int,
+    grammar: Grammar | None = None,
+    *,
+    start_after: str | None = None,
+) -> Any:
+    """The chain `Llama._init_sampler` builds: repetition penalty, then greedy at temperature 0, else
+    top-k / typical / top-p / min-p / temperature / dist(seed). With a grammar, the samplers after
+    the penalties run inside a `GrammarGate` (engine.grammar), which holds the pick to the grammar."""
+    chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+    llama_cpp.llama_sampler_chain_add(
+        chain, llama_cpp.llama_sampler_init_penalties(n_vocab, penalty_last_n, sampling.repeat_penalty, 0.0, 0.0)
+    )
+    temperature = sampling.temperature
+    rest = constrained(chain, vocab, grammar, start_after=start_after, greedy=temperature == 0)
+    add = lambda sampler: llama_cpp.llama_sampler_chain_add(rest, sampler)  # noqa: E731
+    if temperature < 0:
+        add(llama_cpp.llama_sampler_init_dist(seed))
+    elif temperature == 0:
+        add(llama_cpp.llama_sampler_init_greedy())
+    else:
+        add(llama_cpp.llama_sampler_init_top_k(sampling.top_k))
+        add(llama_cpp.llama_sampler_init_typical(1.0, 1))
+        add(llama_cpp.llama_sampler_init_top_p(sampling.top_p, 1))
+        add(llama_cpp.llama_sampler_init_min_p(sampling.min_p, 1))
+        add(llama_cpp.llama_sampler_init_temp(temperature))
+        add(llama_cpp.llama_sampler_init_dist(seed))
+    return chain
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -182,26 +221,14 @@ class ParallelDecoder:
             llama_cpp.llama_sampler_free(slot.sampler)
             slot.sampler = None
 
-    def _make_sampler(self, sampling: SamplingParams, seed: int):
-        """The chain `Llama._init_sampler` builds, so that one item samples as `Engine.generate` would."""
-        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-        add = lambda sampler: llama_cpp.llama_sampler_chain_add(chain, sampler)  # noqa: E731
-        add(
-            llama_cpp.llama_sampler_init_penalties(self.n_vocab, self.penalty_last_n, sampling.repeat_penalty, 0.0, 0.0)
+    def _make_sampler(
+        self, sampling: SamplingParams, seed: int, grammar: Grammar | None = None, grammar_after: str | None = None
+    ):
+        """The chain `Llama._init_sampler` builds, so that one item samples as `Engine.generate` would;
+        each slot gets its own, and so its own grammar state."""
+        return sampler_chain(
+            self._vocab, self.n_vocab, self.penalty_last_n, sampling, seed, grammar, start_after=grammar_after
         )
-        temperature = sampling.temperature
-        if temperature < 0:
-            add(llama_cpp.llama_sampler_init_dist(seed))
-        elif temperature == 0:
-            add(llama_cpp.llama_sampler_init_greedy())
-        else:
-            add(llama_cpp.llama_sampler_init_top_k(sampling.top_k))
-            add(llama_cpp.llama_sampler_init_typical(1.0, 1))
-            add(llama_cpp.llama_sampler_init_top_p(sampling.top_p, 1))
-            add(llama_cpp.llama_sampler_init_min_p(sampling.min_p, 1))
-            add(llama_cpp.llama_sampler_init_temp(temperature))
-            add(llama_cpp.llama_sampler_init_dist(seed))
-        return chain
 
     # --- the loop ------------------------------------------------------------------------------
     def run(
@@ -259,11 +286,18 @@ class ParallelDecoder:
         slot.result = result
         limit = room if item.max_tokens is None else min(item.max_tokens, room)
         stops = tuple(item.stop_strings) + tuple(item.sampling.stop)
-        slot.reply = ReplyAssembler(self.engine, outcome, limit=limit, stop_strings=stops)
+        slot.reply = ReplyAssembler(
+            self.engine,
+            outcome,
+            limit=limit,
+            stop_strings=stops,
+            markup=item.markup,
+            stop_loops=item.sampling.stop_loops,
+        )
         slot.fragments = []
         slot.next_token = None
         slot.waiting_on = None
-        slot.sampler = self._make_sampler(item.sampling, seed)
+        slot.sampler = self._make_sampler(item.sampling, seed, item.grammar, item.grammar_after)
 
         if not self.can_share:
             self._clear(slot)
@@ -390,15 +424,34 @@ class ParallelDecoder:
     def _on_token(self, slot: _Slot, token: int, now: float, on_done: Callable) -> None:
         """The shared reply rules (`ReplyAssembler`): EOG ends (not counted), stop strings, the limit."""
         reply = slot.reply
+        assert reply is not None, "a busy slot has its reply"
+        steering = slot.item.steering if slot.item is not None else None
         before = reply.outcome.generated_tokens
-        text = reply.add(token, now)
+        forced: Sequence[int] = ()
+        if steering is not None and self.engine.is_end_of_generation(token):
+            forced = steering.forced_tokens(before, ending=True)  # the end token is dropped for them
+        dropped = bool(forced)
+        text = "" if dropped else reply.add(token, now)
+        self._show(slot, steering, text, now)
+        if steering is not None and not forced and not reply.done:
+            forced = steering.forced_tokens(reply.outcome.generated_tokens)
+        if forced:
+            # Forced tokens (the end of a thinking block) are evaluated after the sampled one, as a
+            # short prefill of this sequence; the next token is sampled after them.
+            self._show(slot, steering, reply.force(forced, now), now)
+            slot.next_token = None
+            slot.pending = ([] if dropped else [token]) + list(forced)
         self.generated_total += reply.outcome.generated_tokens - before
-        if text:
-            slot.fragments.append(text)
         if reply.done:
             self._finish(slot, now, on_done)
-        else:
+        elif not forced:
             slot.next_token = token
+
+    def _show(self, slot: _Slot, steering: ThinkingSteering | None, text: str, now: float) -> None:
+        if text:
+            slot.fragments.append(text)
+            if steering is not None:
+                steering.feed(text, slot.reply.outcome.generated_tokens if slot.reply else 0, now)
 
     def _finish(self, slot: _Slot, now: float, on_done: Callable) -> None:
         result = slot.result

@@ -8,6 +8,9 @@ produced differs between the two; what a token means is decided here, once:
   stop-string matcher, which holds back a possible partial stop string;
 - the reply ends at `limit` generated tokens (`length`);
 - when the reply ends, the held-back text and any undecoded bytes are released as the tail.
+- `markup`: control tokens whose text must reach the reasoning parser (gpt-oss's `<|channel|>`
+  and the like print as nothing otherwise); `force` adds tokens the caller decided on (the end of
+  a thinking block whose budget is spent, llmchat.reasoning), counted like sampled ones.
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ import codecs
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from llmchat.stopping import StopMatcher
+from llmchat.stopping import LoopDetector, StopMatcher
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
 
 class Vocabulary(Protocol):
@@ -27,11 +30,26 @@ class Vocabulary(Protocol):
     def token_bytes(self, token_id: int) -> bytes: ...
 
 
+class Steering(Protocol):
+    """Asked between two sampled tokens: token ids to force into the reply now (none: go on).
+    llmchat.reasoning.ThinkingTracker ends a thinking block this way when its budget is spent.
+    `ending`: the model just sampled an end-of-generation token (dropped if tokens are forced)."""
+
+    def forced_tokens(self, generated: int, *, ending: bool = False) -> Sequence[int]: ...
+
+
+class ThinkingSteering(Steering, Protocol):
+    """A Steering that must see the reply's text as it is decoded (the parallel loop feeds it;
+    the serial one leaves that to its caller, which reads the same text from the events)."""
+
+    def feed(self, text: str, generated: int, now: float) -> object: ...
+
+
 @dataclass
 class GenerationOutcome:
     """What one sequence's decoding produced, filled in as it runs (complete once it ends)."""
 
-    finish_reason: str = "stop"  # stop | length | interrupted | error
+    finish_reason: str = "stop"  # stop | length | loop | interrupted | error
     prompt_tokens: int = 0
     cached_tokens: int = 0
     generated_tokens: int = 0
@@ -47,8 +65,20 @@ class GenerationOutcome:
 class ReplyAssembler:
     """Feed sampled tokens one at a time; `add` returns the text that may be shown now."""
 
-    def __init__(self, vocab: Vocabulary, outcome: GenerationOutcome, *, limit: int, stop_strings: Sequence[str] = ()):
+    def __init__(
+        self,
+        vocab: Vocabulary,
+        outcome: GenerationOutcome,
+        *,
+        limit: int,
+        stop_strings: Sequence[str] = (),
+        markup: Mapping[int, bytes] | None = None,
+        stop_loops: bool = True,
+    ):
         self.vocab = vocab
+        # A reply stuck repeating itself ends with finish_reason "loop" (--no-loop-stop: off).
+        self.loops = LoopDetector() if stop_loops else None
+        self.markup = markup or {}
         self.outcome = outcome
         self.limit = limit
         self.stops = StopMatcher(tuple(stop_strings))
@@ -68,11 +98,24 @@ class ReplyAssembler:
         outcome.t_last_token = now
         outcome.generated_tokens += 1
         outcome.generated_ids.append(token)
-        text = self.stops.feed(self._decoder.decode(self.vocab.token_bytes(token)))
+        piece = self.markup.get(token)
+        text = self.stops.feed(self._decoder.decode(self.vocab.token_bytes(token) if piece is None else piece))
         if self.stops.stopped:
             self._end("stop")
+        elif self.loops is not None and self.loops.feed(token):
+            self._end("loop")
         elif outcome.generated_tokens >= self.limit:
             self._end("length")
+        return text
+
+    def force(self, tokens: Sequence[int], now: float) -> str:
+        """Tokens put into the reply by the caller, not sampled: counted, decoded and checked like
+        sampled ones (the limit may end the reply here)."""
+        text = ""
+        for token in tokens:
+            if self.done:
+                break
+            text += self.add(token, now)
         return text
 
     def end_of_stream(self) -> None:

@@ -1,4 +1,6 @@
-"""Which model file to load: a path, a name in the models folder, a config alias, or the bundled default."""
+"""Which model file to load: a path, a name in the models folder, a config alias, a store name
+(`ollama:`, `hf:`, `lmstudio:`, or a bare name one file answers to; llmchat/models/lookup.py), or
+the bundled default."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ class ResolvedModel:
 
     path: Path
     name: str  # what the user called it, or the file's stem
-    how: str  # "path" | "models-folder" | "alias" | "LLMCHAT_MODEL" | "config" | "default"
+    how: str  # "path" | "models-folder" | "alias" | "LLMCHAT_MODEL" | "config" | "default" | "store"
     template: str | None = None  # the config's template for this model (alias or per-path), else the global one
     ctx: int | None = None  # the config's context for this model, else the global one
 
@@ -41,6 +43,19 @@ def bundled_default_model() -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def _is_store_ref(value: str) -> bool:
+    from llmchat.models.lookup import is_store_ref
+
+    return is_store_ref(value)
+
+
+def _find_in_stores(requested: str, config: Config) -> Path:
+    """`ollama:NAME[:TAG]`, `hf:ORG/REPO[:QUANT|/FILE]`, `lmstudio:PUB/REPO`: local files only."""
+    from llmchat.models.lookup import find_in_store
+
+    return find_in_store(requested, config).path
 
 
 def _looks_like_path(value: str) -> bool:
@@ -99,10 +114,15 @@ def _find(requested: str | None, config: Config) -> ResolvedModel:
         return ResolvedModel(bundled, DEFAULT_MODEL_NAME, "default")
 
     if requested in aliases:
-        target = Path(str(aliases[requested].get("path", ""))).expanduser()
+        target_text = str(aliases[requested].get("path", ""))
+        if _is_store_ref(target_text):  # an alias written by `models alias NAME ollama:...`
+            return ResolvedModel(_find_in_stores(target_text, config), requested, "alias")
+        target = Path(target_text).expanduser()
         return ResolvedModel(target, requested, "alias")
 
     as_path = Path(requested).expanduser()
+    if not as_path.exists() and _is_store_ref(requested):
+        return ResolvedModel(_find_in_stores(requested, config), requested, "store")
     if as_path.exists() or _looks_like_path(requested):
         return ResolvedModel(as_path, as_path.stem, how if how != "flag" else "path")
 
@@ -110,7 +130,14 @@ def _find(requested: str | None, config: Config) -> ResolvedModel:
     if found is not None:
         return ResolvedModel(found, requested, "models-folder")
 
+    from llmchat.models.lookup import find_bare
+
+    in_store = find_bare(requested, config)  # a name only one file in the other stores answers to
+    if in_store is not None:
+        return ResolvedModel(in_store.path, requested, "store")
+
     searched = [f"a file at {as_path.resolve()}", f"{paths.models_dir()}/{requested}[.gguf]"]
+    searched.append("the HF cache, LM Studio and Ollama stores (`llmchat models list`)")
     if aliases:
         searched.append("config aliases (" + ", ".join(sorted(aliases)) + ")")
     raise ModelError(

@@ -1,0 +1,42 @@
+"""`llmchat schema show SPEC`: the JSON Schema a `--schema` value stands for and the grammar it compiles to.
+
+So a user can see what the model will be held to before running it: the concise syntax expanded,
+a config name or file resolved, and the GBNF that llama.cpp will decode under. A schema the
+grammar cannot enforce fails here exactly as it would in ask, chat or batch (exit 2).
+"""
+
+from typing import Annotated
+
+import typer
+
+
+def show(
+    spec: Annotated[
+        str,
+        typer.Argument(
+            metavar="SPEC",
+            help="A --schema value: fields ('title, year int'), inline JSON, a .json file or a config name.",
+        ),
+    ],
+    schema_multi: Annotated[
+        bool, typer.Option("--schema-multi", help='Show the {"items": [...]} form --schema-multi asks for.')
+    ] = False,
+) -> None:
+    """Print the JSON Schema, then the GBNF grammar it compiles to, on stdout."""
+    import json
+
+    from llmchat.structured import structured_output
+
+    structured = structured_output(schema=spec, schema_multi=schema_multi, named=_named_schemas())
+    assert structured is not None and structured.schema is not None
+    typer.echo(f"# JSON Schema ({structured.source})")
+    typer.echo(json.dumps(structured.schema, indent=2, ensure_ascii=False))
+    typer.echo("")
+    typer.echo("# GBNF grammar (llama.cpp), root rule: root")
+    typer.echo(structured.grammar.text)
+
+
+def _named_schemas() -> dict:
+    from llmchat.config import load_config
+
+    return load_config().schemas

@@ -1,0 +1,338 @@
+"""Any OpenAI-compatible server as an engine: vLLM, Ollama's /v1, LM Studio, llama_cpp.server.
+
+Such a server renders the chat template itself, so llmchat sends messages, not token ids:
+- the session still "renders" a prompt, with a stand-in template that writes the messages as JSON
+  (`SERVER_TEMPLATE`); `prompt_tokens` reads them back into a `ChatPrompt`, a list as long as the
+  prompt's token count (each id is a placeholder), which carries the messages. So budgeting and
+  trimming run unchanged against the server's limit. The count is exact where the server can
+  count a chat (vLLM's `POST /tokenize` with messages), counted per message where it can count
+  text (llama_cpp.server's `/extras/tokenize/count`), and otherwise estimated on the high side;
+- replies stream from `POST /v1/chat/completions` with `stream_options.include_usage` (and vLLM's
+  `continuous_usage_stats`); a server that rejects those options is asked again without them, and
+  llmchat remembers. Tokens are counted from `usage`, never from chunks (one chunk may hold
+  several tokens), except on a server that reports no usage at all;
+- TTFT is taken at the first non-empty `content` or `reasoning_content` delta, never at the
+  role-only first chunk; reasoning text is passed on between `<think>` tags, the way reasoning
+  models write it locally.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from llmchat.engine.remote.llama_server import PromptPiece, RemoteOutcome, RemoteSettings, RemoteToken
+from llmchat.errors import ServerError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from llmchat.engine.remote import ServerSpec
+    from llmchat.engine.remote.http import ServerClient
+    from llmchat.engine.reply import Steering
+    from llmchat.sampling import SamplingParams
+
+# The stand-in chat template: the messages as JSON, for the server to render (see the docstring).
+SERVER_TEMPLATE = '{{ {"messages": messages, "add_generation_prompt": add_generation_prompt} | tojson }}'
+# When the server does not say its context: Ollama's default window, and a common serving size.
+ASSUMED_CTX = 4096
+# Per-message overhead of chat markup (role markers, separators) when counting message by message.
+_MESSAGE_OVERHEAD = 8
+# Ways to ask for usage in a stream, best first; the first the server accepts is kept.
+_STREAM_OPTIONS: tuple[dict[str, Any] | None, ...] = (
+    {"include_usage": True, "continuous_usage_stats": True},
+    {"include_usage": True},
+    None,
+)
+
+
+class ChatPrompt(list):  # type: ignore[type-arg]
+    """A prompt for a server that renders its own template: `messages` to send, and, as the list
+    itself, one placeholder id per counted token (its length is what budgets read)."""
+
+    def __init__(self, messages: list[dict[str, str]], add_generation_prompt: bool, count: int):
+        super().__init__([0] * count)
+        self.messages = messages
+        self.add_generation_prompt = add_generation_prompt
+
+
+class OpenAICompatEngine:
+    """An OpenAI-compatible server as a `ChatEngine` (llmchat.engine.interface)."""
+
+    remote = True
+    renders_template = True
+
+    def __init__(self, client: ServerClient, spec: ServerSpec, *, kind: str, model: str, n_ctx: int, ctx_known: bool):
+        self.client = client
+        self.spec = spec
+        self.kind = kind
+        self.model = model
+        self.settings = RemoteSettings()
+        self.n_ctx = n_ctx
+        self.ctx_known = ctx_known
+        self.metadata: dict[str, str] = {"general.name": model}
+        self.bos_text = ""
+        self.eos_text = ""
+        self.model_path = f"{spec.shown_url} ({model})"
+        self.threads = "server"
+        self.notices: list[str] = []
+        self.counter = "chat"  # chat (exact, vLLM) | text (per message) | estimate; narrowed on failure
+        self.stream_level = 0  # index into _STREAM_OPTIONS
+        self.template_detail = f"rendered by the server ({spec.shown_url}/v1/chat/completions)"
+        self.last_outcome: RemoteOutcome | None = None
+
+    @classmethod
+    def open(cls, client: ServerClient, spec: ServerSpec, *, kind: str) -> OpenAICompatEngine:
+        listing = client.get_json("/v1/models")
+        cards = [c for c in (listing.get("data") or []) if isinstance(c, dict)] if isinstance(listing, dict) else []
+        names = [str(c.get("id")) for c in cards if c.get("id")]
+        if spec.model is not None and names and spec.model not in names:
+            raise ServerError(
+                f"{spec.shown_url} has no model {spec.model!r}; it serves {', '.join(names[:10])}; "
+                "pass one with -m SERVER:MODEL",
+                status=404,
+            )
+        model = spec.model or (names[0] if names else "")
+        if not model:
+            raise ServerError(
+                f"{spec.shown_url}/v1/models lists no model; name one with -m SERVER:MODEL (or --server URL -m MODEL)"
+            )
+        card = next((c for c in cards if c.get("id") == model), {})
+        n_ctx = card.get("max_model_len") if isinstance(card.get("max_model_len"), int) else None  # vLLM
+        if n_ctx is None and kind == "ollama":
+            n_ctx = _ollama_ctx(client, model)
+        engine = cls(client, spec, kind=kind, model=model, n_ctx=n_ctx or ASSUMED_CTX, ctx_known=n_ctx is not None)
+        engine.notices.append(f"server: {spec.shown_url} ({kind}, OpenAI-compatible), model {model}")
+        engine.notices.append(f"server: the server renders the chat template ({engine.template_detail})")
+        if n_ctx is None:
+            engine.notices.append(
+                f"server: the context size is not reported; assuming {ASSUMED_CTX} tokens (set it with --ctx)"
+            )
+        return engine
+
+    def close(self) -> None:
+        self.client.close()
+
+    # --- prompts -----------------------------------------------------------------------------------
+    def has_single_token(self, text: str) -> bool:
+        return False  # the vocabulary is on the server, and so is the template that would need it
+
+    def min_tokens(self, text: str) -> int | None:
+        return None
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return ""  # no token ids come back from a chat endpoint; nothing asks for them
+
+    def tokenize(self, text: str, *, special: bool) -> list[int]:
+        """Placeholder ids, as many as `text` counts (exactly where the server can count text):
+        the server owns the vocabulary, and llmchat only ever needs the count from here."""
+        if not text:
+            return []
+        if self.counter in ("chat", "text"):
+            try:
+                return [0] * self._count_text(text)
+            except ServerError:
+                self.counter = "estimate"
+        return [0] * (len(text.encode("utf-8", errors="replace")) // 3 + 1)
+
+    def cached_prefix(self, prompt: Sequence[int]) -> int:
+        return 0  # known only after the reply, from usage.prompt_tokens_details.cached_tokens
+
+    def shift_out_dropped(self, prompt: Sequence[int]) -> int:
+        return 0
+
+    def prompt_tokens(self, pieces: Sequence[PromptPiece]) -> ChatPrompt:
+        """The messages the stand-in template wrote, with their token count."""
+        data = json.loads("".join(piece[0] for piece in pieces))
+        messages = [{"role": str(m["role"]), "content": str(m["content"])} for m in data["messages"]]
+        add_generation_prompt = bool(data.get("add_generation_prompt", True))
+        return ChatPrompt(messages, add_generation_prompt, self.count(messages, add_generation_prompt))
+
+    def count(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> int:
+        if not messages:
+            return 0
+        if self.counter == "chat":
+            try:
+                reply = self.client.post_json(
+                    "/tokenize",
+                    {"model": self.model, "messages": messages, "add_generation_prompt": add_generation_prompt},
+                )
+                if isinstance(reply, dict) and isinstance(reply.get("count"), int):
+                    return int(reply["count"])
+            except ServerError:
+                pass
+            self.counter = "text"
+        if self.counter == "text":
+            try:
+                return sum(self._count_text(m["content"]) + _MESSAGE_OVERHEAD for m in messages)
+            except ServerError:
+                self.counter = "estimate"
+        # On the high side: trimming a little early beats a server refusing the prompt.
+        return sum(len(m["content"].encode("utf-8", errors="replace")) // 3 + _MESSAGE_OVERHEAD for m in messages)
+
+    def _count_text(self, text: str) -> int:
+        reply = self.client.post_json("/extras/tokenize/count", {"input": text, "model": self.model})
+        if not isinstance(reply, dict) or not isinstance(reply.get("count"), int):
+            raise ServerError("no count")
+        return int(reply["count"])
+
+    # --- generation --------------------------------------------------------------------------------
+    def generate(
+        self,
+        prompt: Sequence[int],
+        sampling: SamplingParams,
+        *,
+        max_tokens: int | None,
+        stop_strings: Sequence[str] = (),
+        steering: Steering | None = None,
+        markup: Mapping[int, bytes] | None = None,
+        slot: int | None = None,
+    ) -> ChatGeneration:
+        if not isinstance(prompt, ChatPrompt):
+            raise ServerError(
+                f"{self.spec.shown_url} renders its own chat template: it takes messages, not a token prompt"
+            )
+        return ChatGeneration(self, prompt, sampling, max_tokens, tuple(stop_strings) + tuple(sampling.stop))
+
+
+def _ollama_ctx(client: ServerClient, model: str) -> int | None:
+    """Ollama's window for `model`: `num_ctx` from its parameters when set, else its default."""
+    try:
+        shown = client.post_json("/api/show", {"model": model})
+    except ServerError:
+        return None
+    for line in str(shown.get("parameters") or "").splitlines():
+        name, _, value = line.strip().partition(" ")
+        if name == "num_ctx" and value.strip().isdigit():
+            return int(value.strip())
+    return None
+
+
+class ChatGeneration:
+    """An iterator of `RemoteToken`s from /v1/chat/completions; `outcome` is complete once it ends."""
+
+    def __init__(
+        self,
+        engine: OpenAICompatEngine,
+        prompt: ChatPrompt,
+        sampling: SamplingParams,
+        max_tokens: int | None,
+        stops: tuple[str, ...],
+    ):
+        self.engine = engine
+        self.prompt = prompt
+        self.sampling = sampling
+        self.max_tokens = max_tokens
+        self.stops = stops
+        self.outcome = RemoteOutcome(prompt_tokens=len(prompt))
+        self.seed = sampling.seed if sampling.seed is not None else random.randrange(1, 2**31)
+        self.usage_seen = False
+
+    def payload(self, limit: int, stream_options: dict[str, Any] | None) -> dict[str, Any]:
+        params = self.sampling
+        body: dict[str, Any] = {
+            "model": self.engine.model,
+            "messages": self.prompt.messages,
+            "stream": True,
+            "max_tokens": limit,  # always sent: vLLM's /v1/completions defaults to 16
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "seed": self.seed,
+            # Not in OpenAI's API, understood by llama.cpp, vLLM and llama_cpp.server (others ignore them).
+            "top_k": params.top_k,
+            "min_p": params.min_p,
+            "repeat_penalty": params.repeat_penalty,
+            "repetition_penalty": params.repeat_penalty,
+        }
+        if self.stops:
+            body["stop"] = list(self.stops)
+        if stream_options is not None:
+            body["stream_options"] = stream_options
+        return body
+
+    def _events(self, limit: int) -> Iterator[dict[str, Any]]:
+        """The stream's chunks, asking for usage the best way this server accepts."""
+        engine = self.engine
+        while True:
+            options = _STREAM_OPTIONS[engine.stream_level]
+            try:
+                yield from engine.client.stream_events("/v1/chat/completions", self.payload(limit, options))
+                return
+            except ServerError as err:
+                refused = err.status in (400, 422) and "stream" in str(err).lower()
+                if not refused or engine.stream_level + 1 >= len(_STREAM_OPTIONS) or self.outcome.t_first_token:
+                    raise
+                engine.stream_level += 1
+                engine.notices.append(f"server: refused stream_options {options}; asking without them")
+
+    def __iter__(self) -> Iterator[RemoteToken]:
+        engine, outcome = self.engine, self.outcome
+        room = engine.n_ctx - len(self.prompt)
+        limit = room if self.max_tokens is None else min(self.max_tokens, room)
+        outcome.t_start = time.perf_counter()
+        outcome.finish_reason = "interrupted"
+        if limit <= 0:
+            outcome.finish_reason = "length"
+            return
+        chunks = 0
+        thinking = False
+        finished = False
+        try:
+            for chunk in self._events(limit):
+                now = time.perf_counter()
+                self._read_usage(chunk)
+                for choice in chunk.get("choices") or []:
+                    delta = choice.get("delta") or {}
+                    reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+                    content = delta.get("content") or ""
+                    text = ""
+                    if reasoning:
+                        text += reasoning if thinking else "<think>\n" + reasoning
+                        thinking = True
+                    if content:
+                        text += ("\n</think>\n\n" if thinking else "") + content
+                        thinking = False
+                    if text:
+                        chunks += 1
+                        if outcome.t_first_token is None:
+                            outcome.t_first_token = outcome.t_first_shown = now
+                        outcome.t_last_token = now
+                        if not self.usage_seen:
+                            outcome.generated_tokens = chunks
+                        yield RemoteToken(text, -1)
+                    reason = choice.get("finish_reason")
+                    if reason:
+                        finished = True
+                        outcome.finish_reason = "length" if reason == "length" else "stop"
+            if thinking:
+                yield RemoteToken("\n</think>\n\n", -1)
+            if not finished:
+                raise ServerError(
+                    f"{engine.spec.shown_url} ended the stream before the reply was finished (after {chunks} "
+                    "chunks); check the server's log, then try again",
+                    retriable=True,
+                )
+        finally:
+            engine.last_outcome = outcome
+
+    def _read_usage(self, chunk: dict[str, Any]) -> None:
+        """`usage` and llama.cpp's `timings`, from whichever chunk carries them."""
+        outcome = self.outcome
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage_seen = True
+            if isinstance(usage.get("prompt_tokens"), int) and usage["prompt_tokens"] > 0:
+                outcome.prompt_tokens = usage["prompt_tokens"]
+            if isinstance(usage.get("completion_tokens"), int):
+                outcome.generated_tokens = usage["completion_tokens"]
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+                outcome.cached_tokens = details["cached_tokens"]
+        timings = chunk.get("timings")
+        if isinstance(timings, dict):
+            outcome.server = {k: float(v) for k, v in timings.items() if isinstance(v, (int, float))}
+            if "cache_n" in timings:
+                outcome.cached_tokens = int(timings["cache_n"])
