@@ -70,7 +70,7 @@ class StoredMessage:
 
 
 @dataclass
-class Conversation:
+class StoredConversation:
     id: str
     name: str | None
     model: str
@@ -227,10 +227,14 @@ def _error_code(err: sqlite3.Error) -> int | None:
     return None if code is None else code & 0xFF  # primary code, without the extended bits
 
 
+# SQLite's primary result codes (sqlite3 exposes them at run time; typeshed does not list them).
+_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_CORRUPT, _SQLITE_NOTADB = 5, 6, 11, 26
+
+
 def _is_busy(err: sqlite3.Error) -> bool:
     code = _error_code(err)
     if code is not None:
-        return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+        return code in (_SQLITE_BUSY, _SQLITE_LOCKED)
     text = str(err).lower()
     return "locked" in text or "busy" in text
 
@@ -238,7 +242,7 @@ def _is_busy(err: sqlite3.Error) -> bool:
 def _is_corrupt(err: sqlite3.Error) -> bool:
     code = _error_code(err)
     if code is not None:
-        return code in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT)
+        return code in (_SQLITE_NOTADB, _SQLITE_CORRUPT)
     text = str(err).lower()
     return "not a database" in text or "malformed" in text
 
@@ -336,6 +340,7 @@ class HistoryStore:
                     "run llmchat once where the folder is writable"
                 )
             return cls(db, path, timeout)
+        assert last is not None  # the loop ran at least once and only falls through after an error
         raise _translate(path, last, timeout) from last
 
     @staticmethod
@@ -558,10 +563,10 @@ class HistoryStore:
         rows = self._read(lambda db: db.execute(_LIST_SQL, (limit,)).fetchall())
         return [_summary(row) for row in rows]
 
-    def get(self, id_or_name: str) -> Conversation:
+    def get(self, id_or_name: str) -> StoredConversation:
         """Accepts a full id, a unique id prefix, a name, or "last" (the latest updated)."""
 
-        def load(db: sqlite3.Connection) -> Conversation:
+        def load(db: sqlite3.Connection) -> StoredConversation:
             conversation_id = _resolve(db, id_or_name)
             header = db.execute(
                 f"SELECT {_HEADER_COLUMNS} FROM conversations WHERE id = ?", (conversation_id,)
@@ -639,6 +644,7 @@ def _insert_message(db: sqlite3.Connection, conversation_id: str, seq: int, mess
             message.reasoning,
         ),
     )
+    assert cursor.lastrowid is not None  # an INSERT always sets it
     return cursor.lastrowid
 
 
@@ -725,9 +731,9 @@ def _preview(text: str | None) -> str:
     return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1] + "…"
 
 
-def _conversation(header: tuple, message_rows: list[tuple]) -> Conversation:
+def _conversation(header: tuple, message_rows: list[tuple]) -> StoredConversation:
     cid, name, model, model_path, template, system_prompt, sampling_json, created_at, updated_at = header
-    return Conversation(
+    return StoredConversation(
         id=cid,
         name=name,
         model=model,
@@ -785,12 +791,12 @@ def open_or_warn(path: Path | None = None, warn: Callable[[str], None] | None = 
 # --------------------------------------------------------------------------- exporters
 
 
-def export_json(conv: Conversation) -> str:
+def export_json(conv: StoredConversation) -> str:
     document = {"format": EXPORT_FORMAT, "version": EXPORT_VERSION, **asdict(conv)}
     return json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n"
 
 
-def export_markdown(conv: Conversation) -> str:
+def export_markdown(conv: StoredConversation) -> str:
     parts = [_markdown_header(conv)]
     if conv.system_prompt:
         parts.append(f"## System prompt\n\n{conv.system_prompt}\n")
@@ -798,7 +804,7 @@ def export_markdown(conv: Conversation) -> str:
     return "\n".join(parts)
 
 
-def _markdown_header(conv: Conversation) -> str:
+def _markdown_header(conv: StoredConversation) -> str:
     title = conv.name or f"Conversation {conv.id}"
     lines = [
         f"# {title}",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from llmchat.config import Config, load_config
 from llmchat.errors import UsageError
@@ -23,8 +23,6 @@ if TYPE_CHECKING:
     from llmchat.engine import Engine, EngineSettings
     from llmchat.engine.kv_store import KVStore
     from llmchat.engine.remote import ServerSpec
-    from llmchat.engine.remote.llama_server import LlamaServerEngine
-    from llmchat.engine.remote.openai_compat import OpenAICompatEngine
     from llmchat.session import ChatSession
 
 MIN_CTX = 64
@@ -35,7 +33,7 @@ DEFAULT_MAX_CTX = 8192  # the default window: the trained context, at most this
 class Loaded:
     config: Config
     model: ResolvedModel
-    engine: Engine | LlamaServerEngine | OpenAICompatEngine
+    engine: Engine
     sampling: SamplingParams
     trained_ctx: int
     base_model: bool = False  # no instruct finetune, no chat template: replies continue the text
@@ -258,7 +256,7 @@ def start_session(
             history=store,
         )
         if getattr(loaded.engine, "renders_template", False):
-            session.template = server_rendered_template(loaded.engine.template_detail)  # type: ignore[union-attr]
+            session.template = server_rendered_template(str(getattr(loaded.engine, "template_detail", "the server")))
         session.configure_reasoning(
             ReasoningSettings.from_options(opts, loaded.config), say=lambda line: notice(f"warning: {line}")
         )
@@ -385,7 +383,9 @@ def load_remote(opts: RunOptions, config: Config, spec: ServerSpec) -> Loaded:
         stop=opts.stop,
         stop_loops=opts.loop_stop,
     )
-    return Loaded(config=config, model=model, engine=engine, sampling=sampling, trained_ctx=0)
+    # A remote engine satisfies the engine protocol the session uses (llmchat.engine.interface.ChatEngine,
+    # checked by mypy there); ChatSession still annotates the local Engine, hence the cast.
+    return Loaded(config=config, model=model, engine=cast("Engine", engine), sampling=sampling, trained_ctx=0)
 
 
 def server_rendered_template(detail: str) -> ResolvedTemplate:

@@ -614,6 +614,8 @@ class ChatSession:
         of the session. Returns the one warning line to show; once the store is gone nothing writes
         to it again, so the warning cannot repeat."""
         store, self.history = self.history, None
+        # The KV cache on disk is the conversation in another form: it goes wherever history goes.
+        self.kv_store = None
         if store is not None:
             try:
                 store.close()

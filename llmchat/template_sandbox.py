@@ -28,7 +28,7 @@ import json
 import re
 import time
 from datetime import datetime
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeGuard
 
 from llmchat.errors import TemplateError
 
@@ -148,7 +148,7 @@ def _check_value(value: Any, what: str) -> Any:
     return value
 
 
-def _is_count(value: Any) -> bool:
+def _is_count(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -331,6 +331,12 @@ def _environment() -> Any:
 
     class GuardedEnvironment(ImmutableSandboxedEnvironment):
         intercepted_binops = frozenset({"+", "*", "**", "%"})
+        # Set once below; the code _GuardInserter adds reaches them as `environment.<name>`.
+        llmchat_guard_iter: Callable[..., Any]
+        llmchat_guard_concat: Callable[..., Any]
+        llmchat_guard_output: Callable[..., Any]
+        llmchat_guards: tuple[Callable[..., Any], ...]
+        llmchat_template_raised: type[Exception]
 
         def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
             _budget().tick()

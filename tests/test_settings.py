@@ -139,7 +139,7 @@ def test_flash_attention_follows_flag_then_config_then_default(cli, isolated_hom
     isolated_home.mkdir(parents=True, exist_ok=True)
     (isolated_home / "config.toml").write_text("flash_attn = false\n")
     assert engine_line() == "flash attention off, KV cache f16"
-    assert engine_line("--flash-attn") == "flash attention on, KV cache f16"
+    assert engine_line("--flash-attn", "on") == "flash attention on, KV cache f16"
     # A quantized KV cache needs it: the one-line error names the config file that turned it off.
     result = cli("ask", "--no-history", "--kv-type", "q8_0", "hi")
     assert result.returncode == 2 and result.stdout == ""

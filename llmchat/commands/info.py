@@ -39,7 +39,8 @@ runtime part asks the installed llama.cpp build which devices it can use.
         devices           [{name, description, kind, free_bytes, total_bytes}] from ggml
         cpu_features      SIMD features of the CPU backend (AVX2, AVX512, NEON...)
         offload_layers    layers --device auto offloads (repeating layers + output), 0 on CPU
-        flash_attn        as the config sets it (default true; --no-flash-attn turns it off)
+        flash_attn        what ask would use: the config's setting, or what `auto` picks
+        flash_attn_why    why (auto: measured by `llmchat bench --calibrate`, or the default)
     notes                                 list of sentences: how the figures were computed
 """
 
@@ -78,11 +79,19 @@ def info(
 
 
 def runtime_report(meta: Any) -> dict:
-    """The installed llama.cpp build's devices, and how many of this model's layers it would offload."""
+    """The installed llama.cpp build's devices, how many of this model's layers it would offload,
+    and the flash-attention setting `ask` would use (the config's, or what `auto` picks)."""
     from llmchat.config import load_config
     from llmchat.engine import devices
 
     config_flash_attn = load_config().flash_attn
+    if config_flash_attn in (None, "auto"):
+        from llmchat.engine.calibrate import choose
+
+        picked = choose(Path(meta.path), kv_type="f16", device="auto", gpu_layers=None, drafting=False, threads=None)
+        flash_attn, why = picked.flash_attn, picked.why
+    else:
+        flash_attn, why = bool(config_flash_attn), "the config file's flash_attn"
     found = devices.devices()
     gpu = devices.can_offload() and any(d.is_gpu for d in found)
     n_layers = int(meta.arch_get("block_count") or 0)
@@ -91,7 +100,8 @@ def runtime_report(meta: Any) -> dict:
         "devices": [dict(d.__dict__) for d in found],
         "cpu_features": devices.cpu_features(),
         "offload_layers": n_layers + 1 if gpu else 0,  # llama.cpp counts the output layer too
-        "flash_attn": config_flash_attn is not False,
+        "flash_attn": flash_attn,
+        "flash_attn_why": why,
     }
 
 

@@ -313,7 +313,7 @@ def _append_alias(config_path: Path, name: str, value: str) -> None:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover
-        import tomli as tomllib
+        import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
     try:
         old = config_path.read_text(encoding="utf-8")

@@ -340,6 +340,7 @@ class ParallelDecoder:
                 llama_cpp.llama_memory_seq_rm(self._mem, slot.seq_id, length, -1)
                 slot.cache = prompt[:length]
         slot.pending = prompt[length:]
+        assert slot.result is not None  # _start gave the slot its item first
         slot.result.outcome.cached_tokens = length
         self.prompt_reused += length
 
@@ -367,6 +368,7 @@ class ParallelDecoder:
     def _step(self, slots: list[_Slot], on_done: Callable) -> None:
         self._resolve_waits(slots)
         batch = self._batch
+        assert batch is not None  # run() opened the context
         n = 0
         added: list[tuple[_Slot, list[int]]] = []
 
@@ -454,8 +456,9 @@ class ParallelDecoder:
                 steering.feed(text, slot.reply.outcome.generated_tokens if slot.reply else 0, now)
 
     def _finish(self, slot: _Slot, now: float, on_done: Callable) -> None:
-        result = slot.result
-        tail = slot.reply.tail()
+        result, reply = slot.result, slot.reply
+        assert result is not None and reply is not None  # only a busy slot finishes
+        tail = reply.tail()
         if tail:
             slot.fragments.append(tail)
         result.text = "".join(slot.fragments)
@@ -465,6 +468,7 @@ class ParallelDecoder:
 
     def _fail(self, slot: _Slot, message: str, now: float, on_done: Callable) -> None:
         result = slot.result
+        assert result is not None  # only a busy slot fails
         result.outcome.finish_reason = "error"
         result.error = message
         result.text = "".join(slot.fragments)

@@ -204,7 +204,7 @@ def _fetch(hub: Any, spec: PullSpec, name: str, commit: str, bars: RichBars) -> 
                 headers=download_headers,
                 expected_size=meta.size,
                 displayed_filename=name.rsplit("/", 1)[-1],
-                tqdm_class=bars.factory(),  # type: ignore[arg-type]
+                tqdm_class=bars.factory(),
             )
         if meta.size is not None and partial.stat().st_size != meta.size:
             raise NetworkError(f"the download of {name} ended early; run the same pull again to continue it")

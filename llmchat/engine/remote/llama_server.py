@@ -385,5 +385,10 @@ class ServerGeneration:
             outcome.generated_tokens = int(timings.get("predicted_n", outcome.generated_tokens))
         else:
             outcome.generated_tokens = int(event.get("tokens_predicted") or len(outcome.generated_ids))
+        if stop_type == "eos" and outcome.generated_ids:
+            # The server streams and counts the end-of-generation token; the local engine does
+            # neither (engine.reply), and the reply's ids must spell the reply for exact reuse.
+            outcome.generated_ids.pop()
+            outcome.generated_tokens = max(0, outcome.generated_tokens - 1)
         if outcome.t_last_token is None and outcome.generated_tokens:
             outcome.t_last_token = now

@@ -49,7 +49,7 @@ _STREAM_OPTIONS: tuple[dict[str, Any] | None, ...] = (
 )
 
 
-class ChatPrompt(list):  # type: ignore[type-arg]
+class ChatPrompt(list[int]):
     """A prompt for a server that renders its own template: `messages` to send, and, as the list
     itself, one placeholder id per counted token (its length is what budgets read)."""
 
