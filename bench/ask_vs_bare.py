@@ -36,6 +36,7 @@ def ask_once(model: str | None, tokens: int, threads: int) -> float:
         "1",
         "--max-tokens",
         str(tokens),
+        "--no-loop-stop",  # the bare loop has no loop detector: both decode the same tokens
         "--threads",
         str(threads),
         "--ctx",
@@ -74,14 +75,23 @@ def main() -> None:
     import llama_cpp
 
     from llmchat.engine import physical_cores
+    from llmchat.engine.core import _model_params, cpu_has_amx
     from llmchat.models.resolve import bundled_default_model
 
     model_path = args.model or str(bundled_default_model())
     threads = physical_cores()
     # The engine settings llmchat uses by default (flash attention on), so only the layers above differ.
-    llm = llama_cpp.Llama(
-        model_path=model_path, n_ctx=2048, n_threads=threads, n_threads_batch=threads, flash_attn=True, verbose=False
-    )
+    # Loaded as the engine loads it: without ggml's AMX buffers where the CPU advertises AMX (they
+    # die with SIGILL on this project's VMs; see llmchat/engine/core.py).
+    with _model_params(use_extra_bufts=not cpu_has_amx()):
+        llm = llama_cpp.Llama(
+            model_path=model_path,
+            n_ctx=2048,
+            n_threads=threads,
+            n_threads_batch=threads,
+            flash_attn=True,
+            verbose=False,
+        )
     # The same rendered prompt llmchat sends (ChatML, as in SmolLM2's own template).
     text = f"<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\n{PROMPT}<|im_end|>\n<|im_start|>assistant\n"
     prompt_tokens = llm.tokenize(text.encode(), add_bos=False, special=True)

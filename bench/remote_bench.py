@@ -77,11 +77,11 @@ def bench_ask(model: Path, url: str, reps: int, tokens: int, threads: int) -> di
     }
 
 
-def bench_chat(url: str, turns: int) -> dict:
+def bench_chat(url: str, turns: int, tokens: int) -> dict:
     from llmchat.loading import start_session
 
     session = start_session(
-        RunOptions(server=url, temperature=0.0, seed=1, max_tokens=48), overflow="drop", with_history=False
+        RunOptions(server=url, temperature=0.0, seed=1, max_tokens=tokens), overflow="drop", with_history=False
     )
     shares = []
     try:
@@ -139,7 +139,7 @@ def main() -> None:
     server = harness.start_llama_server(model, logs, slots=1, ctx=4096, threads=args.threads)
     try:
         report["ask"] = bench_ask(model, server.url, args.reps, args.tokens, args.threads)
-        report["chat"] = bench_chat(server.url, args.turns)
+        report["chat"] = bench_chat(server.url, args.turns, args.tokens)
     finally:
         server.stop()
 

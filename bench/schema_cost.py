@@ -15,7 +15,8 @@ is cleared before each run. Each run records the share of the machine other proc
 meanwhile; runs above --foreign-max are redone (up to 3 times), since contention only slows a run.
 
 Sampler ms/token: every `llama_sampler_sample` call is timed (the whole sampler chain, grammar
-included, single-threaded), and the median per run is kept. On a busy machine this is the robust
+included, single-threaded), and the mean per run is kept (a mean, not a median: the gate's cost
+is mostly its few refusals, each a full-vocabulary grammar pass). On a busy machine this is the robust
 figure: the grammar's cost is sampler time, while the model's decode time is what other processes
 disturb. Cost estimate = (sampler ms with the grammar - free) / (decode ms per token on a quiet
 machine, --quiet-decode-ms, from bench/results/engine.md).
@@ -73,7 +74,7 @@ def _timed(sample):
 
 
 def run_once(engine, prompt, sampling, mode, grammar, max_tokens):
-    """One reply; returns (decode tok/s, generated tokens, text, median sampler ms per token)."""
+    """One reply; returns (decode tok/s, generated tokens, text, mean sampler ms per token)."""
     _sample_times.clear()
     engine._llm.reset()  # forget the cached prompt: every run prefills it in full
     if mode == "llama.cpp":
@@ -106,7 +107,7 @@ def run_once(engine, prompt, sampling, mode, grammar, max_tokens):
         outcome = generation.outcome
         n = outcome.generated_tokens
         span = (outcome.t_last_token - outcome.t_first_token) if n > 1 else 0.0
-    sampler_ms = statistics.median(_sample_times) * 1000 if _sample_times else 0.0
+    sampler_ms = statistics.mean(_sample_times) * 1000 if _sample_times else 0.0
     return ((n - 1) / span if span > 0 else 0.0), n, text, sampler_ms
 
 

@@ -23,8 +23,8 @@ from llmchat.commands import ask, batch, bench, cache, chat, config, history, in
 from llmchat.errors import ExitCode, LlmchatError
 
 EXIT_CODES_HELP = (
-    "Exit codes: 0 ok, 1 error, 2 usage, 3 model, 4 context, 5 structured output invalid, 130 interrupted, "
-    "141 closed output."
+    "Exit codes: 0 ok, 1 error, 2 usage, 3 model, 4 context, 5 structured output invalid, 6 server, "
+    "130 interrupted, 141 closed output."
 )
 
 app = typer.Typer(

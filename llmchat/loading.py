@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from llmchat.config import Config, load_config
 from llmchat.errors import UsageError
@@ -21,6 +21,7 @@ from llmchat.sampling import SamplingParams, build_sampling, preset_values
 if TYPE_CHECKING:
     from llmchat.chat_template import ResolvedTemplate
     from llmchat.engine import Engine, EngineSettings
+    from llmchat.engine.interface import ChatEngine
     from llmchat.engine.kv_store import KVStore
     from llmchat.engine.remote import ServerSpec
     from llmchat.session import ChatSession
@@ -33,7 +34,7 @@ DEFAULT_MAX_CTX = 8192  # the default window: the trained context, at most this
 class Loaded:
     config: Config
     model: ResolvedModel
-    engine: Engine
+    engine: ChatEngine
     sampling: SamplingParams
     trained_ctx: int
     base_model: bool = False  # no instruct finetune, no chat template: replies continue the text
@@ -383,9 +384,7 @@ def load_remote(opts: RunOptions, config: Config, spec: ServerSpec) -> Loaded:
         stop=opts.stop,
         stop_loops=opts.loop_stop,
     )
-    # A remote engine satisfies the engine protocol the session uses (llmchat.engine.interface.ChatEngine,
-    # checked by mypy there); ChatSession still annotates the local Engine, hence the cast.
-    return Loaded(config=config, model=model, engine=cast("Engine", engine), sampling=sampling, trained_ctx=0)
+    return Loaded(config=config, model=model, engine=engine, sampling=sampling, trained_ctx=0)
 
 
 def server_rendered_template(detail: str) -> ResolvedTemplate:

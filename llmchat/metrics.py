@@ -48,6 +48,16 @@ class TurnStats:
     restore_s: float = 0.0
     flash_attn: bool | None = None
     flash_attn_why: str | None = None
+    # A remote engine's own measurements (llama-server's `timings`: prompt_ms, prompt_n, cache_n,
+    # predicted_ms, predicted_n, predicted_per_second); None for the local engine.
+    server: dict | None = None
+
+    @property
+    def network_ms(self) -> float | None:
+        """Client TTFT minus the server's own prompt time: the network and HTTP share of TTFT."""
+        if not self.server or "prompt_ms" not in self.server or not self.ttft_s:
+            return None
+        return self.ttft_s * 1000 - float(self.server["prompt_ms"])
 
     @property
     def prefill_tokens(self) -> int:
@@ -79,6 +89,7 @@ class TurnStats:
             prefill_tokens=self.prefill_tokens,
             prefill_tok_s=round(self.prefill_tok_s, 2),
             decode_tok_s=round(self.decode_tok_s, 2),
+            network_ms=None if self.network_ms is None else round(self.network_ms, 1),
         )
         if self.draft_proposed:
             data["draft_acceptance"] = round(self.draft_acceptance or 0.0, 4)
@@ -111,6 +122,13 @@ class TurnStats:
         ]
         if self.draft_proposed:
             parts.append(f"draft accepted {self.draft_acceptance:.0%}")
+        if self.server and "prompt_ms" in self.server:
+            rate = self.server.get("predicted_per_second")
+            parts.append(
+                f"server: prefill {float(self.server['prompt_ms']):.0f} ms"
+                + (f", {float(rate):.1f} tok/s" if rate else "")
+                + (f", network {self.network_ms:.0f} ms" if self.network_ms is not None else "")
+            )
         if self.thinking_tokens:
             answer = "no answer" if self.ttfa_s is None else f"answer at {self.ttfa_s * 1000:.0f} ms"
             budget = ", budget reached" if self.thinking_budget_hit else ""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from llmchat.chat_template import ModelFacts, ResolvedTemplate, facts_from_metadata, render_prompt, resolve_template
 from llmchat.conversation import Budget, Conversation, FitResult, default_reply_reserve, fit_to_context
-from llmchat.errors import ContextOverflowError, HistoryError, UsageError
+from llmchat.errors import ContextOverflowError, HistoryError, ServerError, UsageError
 from llmchat.metrics import TurnStats
 from llmchat.reasoning import (
     THINKING,
@@ -35,8 +35,8 @@ from llmchat.reasoning import (
 
 if TYPE_CHECKING:
     from llmchat.config import Config
-    from llmchat.engine import Engine
     from llmchat.engine.grammar import Grammar
+    from llmchat.engine.interface import ChatEngine
     from llmchat.engine.kv_store import KVStore, Restored
     from llmchat.engine.reply import GenerationOutcome
     from llmchat.history import HistoryStore, StoredConversation
@@ -185,14 +185,14 @@ class PreparedTurn:
 class _EngineVocabulary:
     """The loaded model's vocabulary, seen the way `facts_from_metadata` asks about it."""
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: ChatEngine):
         self.engine = engine
 
     def __contains__(self, text: object) -> bool:
         return isinstance(text, str) and self.engine.has_single_token(text)
 
 
-def model_facts(engine: Engine) -> ModelFacts:
+def model_facts(engine: ChatEngine) -> ModelFacts:
     """What template resolution knows about a loaded model: the same builder `template show` uses
     on the GGUF file (`facts_from_metadata`), asked through the engine's tokenizer."""
     return facts_from_metadata(
@@ -202,7 +202,7 @@ def model_facts(engine: Engine) -> ModelFacts:
 
 @dataclass
 class ChatSession:
-    engine: Engine
+    engine: ChatEngine  # local llama.cpp or a server: the session never asks which
     template: ResolvedTemplate
     facts: ModelFacts
     sampling: SamplingParams
@@ -228,7 +228,7 @@ class ChatSession:
     @classmethod
     def start(
         cls,
-        engine: Engine,
+        engine: ChatEngine,
         *,
         sampling: SamplingParams,
         model_label: str,
@@ -384,9 +384,11 @@ class ChatSession:
         """Hold every following reply to `structured` (None: free text again). UsageError when
         the engine cannot take a grammar or llama.cpp cannot parse it."""
         if structured is not None:
-            if not getattr(self.engine, "takes_grammar", False):
+            from llmchat.engine import Engine
+
+            if not isinstance(self.engine, Engine):  # a grammar is llama.cpp's, in this process
                 raise UsageError("--schema, --format and --grammar need a local model for now, not --server")
-            self.engine.check_grammar(structured.grammar)  # type: ignore[union-attr]
+            self.engine.check_grammar(structured.grammar)
         self.structured = structured
 
     def grammar_for(self, prepared: PreparedTurn) -> tuple[Grammar | None, str | None]:
@@ -446,6 +448,11 @@ class ChatSession:
             # SIGTERM (raised as SystemExit by cli) or the reader closing stdout: the process ends,
             # but the partial reply is saved first, marked interrupted, as for Ctrl-C.
             outcome.finish_reason = "interrupted"
+            stopped = err
+        except ServerError as err:
+            # A remote stream cut mid-reply: what arrived is kept (saved, marked as an error), then
+            # the error is reported with its exit code.
+            outcome.finish_reason = "error"
             stopped = err
         if tracker is not None:
             held = tracker.flush(outcome.generated_tokens, time.perf_counter())
@@ -515,6 +522,7 @@ class ChatSession:
             finish_reason=outcome.finish_reason,
             draft_proposed=outcome.draft_proposed,
             draft_accepted=outcome.draft_accepted,
+            server=getattr(outcome, "server", None),  # a remote engine's own timings
         )
         if prepared.restored is not None:
             stats.disk_cached_tokens = prepared.restored.tokens

@@ -205,7 +205,10 @@ def cmd_show(ctx: CommandContext, arg: str) -> Outcome:
         f"prompts up to {budget.prompt_limit:,}, {budget.reply_reserve:,} kept for the reply",
     )
     settings = getattr(session.engine, "settings", None)
-    if settings is not None:
+    if getattr(session.engine, "remote", False):
+        for line in getattr(session.engine, "notices", []):
+            table.add_row("server", line, "the server decides its own engine settings")
+    elif settings is not None:
         drafting = "prompt lookup" if settings.lookup else ("draft model" if settings.draft_model else "no drafting")
         table.add_row(
             "engine",

@@ -381,22 +381,25 @@ def test_gate_matches_llama_cpp_grammar_sampler_at_temperature_0(smollm2_path):
 
 
 def test_batch_20_items_three_fields_all_parse_and_validate(cli, smollm2_path, tmp_path):
+    # Greedy SmolLM2 runs on in the director string for "Alien" (a cut reply, reported as such:
+    # see test_batch_record_of_a_cut_reply_has_the_error); these 20 prompts all end.
     films = [
-        "Alien", "Jaws", "Heat", "Fargo", "Rocky", "Psycho", "Vertigo", "Amelie", "Gravity", "Up",
-        "Cars", "Frozen", "Titanic", "Avatar", "Casablanca", "Inception", "Memento", "Shrek", "Coco", "Arrival",
+        "Jaws", "Heat", "Fargo", "Rocky", "Psycho", "Vertigo", "Amelie", "Gravity", "Up", "Cars",
+        "Frozen", "Titanic", "Avatar", "Casablanca", "Inception", "Memento", "Shrek", "Coco", "Arrival", "Jaws",
     ]  # fmt: skip
     items = tmp_path / "items.jsonl"
-    items.write_text("".join(json.dumps({"id": f, "prompt": f"The film {f}, as JSON."}) + "\n" for f in films))
-    result = cli(
-        "batch", str(items), "-m", str(smollm2_path), "--temp", "0", "-n", "64", "--schema", FILM, timeout=1800
+    items.write_text(
+        "".join(json.dumps({"id": i, "prompt": f"The film {f}, as JSON."}) + "\n" for i, f in enumerate(films))
     )
-    assert result.returncode == 0, result.stderr
+    args = ("-m", str(smollm2_path), "--temp", "0", "-n", "64", "--schema", FILM)
+    result = cli("batch", str(items), *args, timeout=1800)
     out = records(result.stdout)
-    assert [r["id"] for r in out] == films
+    assert [r["id"] for r in out] == list(range(20))
     for record in out:
         assert record["error"] is None, record
         assert validation_error(record["parsed"], FILM_SCHEMA) is None
         assert record["parsed"] == json.loads(record["reply"])
+    assert result.returncode == 0, result.stderr
 
 
 def test_parallel_4_gives_the_same_valid_records_as_parallel_1(cli, smollm2_path, tmp_path):

@@ -61,11 +61,13 @@ def bench(
         )
     import sys
 
+    # Like llama-bench, the context holds exactly the test unless --ctx says otherwise.
+    from llmchat.engine import Engine
     from llmchat.loading import load_model
 
-    # Like llama-bench, the context holds exactly the test unless --ctx says otherwise.
     loaded = load_model(opts, n_ctx_override=opts.ctx or max(n_prompt + n_gen, 64))
     engine = loaded.engine
+    assert isinstance(engine, Engine)  # bench --server is refused before loading
     try:
         from llmchat.engine import bench as engine_bench
 
