@@ -20,11 +20,13 @@ MODEL_FIXTURES = {"smollm2_path", "gemma_path"}
 REAL_HOME = Path.home()
 
 
-# What a test (or a fixture it uses) calls that loads the real engine on the bundled model.
-LOADS_A_MODEL = re.compile(
-    r"""cli\(\s*"(ask|chat|batch|bench)"|"llmchat",\s*"(ask|chat|batch|bench)"|_spawn_chat\(|start_session\(|"""
-    r"""Engine\.load\(|load_model\(|\b_load\(|ChatSession\.start\("""
-)
+# What a test (or a fixture it uses) does that loads the real engine on the bundled model: it loads
+# one in-process, or it runs a model command (`"ask"`, `"chat"`, `"batch"`, `"bench"` given to the
+# CLI, possibly through a tuple of arguments). Usage-error tests of those commands are caught too;
+# they are quick, and the fast loop stays free of model loads.
+LOADS_A_MODEL = re.compile(r"_spawn_chat\(|start_session\(|Engine\.load\(|load_model\(|\b_load\(|ChatSession\.start\(")
+RUNS_A_COMMAND = re.compile(r"\b(cli|llmchat|run_cli|Popen|subprocess\.run)\(")
+MODEL_COMMAND = re.compile(r"""["'](ask|chat|batch|bench)["']""")
 
 
 def _loads_a_model(item) -> bool:
@@ -33,10 +35,11 @@ def _loads_a_model(item) -> bool:
         functions += [definition.func for definition in definitions]
     for function in functions:
         try:
-            if function is not None and LOADS_A_MODEL.search(inspect.getsource(function)):
-                return True
+            source = inspect.getsource(function) if function is not None else ""
         except (OSError, TypeError):
             continue
+        if LOADS_A_MODEL.search(source) or (RUNS_A_COMMAND.search(source) and MODEL_COMMAND.search(source)):
+            return True
     return False
 
 

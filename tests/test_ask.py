@@ -143,6 +143,7 @@ def test_prompt_too_long_for_context(cli):
     assert result.stdout == ""
 
 
+@pytest.mark.model  # runs `llmchat ask` in a shell pipeline, which the automatic marking cannot see
 def test_closed_stdout_exits_quietly(tmp_path):
     import os
     import subprocess
