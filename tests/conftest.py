@@ -29,15 +29,19 @@ RUNS_A_COMMAND = re.compile(r"\b(cli|llmchat|run_cli|Popen|subprocess\.run)\(")
 MODEL_COMMAND = re.compile(r"""["'](ask|chat|batch|bench)["']""")
 
 
+def _source(function) -> str:
+    try:
+        return inspect.getsource(function) if function is not None else ""
+    except (OSError, TypeError):
+        return ""
+
+
 def _loads_a_model(item) -> bool:
     functions = [getattr(item, "function", None)]
     for definitions in getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).values():
         functions += [definition.func for definition in definitions]
     for function in functions:
-        try:
-            source = inspect.getsource(function) if function is not None else ""
-        except (OSError, TypeError):
-            continue
+        source = _source(function)
         if LOADS_A_MODEL.search(source) or (RUNS_A_COMMAND.search(source) and MODEL_COMMAND.search(source)):
             return True
     return False
@@ -50,6 +54,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) or _loads_a_model(item):
             item.add_marker(pytest.mark.model)
+        if any(word in _source(getattr(item, "function", None)) for word in ("pexpect", "_spawn_chat(")):
+            item.add_marker(pytest.mark.tty)
+        if item.module is not None and item.module.__name__.endswith("test_remote"):
+            item.add_marker(pytest.mark.server)
 
 
 @pytest.fixture(autouse=True)
