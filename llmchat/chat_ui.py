@@ -340,6 +340,8 @@ class ChatUI:
             raise
         for line in result.notices:  # a trim, a failed save: the same notices as ask and batch
             (self.error if line.startswith("warning:") else self.info)(line)
+        if result.error:  # structured output that is not what --schema asked (cut off, invalid)
+            self.error(f"error: {result.error}")
         return ""
 
     # --- main loop --------------------------------------------------------------------------------

@@ -69,6 +69,7 @@ class BatchRunner:
         self.sink = sink
         self.base_sampling = session.sampling
         self.system = session.conversation.system
+        self.structured = session.structured  # the run's --schema; an item's own schema replaces it
         self.skipped = 0  # items already in the output (--resume), for the summary
 
     # --- shared by both paths ---------------------------------------------------------------------
@@ -89,7 +90,11 @@ class BatchRunner:
         Raises LlmchatError when it cannot fit (a batch never trims an item's messages)."""
         assert item.user is not None
         return self.session.prepare(
-            item.user, conversation=self.conversation_for(item), sampling=self.sampling_for(item), overflow="error"
+            item.user,
+            conversation=self.conversation_for(item),
+            sampling=self.sampling_for(item),
+            overflow="error",
+            structured=item.structured,
         )
 
     def run(self, items: list[BatchItem]) -> int:
@@ -127,7 +132,8 @@ class BatchRunner:
         self, item: BatchItem, result: TurnResult, writer: InOrder, progress: Progress, *, count_tokens: bool = True
     ) -> None:
         writer.put(item.index, result.to_record(item.id))
-        progress.item_done(True, result.stats.generated_tokens, count_tokens=count_tokens)
+        # A reply that fails its schema (cut off, invalid) is a failed item: its record says why.
+        progress.item_done(result.error is None, result.stats.generated_tokens, count_tokens=count_tokens)
 
     # --- serial: one item at a time, through ChatSession.turn -------------------------------------
     def _run_serial(self, items: list[BatchItem], writer: InOrder, progress: Progress) -> None:
@@ -142,6 +148,7 @@ class BatchRunner:
             session.set_sampling(self.sampling_for(item))
             session.overflow = "error"
             try:
+                session.hold_to(item.structured or self.structured)
                 result = self._serial_turn(item)
             except LlmchatError as err:
                 self._fail(item, str(err), writer, progress)
@@ -199,8 +206,11 @@ class BatchRunner:
                 stop_strings=p.stop_strings,
                 steering=p.tracker,
                 markup=p.markup,
+                grammar=grammar,
+                grammar_after=after,
             )
             for index, (_, p) in ready.items()
+            for grammar, after in [self.session.grammar_for(p)]
         ]
         if self.verbose:
             notice(
@@ -300,6 +310,9 @@ def run_batch(
 ) -> tuple[int, int]:
     """The whole command; returns (items failed, items run)."""
     check_arguments(input_path, output, parallel=parallel, resume=resume, progress=progress, opts=opts)
+    from llmchat.structured import from_options
+
+    structured = from_options(opts)  # a bad --schema is a usage error before the model loads
     items = parse_input(read_input(input_path))
     output = output.expanduser() if output is not None else None
 
@@ -330,6 +343,7 @@ def run_batch(
     session = start_session(opts, overflow="error", with_history=False, disk_cache=True)
     sink = None
     try:
+        session.hold_to(structured)
         sink = RecordSink(output, append=resume, fsync=fsync)
         runner = BatchRunner(session, parallel=parallel, progress_mode=progress, sink=sink, verbose=opts.verbose)
         runner.skipped = skipped

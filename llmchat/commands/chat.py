@@ -37,10 +37,13 @@ def chat(
     """Chat: interactive on a terminal; with piped stdin, one message per line and one reply per turn."""
     from llmchat.commands.turns import check_overflow, continue_conversation
     from llmchat.loading import start_session
+    from llmchat.structured import from_options
 
     check_overflow(overflow)
+    structured = from_options(opts)  # a bad --schema is a usage error before the model loads
     session = start_session(opts, overflow=overflow, with_history=not no_history)
     try:
+        session.hold_to(structured)
         if resume:
             continue_conversation(session, resume)
         interactive = sys.stdin.isatty() and not json_output
