@@ -23,14 +23,13 @@ import numpy as np
 from llmchat.engine import logs
 from llmchat.engine.drafting import CountingDrafter, DraftingLlama, DraftModelDrafter, PromptLookupDrafter
 from llmchat.engine.grammar import Grammar
+from llmchat.engine.prompt_pieces import PromptPiece, tokens_for_pieces
 from llmchat.engine.reply import GenerationOutcome, ReplyAssembler, Steering
 from llmchat.errors import ModelError, UsageError
 from llmchat.sampling import SamplingParams
 
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
 DEFAULT_MAX_CTX = 8192
-# A rendered prompt's piece: (text, trusted) or (text, trusted, an earlier reply's sampled ids).
-PromptPiece = tuple[str, bool] | tuple[str, bool, Sequence[int] | None]
 # Token attributes of markup tokens (<|im_end|>, <end_of_turn>): control or user-defined specials.
 _CONTROL_ATTRS = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
 # How far back llama-cpp-python's repeat penalty looks (Llama(last_n_tokens_size=64), its default).
@@ -281,52 +280,12 @@ class Engine:
         return self._llm.detokenize(list(tokens)).decode("utf-8", errors="replace")
 
     def prompt_tokens(self, pieces: Sequence[PromptPiece]) -> list[int]:
-        """Token ids for a rendered prompt given as (text, trusted) or (text, trusted, reply_ids) pieces.
+        """Token ids for a rendered prompt's pieces, by the rules in llmchat.engine.prompt_pieces."""
+        return tokens_for_pieces(self, pieces)
 
-        Trusted text (the template's own markup) is tokenized with special-token parsing, so
-        `<|im_start|>` becomes the control token. Message content is untrusted: where it contains
-        text that would parse as a control token, that piece is tokenized as plain text, so a user
-        typing `<|im_end|>` cannot end their own turn. Runs of pieces are otherwise joined and
-        tokenized together, which keeps tokenization identical to that of the whole string and
-        therefore stable from turn to turn (the KV-cache reuse depends on it).
-
-        `reply_ids`: an earlier assistant reply's ids as they were sampled. A sampled reply is
-        often not the tokenizer's own tokenization of its text (" Amethiac" sampled as three
-        tokens tokenizes to one), and re-tokenizing it would make the prompt diverge from the KV
-        cache right there, re-prefilling everything after. They are used where the template's text
-        after the reply starts with a control token (`<|im_end|>`, `<end_of_turn>`): the reply then
-        ends a token run exactly as it ended generation, so the ids are what that text would be
-        had it been generated into this prompt; elsewhere the text is tokenized as usual.
-        """
-        tokens: list[int] = []
-        run: list[str] = []
-        for position, piece in enumerate(pieces):
-            text, trusted = piece[0], piece[1]
-            reply_ids = piece[2] if len(piece) > 2 else None
-            if reply_ids and self._starts_with_control(pieces, position + 1):
-                tokens += self.tokenize("".join(run), special=True) if run else []
-                tokens += reply_ids
-                run = []
-            elif not trusted and self.tokenize(text, special=True) != self.tokenize(text, special=False):
-                tokens += self.tokenize("".join(run), special=True) if run else []
-                tokens += self.tokenize(text, special=False)
-                run = []
-            else:
-                run.append(text)
-        if run:
-            tokens += self.tokenize("".join(run), special=True)
-        # Exactly one BOS: the template may already have written it as text.
-        if self.add_bos and self.bos_id >= 0 and (not tokens or tokens[0] != self.bos_id):
-            tokens.insert(0, self.bos_id)
-        return tokens
-
-    def _starts_with_control(self, pieces: Sequence[PromptPiece], start: int) -> bool:
-        """Whether the template text from `pieces[start]` on begins with a control token."""
-        following = pieces[start][0] if start < len(pieces) and pieces[start][1] else ""
-        if not following:
-            return start >= len(pieces)  # the reply ends the prompt (no generation prompt)
-        first = self.tokenize(following[:64], special=True)[:1]
-        return bool(first) and bool(llama_cpp.llama_vocab_get_attr(self._vocab, first[0]) & _CONTROL_ATTRS)
+    def is_control(self, token_id: int) -> bool:
+        """A markup token (<|im_end|>, <end_of_turn>): control or user-defined special."""
+        return bool(llama_cpp.llama_vocab_get_attr(self._vocab, token_id) & _CONTROL_ATTRS)
 
     def is_end_of_generation(self, token_id: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token_id))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmchat.engine.prompt_pieces import PromptPiece, tokens_for_pieces
 from llmchat.engine.reply import GenerationOutcome
 from llmchat.errors import ServerError
 
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 # llama-cpp-python's repeat-penalty window (Llama(last_n_tokens_size=64)), so a server reply is
 # sampled with the same penalty as a local one.
 PENALTY_LAST_N = 64
-PromptPiece = tuple[str, bool] | tuple[str, bool, Sequence[int] | None]  # as llmchat.engine.core's
 # Tokenizations kept: the pieces of a few long conversations. Past this the cache starts afresh.
 _TOKENIZE_CACHE_MAX = 8192
 
@@ -210,43 +210,14 @@ class LlamaServerEngine:
         return known
 
     def prompt_tokens(self, pieces: Sequence[PromptPiece]) -> list[int]:
-        """Token ids for a rendered prompt, by the rules of `llmchat.engine.core.Engine.prompt_tokens`:
-        template text may hold control tokens; message text that would parse as one stays plain text;
-        an earlier reply goes back as the ids it was sampled as where a control token follows it (so
-        the prompt matches what the server's slot holds); runs of pieces are tokenized together so
-        the ids stay the same from turn to turn."""
-        tokens: list[int] = []
-        run: list[str] = []
-        for position, piece in enumerate(pieces):
-            text, trusted = piece[0], piece[1]
-            reply_ids = piece[2] if len(piece) > 2 else None
-            if reply_ids and self._starts_with_control(pieces, position + 1):
-                tokens += self.tokenize("".join(run), special=True) if run else []
-                tokens += reply_ids
-                run = []
-            elif not trusted and self.tokenize(text, special=True) != self.tokenize(text, special=False):
-                tokens += self.tokenize("".join(run), special=True) if run else []
-                tokens += self.tokenize(text, special=False)
-                run = []
-            else:
-                run.append(text)
-        if run:
-            tokens += self.tokenize("".join(run), special=True)
-        if self.add_bos and self.bos_id >= 0 and (not tokens or tokens[0] != self.bos_id):
-            tokens.insert(0, self.bos_id)
-        return tokens
+        """Token ids for a rendered prompt, by the same rules as the local engine
+        (llmchat.engine.prompt_pieces), so the prompt matches what the server's slot holds."""
+        return tokens_for_pieces(self, pieces)
 
-    def _starts_with_control(self, pieces: Sequence[PromptPiece], start: int) -> bool:
-        """Whether the template text from `pieces[start]` on begins with a control token: one whose
-        text is a single token when special tokens are parsed, and not otherwise."""
-        following = pieces[start][0] if start < len(pieces) and pieces[start][1] else ""
-        if not following:
-            return start >= len(pieces)
-        first = self.tokenize(following[:64], special=True)[:1]
-        if not first:
-            return False
-        piece = self.detokenize(first)
-        return self.tokenize(piece, special=True) == first and self.tokenize(piece, special=False) != first
+    def is_control(self, token_id: int) -> bool:
+        """A control token: its text is that single token when special tokens are parsed, and not otherwise."""
+        piece = self.detokenize([token_id])
+        return self.tokenize(piece, special=True) == [token_id] and self.tokenize(piece, special=False) != [token_id]
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         reply = self.client.post_json("/detokenize", {"tokens": [int(t) for t in tokens]})

@@ -24,7 +24,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from llmchat.engine.remote.llama_server import PromptPiece, RemoteOutcome, RemoteSettings, RemoteToken
+from llmchat.engine.prompt_pieces import PromptPiece
+from llmchat.engine.remote.llama_server import RemoteOutcome, RemoteSettings, RemoteToken
 from llmchat.errors import ServerError
 
 if TYPE_CHECKING:
