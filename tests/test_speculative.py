@@ -144,18 +144,20 @@ def test_flash_attention_makes_batched_decode_match_single_decode(smollm2_path):
     import numpy as np
 
     from llmchat.engine import logs
+    from llmchat.engine.core import _model_params, cpu_has_amx
 
     logs.install(False)
-    llm = llama_cpp.Llama(
-        str(smollm2_path),
-        n_ctx=512,
-        n_batch=512,
-        n_threads=2,
-        n_threads_batch=2,
-        logits_all=True,
-        flash_attn=True,
-        verbose=False,
-    )
+    with _model_params(use_extra_bufts=not cpu_has_amx()):  # as the engine loads (no AMX buffers)
+        llm = llama_cpp.Llama(
+            str(smollm2_path),
+            n_ctx=512,
+            n_batch=512,
+            n_threads=2,
+            n_threads_batch=2,
+            logits_all=True,
+            flash_attn=True,
+            verbose=False,
+        )
     try:
         prompt = llm.tokenize(PROMPTS["copy"].encode(), add_bos=False, special=False)
         continuation = llm.tokenize(
