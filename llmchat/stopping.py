@@ -49,16 +49,17 @@ class StopMatcher:
 class LoopDetector:
     """Notices a degenerate loop: the same span of up to `max_period` tokens repeated back to back.
 
-    Small models at temperature 0 fall into such loops ("Tell me a long story" with SmolLM2 was
-    still repeating one paragraph after 100 s), and nothing else ends them before the context is
-    full. A loop counts once the repeated region covers `repeats` whole periods and at least
-    `min_span` tokens, so a short legitimate run (a row of dashes, "no, no, no") passes.
+    Small models at temperature 0 fall into such loops ("Tell me a long story about a dragon." with
+    SmolLM2 repeats one 80-token paragraph until the cap), and nothing else ends them before the
+    context is full. The longest period is a paragraph's worth (256 tokens). A loop counts once the
+    repeated region covers `repeats` whole periods and at least `min_span` tokens, so a short
+    legitimate run (a row of dashes, "no, no, no") passes.
 
     Per token it does one comparison per period: `matched[p]` is how many consecutive tokens have
     equalled the token p places earlier, so a span of period p repeats while it keeps growing.
     """
 
-    def __init__(self, *, max_period: int = 64, repeats: int = 3, min_span: int = 48):
+    def __init__(self, *, max_period: int = 256, repeats: int = 3, min_span: int = 48):
         self.max_period = max_period
         self.repeats = repeats
         self.min_span = min_span
