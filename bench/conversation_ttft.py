@@ -67,7 +67,7 @@ def main() -> None:
     for turn in turns:
         s = turn["stats"]
         print(
-            f"| {turn['turn']} | {s['ttft_s'] * 1000:.0f} | {s['prefill_s'] * 1000:.0f} | {s['prompt_tokens']} | {s['cached_tokens']} | "
+            f"| {turn['id']} | {s['ttft_s'] * 1000:.0f} | {s['prefill_s'] * 1000:.0f} | {s['prompt_tokens']} | {s['cached_tokens']} | "
             f"{s['prefill_tokens']} | {s['generated_tokens']} | {s['messages_dropped']} |"
         )
     early = statistics.mean(t["stats"]["ttft_s"] for t in turns[1:6])
