@@ -94,6 +94,17 @@ def _print_table(entries: list[Entry]) -> None:
         "[dim]fits: the estimate at each model's default context (at most 8,192 tokens; see `llmchat info`) "
         "against free VRAM, else available RAM. Runs with: llmchat chat -m NAME[/dim]"
     )
+    default = _bundled_default()
+    if default:
+        console.print(f"[dim]{default}[/dim]")
+
+
+def _bundled_default() -> str:
+    """The model that runs without -m, when its package is installed: newcomers look for it here."""
+    from llmchat.models.resolve import DEFAULT_MODEL_NAME, bundled_default_model
+
+    path = bundled_default_model()
+    return f"without -m: {DEFAULT_MODEL_NAME}, bundled with llmchat ({path})" if path else ""
 
 
 def _say_none_found() -> None:
@@ -104,6 +115,9 @@ def _say_none_found() -> None:
         f"no GGUF models found (searched {paths.models_dir()}, the config's model_dirs, the HF cache, "
         "LM Studio and Ollama); download one with: llmchat models pull hf:ORG/REPO"
     )
+    default = _bundled_default()
+    if default:
+        notice(default)
 
 
 def _params(count: int | None) -> str:
