@@ -30,7 +30,7 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from llmchat.batch.items import BatchItem, id_key, parse_input
 from llmchat.batch.progress import Progress
@@ -42,9 +42,28 @@ from llmchat.output import notice
 from llmchat.session import error_record
 
 if TYPE_CHECKING:
-    from llmchat.engine.parallel import ParallelDecoder, ParallelResult
+    from llmchat.engine.parallel import ParallelDecoder
+    from llmchat.engine.reply import GenerationOutcome
     from llmchat.sampling import SamplingParams
     from llmchat.session import ChatSession, PreparedTurn, TurnResult
+
+
+class DecodedSequence(Protocol):
+    """A sequence decoded alongside others: `ParallelResult` (one context) or `StreamResult` (a server)."""
+
+    @property
+    def key(self) -> Any: ...
+    @property
+    def outcome(self) -> GenerationOutcome: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def t_submit(self) -> float: ...
+
 
 PROGRESS_MODES = ("auto", "bar", "lines", "json", "off")
 MAX_PARALLEL = 64
@@ -183,13 +202,7 @@ class BatchRunner:
         per_seq = context_per_sequence(needed, self.engine.n_ctx)
         tokens_before = progress.tokens
 
-        def on_done(done: ParallelResult) -> None:
-            item, prepared = ready.pop(done.key)
-            if done.error:
-                self._fail(item, done.error, writer, progress)
-                return
-            result = self.session.finish(prepared, done.outcome, done.text, done.seed, t_submit=done.t_submit)
-            self._done(item, result, writer, progress, count_tokens=False)
+        on_done = self._finisher(ready, writer, progress)
 
         def on_step(decoder: ParallelDecoder) -> None:
             progress.set_tokens(tokens_before + decoder.generated_total)
@@ -223,6 +236,22 @@ class BatchRunner:
                 f"{decoder.prompt_reused} reused from the KV cache (shared prefixes)"
             )
 
+    def _finisher(
+        self, ready: dict[int, tuple[BatchItem, PreparedTurn]], writer: InOrder, progress: Progress
+    ) -> Callable[[DecodedSequence], None]:
+        """What happens to a sequence that several were decoded with (in one context or as
+        concurrent streams): finished by `ChatSession.finish`, as a serial turn, then written."""
+
+        def on_done(done: DecodedSequence) -> None:
+            item, prepared = ready.pop(done.key)
+            if done.error:
+                self._fail(item, done.error, writer, progress)
+                return
+            result = self.session.finish(prepared, done.outcome, done.text, done.seed, t_submit=done.t_submit)
+            self._done(item, result, writer, progress, count_tokens=False)
+
+        return on_done
+
     # --- against a server: the same items as N concurrent streams (llmchat.engine.remote.streams) --------
     def _serial_turn(self, item: BatchItem) -> TurnResult:
         """One item through `ChatSession.turn`; against a server, a busy answer (429, 503) or a dropped
@@ -242,18 +271,12 @@ class BatchRunner:
     def _run_streams(
         self, ready: dict[int, tuple[BatchItem, PreparedTurn]], writer: InOrder, progress: Progress
     ) -> None:
-        from llmchat.engine.remote.streams import ConcurrentStreams, StreamItem, StreamResult
+        from llmchat.engine.remote.streams import ConcurrentStreams, StreamItem
 
         streams = ConcurrentStreams(self.engine, min(self.parallel, len(ready)))  # type: ignore[arg-type]
         tokens_before = progress.tokens
 
-        def on_done(done: StreamResult) -> None:
-            item, prepared = ready.pop(done.key)
-            if done.error:
-                self._fail(item, done.error, writer, progress)
-                return
-            result = self.session.finish(prepared, done.outcome, done.text, done.seed, t_submit=done.t_submit)
-            self._done(item, result, writer, progress, count_tokens=False)
+        on_done = self._finisher(ready, writer, progress)
 
         def on_step(running: ConcurrentStreams) -> None:
             progress.set_tokens(tokens_before + running.generated_total)
