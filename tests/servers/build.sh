@@ -3,19 +3,78 @@
 # llama-cpp-python sdist that matches the installed binding, so the server speaks the same
 # llama.cpp as the in-process engine. Debian 12 has no llama.cpp package.
 #
-# The result lands in a cache folder keyed by the version and is reused when present:
-#   ${LLMCHAT_SERVER_CACHE:-$HOME/.cache/llmchat/servers}/<version>/bin/{llama-server,rpc-server}
+#   bash tests/servers/build.sh                 build (or reuse) and print the bin folder
+#   bash tests/servers/build.sh --bin-dir       print the bin folder for this machine, build nothing
+#   bash tests/servers/build.sh --rpc-target D  print the RPC server's target name in build folder D
+#
+# The result lands in a cache folder keyed by everything the binaries depend on: the
+# llama-cpp-python version, this CPU's feature flags, the compiler, and this script (which holds the
+# build options). A cache copied from another machine therefore never matches, and is never run:
+#   ${LLMCHAT_SERVER_CACHE:-$HOME/.cache/llmchat/servers}/<version>/<key>/bin/{llama-server,rpc-server}
 # A full build takes about 10 minutes on 2 cores (llama-server also builds the multimodal library).
 #
-# CPU flags: ggml's AMX kernels die with SIGILL on some CPUs that advertise AMX, so the build is
-# not native; it names the vector extensions it uses (AVX-512 without AMX).
+# CPU flags: the build is native (-march=native), so it uses what this CPU has and nothing it
+# lacks (no AVX-512 on a Zen 3, say). Only AMX is turned off: ggml's AMX kernels die with SIGILL on
+# some virtual machines that advertise AMX. Explicit -mno-amx-* flags win over -march=native in GCC
+# and Clang whatever their order on the command line.
 set -euo pipefail
 
+script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 python_bin="${PYTHON:-python}"
-version="$("$python_bin" -c 'import importlib.metadata as m; print(m.version("llama_cpp_python"))')"
 cache_root="${LLMCHAT_SERVER_CACHE:-$HOME/.cache/llmchat/servers}"
-dest="$cache_root/$version"
 jobs="${BUILD_JOBS:-$(nproc)}"
+
+# The RPC server target was renamed upstream (rpc-server -> ggml-rpc-server); pick whichever the
+# configured build folder has. The whole target list is read before it is searched: `ninja ... |
+# grep -q` under pipefail fails at random, because grep exits at its first match and ninja then
+# dies of SIGPIPE.
+rpc_target() {
+    local targets
+    targets="$(ninja -C "$1" -t targets all)"
+    if grep -q '^ggml-rpc-server:' <<<"$targets"; then
+        echo "ggml-rpc-server"
+    elif grep -q '^rpc-server:' <<<"$targets"; then
+        echo "rpc-server"
+    else
+        echo "build.sh: no RPC server target in $1 (was GGML_RPC turned off?)" >&2
+        return 1
+    fi
+}
+
+cpu_flags() {
+    # The first "flags" line (Linux); elsewhere the compiler's view of the native target.
+    local flags=""
+    if [[ -r /proc/cpuinfo ]]; then
+        flags="$(awk -F: '/^flags[[:space:]]*:/ { print $2; exit }' /proc/cpuinfo)"
+    fi
+    if [[ -z "$flags" ]]; then
+        flags="$(uname -m) $(cc -march=native -dM -E - </dev/null 2>/dev/null | sort | tr '\n' ' ' || true)"
+    fi
+    echo "$flags"
+}
+
+cache_key() {
+    {
+        echo "llama-cpp-python $version"
+        echo "cpu $(cpu_flags)"
+        echo "cc $(cc --version 2>/dev/null | awk 'NR == 1')"
+        echo "cxx $(c++ --version 2>/dev/null | awk 'NR == 1')"
+        cat "$script_dir/build.sh"
+    } | sha256sum | cut -c1-16
+}
+
+if [[ "${1:-}" == "--rpc-target" ]]; then
+    rpc_target "${2:?usage: build.sh --rpc-target BUILD_DIR}"
+    exit 0
+fi
+
+version="$("$python_bin" -c 'import importlib.metadata as m; print(m.version("llama_cpp_python"))')"
+dest="$cache_root/$version/$(cache_key)"
+
+if [[ "${1:-}" == "--bin-dir" ]]; then
+    echo "$dest/bin"
+    exit 0
+fi
 
 if [[ -x "$dest/bin/llama-server" && -x "$dest/bin/rpc-server" ]]; then
     echo "llama.cpp servers for llama-cpp-python $version already built in $dest/bin" >&2
@@ -26,11 +85,11 @@ fi
 work="$dest/work"
 mkdir -p "$work" "$dest/bin"
 
-sdist="$(ls "$work"/llama_cpp_python-"$version".tar.gz 2>/dev/null || true)"
+sdist="$(find "$work" -maxdepth 1 -name "llama_cpp_python-$version.tar.gz" -print)"
 if [[ -z "$sdist" ]]; then
     echo "fetching the llama-cpp-python $version sdist (pip) ..." >&2
     "$python_bin" -m pip download --quiet --no-binary :all: --no-deps --dest "$work" "llama-cpp-python==$version" >&2
-    sdist="$(ls "$work"/llama_cpp_python-"$version".tar.gz)"
+    sdist="$work/llama_cpp_python-$version.tar.gz"
 fi
 
 src="$work/llama_cpp_python-$version"
@@ -38,23 +97,25 @@ if [[ ! -d "$src/vendor/llama.cpp" ]]; then
     tar -xzf "$sdist" -C "$work"
 fi
 
+no_amx=""
+if [[ "$(uname -m)" == "x86_64" ]]; then
+    no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+fi
+
 build="$work/build"
 cmake -S "$src/vendor/llama.cpp" -B "$build" -G Ninja \
     -DCMAKE_BUILD_TYPE=Release \
     -DGGML_RPC=ON -DLLAMA_CURL=OFF \
-    -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON \
-    -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
+    -DGGML_NATIVE=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
+    -DCMAKE_C_FLAGS="$no_amx" -DCMAKE_CXX_FLAGS="$no_amx" \
+    -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON \
     -DBUILD_SHARED_LIBS=OFF >&2
 
-# The RPC server target was renamed upstream (rpc-server -> ggml-rpc-server); build whichever exists.
-rpc_target="ggml-rpc-server"
-if ! ninja -C "$build" -t targets all 2>/dev/null | grep -q "^ggml-rpc-server:"; then
-    rpc_target="rpc-server"
-fi
-ninja -C "$build" -j "$jobs" llama-server "$rpc_target" >&2
+target="$(rpc_target "$build")"
+ninja -C "$build" -j "$jobs" llama-server "$target" >&2
 
 cp "$build/bin/llama-server" "$dest/bin/llama-server.tmp" && mv "$dest/bin/llama-server.tmp" "$dest/bin/llama-server"
-cp "$build/bin/$rpc_target" "$dest/bin/rpc-server.tmp" && mv "$dest/bin/rpc-server.tmp" "$dest/bin/rpc-server"
+cp "$build/bin/$target" "$dest/bin/rpc-server.tmp" && mv "$dest/bin/rpc-server.tmp" "$dest/bin/rpc-server"
 echo "built llama-server and rpc-server for llama-cpp-python $version in $dest/bin" >&2
 echo "$dest/bin"

@@ -12,7 +12,7 @@ timeout), and it stops at once if the process exits; its log is then part of the
 
 from __future__ import annotations
 
-import importlib.metadata
+import functools
 import os
 import socket
 import subprocess
@@ -29,12 +29,18 @@ HEALTH_POLLS = 1200  # x 0.25 s between polls at most: a server that is not up b
 POLL_PAUSE = 0.25
 
 
-# Read once, at import: tests may point HOME at a temporary folder, but build.sh used the real one.
-_CACHE_ROOT = Path(os.environ.get("LLMCHAT_SERVER_CACHE") or Path.home() / ".cache" / "llmchat" / "servers")
-
-
+@functools.lru_cache(maxsize=1)
 def binaries_dir() -> Path:
-    return _CACHE_ROOT / importlib.metadata.version("llama_cpp_python") / "bin"
+    """The folder build.sh builds into on this machine. build.sh owns the cache key (version, CPU
+    flags, compiler, build options), so it is asked rather than copied. Asked once: tests may point
+    HOME at a temporary folder later, but build.sh used the real one."""
+    env = {**os.environ, "PYTHON": sys.executable}
+    done = subprocess.run(
+        ["bash", str(BUILD_SCRIPT), "--bin-dir"], capture_output=True, text=True, env=env, check=False
+    )
+    if done.returncode != 0:
+        pytest.fail(f"{BUILD_SCRIPT.name} --bin-dir failed: {done.stderr.strip()}", pytrace=False)
+    return Path(done.stdout.strip())
 
 
 def binary(name: str) -> Path:
