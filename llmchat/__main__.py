@@ -1,3 +1,3 @@
-from llmchat.cli import main
+from llmchat.launch import main
 
 main()

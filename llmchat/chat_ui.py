@@ -23,6 +23,7 @@ import sys
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+from llmchat import interrupts
 from llmchat.errors import ContextOverflowError, HistoryError, LlmchatError
 from llmchat.output import StreamPrinter, is_tty, notice
 from llmchat.slash import (
@@ -166,7 +167,7 @@ def interrupt_once() -> Iterator[None]:
             raise KeyboardInterrupt
 
     try:
-        previous = signal.signal(signal.SIGINT, handler)
+        previous = signal.signal(signal.SIGINT, interrupts.interrupt_handler(handler))
     except ValueError:  # not the main thread: keep Python's default behaviour
         yield
         return

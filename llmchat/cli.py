@@ -8,7 +8,6 @@ annotations` here: Typer reads the annotations at run time.)
 
 import errno
 import os
-import signal
 import sys
 from typing import Optional
 
@@ -19,6 +18,7 @@ try:  # recent Typer vendors its own copy of click; its exceptions are the ones 
 except ImportError:  # pragma: no cover - older Typer
     import click  # type: ignore[no-redef,unused-ignore]
 
+from llmchat import interrupts
 from llmchat.commands import ask, batch, bench, cache, chat, config, history, info, models, schema, template
 from llmchat.errors import ExitCode, LlmchatError
 
@@ -120,19 +120,6 @@ def report_error(message: str) -> None:
     sys.stderr.flush()
 
 
-_terminated = False
-
-
-def _terminate(signum, frame) -> None:
-    # SIGTERM unwinds like Ctrl-C (finally blocks close history and outputs), then exits 143.
-    # Only the first one: a second SIGTERM must not cut that cleanup short (SIGKILL still works).
-    global _terminated
-    if _terminated:
-        return
-    _terminated = True
-    raise SystemExit(int(ExitCode.TERMINATED))
-
-
 def _from_broken_pipe(exc: BaseException) -> bool:
     """Whether an exit was caused by writing to a closed stdout. Typer turns that into a plain
     sys.exit(1), and rich into SystemExit(1); both raise it while handling the EPIPE error."""
@@ -171,10 +158,13 @@ def _quiet_broken_pipe() -> None:
 def main(argv: Optional[list] = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
-    signal.signal(signal.SIGTERM, _terminate)
+    interrupts.install()  # already done by llmchat.launch; here too for in-process callers
     try:
         # Outside standalone mode, click turns `typer.Exit(code)` into the return value.
         returned = app(args=args, prog_name="llmchat", standalone_mode=False)
+        # A signal that landed inside one of llama.cpp's callbacks late in the run (after the last
+        # decoded token) was recorded, not raised: it still ends the process by its code.
+        interrupts.raise_pending()
         if returned == ExitCode.INTERRUPTED:
             # Typer turns KeyboardInterrupt into a *returned* 130, without a word: say it here.
             # (batch reports its own interruption and raises SystemExit, which is not returned.)
@@ -182,7 +172,7 @@ def main(argv: Optional[list] = None) -> None:
         if isinstance(returned, int) and returned:
             sys.exit(returned)
     except SystemExit as done:
-        if _terminated:
+        if interrupts.terminated():
             _stopped("terminated (SIGTERM)", ExitCode.TERMINATED)
         if done.code and _from_broken_pipe(done):
             _quiet_broken_pipe()

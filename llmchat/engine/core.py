@@ -20,6 +20,7 @@ from typing import Any, Generator, Iterator, Mapping, Sequence
 import llama_cpp
 import numpy as np
 
+from llmchat import interrupts
 from llmchat.engine import logs
 from llmchat.engine.drafting import CountingDrafter, DraftingLlama, DraftModelDrafter, PromptLookupDrafter
 from llmchat.engine.grammar import Grammar
@@ -603,11 +604,20 @@ def _open_llama(
     logs.offloaded.clear()
     try:
         with _library_templates_off(), _model_params(use_extra_bufts=not cpu_has_amx()):
-            return model_class(**kwargs)
+            llm = model_class(**kwargs)
     except (ValueError, RuntimeError, OSError) as err:
+        interrupts.raise_pending()  # a load aborted by Ctrl-C is an interruption, not a bad file
         reason = logs.first_error() or str(err)
     except Exception as err:  # the library's Python side of loading; never a traceback
+        interrupts.raise_pending()
         reason = logs.first_error() or f"{type(err).__name__}: {err}"
+    else:
+        try:
+            interrupts.raise_pending()  # the signal came in the load's last callbacks
+        except BaseException:
+            llm.close()
+            raise
+        return llm
     reason = " ".join(reason.split())  # one line, whatever the library said
     lowered = reason.lower()
     if "context" in lowered or "alloc" in lowered or "memory" in lowered:
@@ -650,19 +660,30 @@ def cpu_has_amx() -> bool:
     return False
 
 
+@interrupts.native_callback
+def _keep_loading(progress: float, user_data: ctypes.c_void_p) -> bool:
+    """llama.cpp's load progress callback: returning false aborts the load. A Ctrl-C or SIGTERM
+    during the load lands in one of llama.cpp's callbacks and is only recorded there
+    (llmchat.interrupts); this is how it stops the load at once instead of after it."""
+    return not interrupts.pending()
+
+
+_KEEP_LOADING = llama_cpp.llama_progress_callback(_keep_loading)  # module-level: ctypes keeps it alive
+
+
 @contextlib.contextmanager
 def _model_params(*, use_extra_bufts: bool) -> Iterator[None]:
     """Set model parameters that `Llama()` has no keyword for (it builds them from
-    `llama_model_default_params()` inside its constructor)."""
-    if use_extra_bufts:
-        yield
-        return
+    `llama_model_default_params()` inside its constructor): the interruptible load, and the
+    extra buffer types (see `cpu_has_amx`)."""
     module = llama_cpp.llama.llama_cpp
     original = module.llama_model_default_params
 
     def params() -> llama_cpp.llama_model_params:
         value = original()
-        value.use_extra_bufts = False
+        value.progress_callback = _KEEP_LOADING
+        if not use_extra_bufts:
+            value.use_extra_bufts = False
         return value
 
     module.llama_model_default_params = params

@@ -21,6 +21,8 @@ from collections import deque
 
 import llama_cpp
 
+from llmchat import interrupts
+
 GGML_LOG_LEVEL_DEBUG = 1  # per-tensor and per-layer lines: thousands per load, not shown
 GGML_LOG_LEVEL_ERROR = 4
 GGML_LOG_LEVEL_CONT = 5  # continuation of the previous line, same level
@@ -34,6 +36,7 @@ offloaded: dict[str, int] = {}
 
 
 @llama_cpp.llama_log_callback
+@interrupts.native_callback  # a Ctrl-C landing here is deferred, not dropped (llmchat.interrupts)
 def _on_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     message = text.decode("utf-8", errors="replace")
     if level == GGML_LOG_LEVEL_CONT:

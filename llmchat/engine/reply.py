@@ -19,6 +19,7 @@ import codecs
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from llmchat import interrupts
 from llmchat.stopping import LoopDetector, StopMatcher
 
 if TYPE_CHECKING:
@@ -87,6 +88,7 @@ class ReplyAssembler:
 
     def add(self, token: int, now: float) -> str:
         """Account for one sampled token. Sets `done` (and the finish reason) when the reply ends."""
+        interrupts.raise_pending()  # a Ctrl-C that landed in one of llama.cpp's callbacks meanwhile
         outcome = self.outcome
         if outcome.t_first_token is None:
             outcome.t_first_token = now

@@ -1,0 +1,115 @@
+"""Ctrl-C and SIGTERM that are never lost, from the first line of llmchat's code to its exit.
+
+Python runs a signal handler between bytecodes of the main thread. While llama.cpp loads a model
+it calls back into Python thousands of times (the log callback, the load progress callback), so
+that is where a signal's handler usually runs. An exception raised inside a ctypes callback cannot
+leave it: ctypes reports it as "unraisable" and drops it. With Python's default handler a Ctrl-C
+during the load vanished that way, and the command went on to answer in full and exit 0.
+
+So llmchat's handler looks at where it runs. Outside a callback it raises at once, as Python's
+would (KeyboardInterrupt for SIGINT, SystemExit(143) for SIGTERM). Inside one it only records the
+signal; the callbacks and the code around every native call then act on the record:
+- the load progress callback returns false, which makes llama.cpp abort the load;
+- `raise_pending()` raises the recorded signal's exception at the next safe point (after the
+  load, at each decoded token, and before the process exits).
+
+This module imports only the standard library: `llmchat.launch` installs it before anything else.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the start-up path stays free of typing's import
+    from types import CodeType, FrameType
+    from typing import Any, Callable, TypeVar
+
+    F = TypeVar("F", bound=Callable[..., Any])
+
+TERMINATED_EXIT = 143  # 128 + SIGTERM, as a shell reports a process ended by it
+
+_callback_codes: set[CodeType] = set()
+# llama-cpp-python installs its own log callback on import, before llmchat replaces it.
+_CALLBACK_FILES = ("llama_cpp/_logger.py", "llama_cpp\\_logger.py")
+
+_state: dict[str, Any] = {"pending": None, "terminated": False, "installed": False}
+
+
+def native_callback(function: "F") -> "F":
+    """Mark a function that C code calls through ctypes: a signal landing in it is deferred."""
+    _callback_codes.add(function.__code__)
+    return function
+
+
+def _inside_callback(frame: FrameType | None) -> bool:
+    while frame is not None:
+        code = frame.f_code
+        if code in _callback_codes or code.co_filename.endswith(_CALLBACK_FILES):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _exception_for(signum: int) -> BaseException:
+    if signum == signal.SIGTERM:
+        return SystemExit(TERMINATED_EXIT)
+    return KeyboardInterrupt()
+
+
+def _handle(signum: int, frame: FrameType | None) -> None:
+    if signum == signal.SIGTERM:
+        # Only the first SIGTERM: a second one must not cut the cleanup short (SIGKILL still works).
+        if _state["terminated"]:
+            return
+        _state["terminated"] = True
+    if _inside_callback(frame):
+        if _state["pending"] is None or signum == signal.SIGTERM:
+            _state["pending"] = signum
+        return
+    _state["pending"] = None
+    raise _exception_for(signum)
+
+
+def install() -> None:
+    """Route SIGINT and SIGTERM through `_handle` (idempotent; only the main thread may do it)."""
+    if _state["installed"]:
+        return
+    try:
+        signal.signal(signal.SIGINT, _handle)
+        signal.signal(signal.SIGTERM, _handle)
+    except ValueError:  # not the main thread (an embedding application): leave its handlers alone
+        return
+    _state["installed"] = True
+
+
+def pending() -> bool:
+    """Whether a signal arrived inside a native callback and has not been raised yet."""
+    return _state["pending"] is not None
+
+
+def raise_pending() -> None:
+    """Raise the exception of a signal that arrived inside a native callback, if any."""
+    signum = _state["pending"]
+    if signum is not None:
+        _state["pending"] = None
+        raise _exception_for(signum)
+
+
+def terminated() -> bool:
+    """Whether a SIGTERM arrived (the exit is then 143 whatever unwinding raised)."""
+    return bool(_state["terminated"])
+
+
+def interrupt_handler(handler: Callable[[int, Any], None]) -> Callable[[int, Any], None]:
+    """Wrap a SIGINT handler of the caller's own (chat's "first Ctrl-C only" rule) so that it, too,
+    defers inside native callbacks instead of having its exception dropped."""
+
+    def wrapped(signum: int, frame: FrameType | None) -> None:
+        if _inside_callback(frame):
+            if _state["pending"] is None:
+                _state["pending"] = signum
+            return
+        handler(signum, frame)
+
+    return wrapped

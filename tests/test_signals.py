@@ -1,0 +1,127 @@
+"""No signal is ever lost, whenever it comes.
+
+A signal is sent at many moments of a real `ask` on the bundled model, not at one lucky one: every
+20 ms from 0 to 400 ms after the process starts (Python's start-up, llmchat's imports, the model
+load), and every 10 ms from 50 to 110 ms after the `model:` line (inside the load, where llama.cpp
+calls back into Python thousands of times and a Ctrl-C used to vanish). Each run must end by the
+signal: exit 130 (143 for SIGTERM) with one `llmchat:` line and no traceback, or, when the signal
+beat llmchat's own code (Python's start-up), killed by it with no line of llmchat's code in any
+traceback. Never exit 0: the reply asked for takes seconds, far longer than the latest signal.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_robustness import LONG_REPLY, assert_clean_failure, env_for, finish, wait_for_line
+
+pytestmark = pytest.mark.slow
+
+ASK = ("ask", "--no-history", "-t", "1", "--ctx", "512", "-n", "300", LONG_REPLY)
+AFTER_START_MS = range(0, 401, 20)
+AFTER_MODEL_LINE_MS = range(50, 111, 10)
+REPEATS = 3
+# A traceback line that points into llmchat's own files.
+LLMCHAT_FRAME = re.compile(r'File "[^"]*[/\\]llmchat[/\\]')
+
+
+def start(home: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "llmchat", *ASK],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env_for(home),
+    )
+
+
+def assert_ended_by(result, sig: signal.Signals, code: int, word: str, when: str) -> None:
+    where = f"signal {sig.name} {when}"
+    assert result.returncode != 0, f"{where}: exit 0 (the signal was lost); stdout: {result.stdout[:200]!r}"
+    if result.returncode == -sig:
+        # Killed by the signal before llmchat's handlers were in place: Python's start-up.
+        assert not LLMCHAT_FRAME.search(result.stderr), f"{where}: a traceback from llmchat's code: {result.stderr}"
+        return
+    assert_clean_failure(result, code, word)
+
+
+def sweep_after_start(home: Path, sig: signal.Signals, code: int, word: str, delays_ms, repeats: int) -> list:
+    outcomes = []
+    for _ in range(repeats):
+        for delay in delays_ms:
+            began = time.monotonic()
+            proc = start(home)
+            time.sleep(max(0.0, began + delay / 1000 - time.monotonic()))
+            proc.send_signal(sig)
+            result = finish(proc)
+            assert_ended_by(result, sig, code, word, f"{delay} ms after start")
+            outcomes.append(result.returncode)
+    return outcomes
+
+
+def sweep_after_model_line(home: Path, sig: signal.Signals, code: int, word: str, delays_ms, repeats: int) -> list:
+    outcomes = []
+    for _ in range(repeats):
+        for delay in delays_ms:
+            proc = start(home)
+            seen = wait_for_line(proc.stderr, "model:")
+            time.sleep(delay / 1000)
+            proc.send_signal(sig)
+            result = finish(proc, stderr_head="".join(seen))
+            assert_ended_by(result, sig, code, word, f"{delay} ms after the model line")
+            outcomes.append(result.returncode)
+    return outcomes
+
+
+def test_sigint_from_start_to_load_is_never_lost(isolated_home):
+    home = isolated_home
+    outcomes = sweep_after_start(home, signal.SIGINT, 130, "interrupted", AFTER_START_MS, REPEATS)
+    # The sweep reached llmchat's own handling (not only Python's start-up).
+    assert outcomes.count(130) >= len(AFTER_START_MS)
+
+
+def test_sigint_inside_the_model_load_is_never_lost(isolated_home):
+    home = isolated_home
+    outcomes = sweep_after_model_line(home, signal.SIGINT, 130, "interrupted", AFTER_MODEL_LINE_MS, REPEATS)
+    assert set(outcomes) == {130}
+
+
+def test_sigterm_from_start_to_load_is_never_lost(isolated_home):
+    home = isolated_home
+    sweep_after_start(home, signal.SIGTERM, 143, "terminated", range(0, 401, 40), 1)
+    sweep_after_model_line(home, signal.SIGTERM, 143, "terminated", AFTER_MODEL_LINE_MS, 1)
+
+
+def test_pending_signal_is_raised_at_the_next_safe_point():
+    """The mechanism itself: a signal that lands inside a native callback is recorded, not raised
+    (an exception there would be dropped by ctypes), and raised at the next checkpoint."""
+    from llmchat import interrupts
+
+    interrupts.install()
+    seen = []
+
+    @interrupts.native_callback
+    def callback() -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        # The handler runs at the next bytecode boundary, still inside this function.
+        for _ in range(1000):
+            seen.append(interrupts.pending())
+
+    callback()
+    assert any(seen), "the signal was not recorded inside the callback"
+    assert interrupts.pending()
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.raise_pending()
+    assert not interrupts.pending()
+    with pytest.raises(KeyboardInterrupt):  # outside a callback it raises at once, as Python's would
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):
+            pass
