@@ -22,7 +22,32 @@ def main() -> None:
         if interrupts.terminated():
             _stopped("terminated (SIGTERM)", interrupts.TERMINATED_EXIT)
         raise
-    run()
+    try:
+        run()
+    except SystemExit as done:
+        if done.code in (130, interrupts.TERMINATED_EXIT):
+            _exit_now(int(done.code))
+        raise
+
+
+def _exit_now(code: int) -> None:
+    """Exit with `code` exactly, skipping the interpreter's final teardown.
+
+    CPython 3.11 remembers any KeyboardInterrupt that passed through code compiled from a string
+    (dataclasses build their methods with exec(), so a Ctrl-C during an import can go through
+    one), even when it was caught later, and then kills the process with SIGINT after its teardown
+    instead of exiting 130. Everything llmchat opened is closed by now (the `finally` blocks ran);
+    what is left is flushing the streams and the exit handlers."""
+    import atexit
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    atexit._run_exitfuncs()
+    os._exit(code)
 
 
 def _stopped(message: str, code: int) -> None:

@@ -8,8 +8,7 @@
 #   bash tests/servers/build.sh --rpc-target D  print the RPC server's target name in build folder D
 #
 # The result lands in a cache folder keyed by everything the binaries depend on: the
-# llama-cpp-python version, this CPU's feature flags, the compiler, and this script (which holds the
-# build options). A cache copied from another machine therefore never matches, and is never run:
+# llama-cpp-python version, this CPU's feature flags, the compiler, and the build options. A cache copied from another machine therefore never matches, and is never run:
 #   ${LLMCHAT_SERVER_CACHE:-$HOME/.cache/llmchat/servers}/<version>/<key>/bin/{llama-server,rpc-server}
 # A full build takes about 10 minutes on 2 cores (llama-server also builds the multimodal library).
 #
@@ -58,13 +57,28 @@ cpu_flags() {
     echo "$flags"
 }
 
+no_amx=""
+if [[ "$(uname -m)" == "x86_64" ]]; then
+    no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+fi
+# Everything the build is configured with; part of the cache key.
+cmake_options=(
+    -DCMAKE_BUILD_TYPE=Release
+    -DGGML_RPC=ON -DLLAMA_CURL=OFF
+    -DGGML_NATIVE=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+    "-DCMAKE_C_FLAGS=$no_amx" "-DCMAKE_CXX_FLAGS=$no_amx"
+    -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON
+    -DBUILD_SHARED_LIBS=OFF
+)
+
 cache_key() {
     {
         echo "llama-cpp-python $version"
         echo "cpu $(cpu_flags)"
         echo "cc $(cc --version 2>/dev/null | awk 'NR == 1')"
         echo "cxx $(c++ --version 2>/dev/null | awk 'NR == 1')"
-        cat "$script_dir/build.sh"
+        printf '%s\n' "${cmake_options[@]}"
     } | sha256sum | cut -c1-16
 }
 
@@ -102,20 +116,8 @@ if [[ ! -d "$src/vendor/llama.cpp" ]]; then
     tar -xzf "$sdist" -C "$work"
 fi
 
-no_amx=""
-if [[ "$(uname -m)" == "x86_64" ]]; then
-    no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-fi
-
 build="$work/build"
-cmake -S "$src/vendor/llama.cpp" -B "$build" -G Ninja \
-    -DCMAKE_BUILD_TYPE=Release \
-    -DGGML_RPC=ON -DLLAMA_CURL=OFF \
-    -DGGML_NATIVE=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
-    -DCMAKE_C_FLAGS="$no_amx" -DCMAKE_CXX_FLAGS="$no_amx" \
-    -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON \
-    -DBUILD_SHARED_LIBS=OFF >&2
+cmake -S "$src/vendor/llama.cpp" -B "$build" -G Ninja "${cmake_options[@]}" >&2
 
 target="$(rpc_target "$build")"
 ninja -C "$build" -j "$jobs" llama-server "$target" >&2
