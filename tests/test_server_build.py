@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.servers.harness import BUILD_SCRIPT, binaries_dir
+from tests.servers.harness import BUILD_SCRIPT, binaries_dir, build_script_env
 
 pytestmark = pytest.mark.server
 
@@ -37,7 +36,7 @@ def test_rpc_target_choice_is_right_every_time():
     names = {line.split(":", 1)[0] for line in listing.splitlines()}
     expected = "ggml-rpc-server" if "ggml-rpc-server" in names else "rpc-server"
     assert expected in names
-    env = {**os.environ, "PYTHON": sys.executable}
+    env = build_script_env()
     choices = [
         subprocess.run(["bash", str(BUILD_SCRIPT), "--rpc-target", str(build)], capture_output=True, text=True, env=env)
         for _ in range(RUNS)
@@ -65,8 +64,7 @@ def test_build_is_native_without_amx():
 
 
 def bin_dir_for(cpu_flags: str | None) -> str:
-    env = {**os.environ, "PYTHON": sys.executable}
-    env.pop("LLMCHAT_BUILD_CPU_FLAGS", None)
+    env = build_script_env()
     if cpu_flags is not None:
         env["LLMCHAT_BUILD_CPU_FLAGS"] = cpu_flags
     done = subprocess.run(["bash", str(BUILD_SCRIPT), "--bin-dir"], capture_output=True, text=True, env=env, check=True)

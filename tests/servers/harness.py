@@ -29,12 +29,22 @@ HEALTH_POLLS = 1200  # x 0.25 s between polls at most: a server that is not up b
 POLL_PAUSE = 0.25
 
 
+# Read at import: tests point HOME at a temporary folder, but build.sh used the real one.
+_REAL_HOME = os.environ.get("HOME", str(Path.home()))
+
+
+def build_script_env() -> dict[str, str]:
+    """The environment build.sh ran in: the real HOME (its cache folder) and this Python."""
+    env = {**os.environ, "PYTHON": sys.executable, "HOME": _REAL_HOME}
+    env.pop("LLMCHAT_BUILD_CPU_FLAGS", None)
+    return env
+
+
 @functools.lru_cache(maxsize=1)
 def binaries_dir() -> Path:
     """The folder build.sh builds into on this machine. build.sh owns the cache key (version, CPU
-    flags, compiler, build options), so it is asked rather than copied. Asked once: tests may point
-    HOME at a temporary folder later, but build.sh used the real one."""
-    env = {**os.environ, "PYTHON": sys.executable}
+    flags, compiler, build options), so it is asked rather than copied."""
+    env = build_script_env()
     done = subprocess.run(
         ["bash", str(BUILD_SCRIPT), "--bin-dir"], capture_output=True, text=True, env=env, check=False
     )
