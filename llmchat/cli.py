@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover - older Typer
     import click  # type: ignore[no-redef,unused-ignore]
 
 from llmchat import interrupts
-from llmchat.commands import ask, batch, bench, cache, chat, config, history, info, models, schema, template
+from llmchat.commands import ask, batch, bench, cache, chat, config, history, info, models, schema, template, tools
 from llmchat.errors import ExitCode, LlmchatError
 
 EXIT_CODES_HELP = (
@@ -79,6 +79,10 @@ app.add_typer(cache_app, name="cache")
 schema_app = typer.Typer(no_args_is_help=True, help="Structured output: see what a --schema holds the model to.")
 schema_app.command("show")(schema.show)
 app.add_typer(schema_app, name="schema")
+
+tools_app = typer.Typer(no_args_is_help=True, help="Tools the model can call: functions, commands, MCP servers.")
+tools_app.command("list")(tools.list_command)
+app.add_typer(tools_app, name="tools")
 
 
 def _print_version(value: bool) -> None:

@@ -28,6 +28,14 @@ Example (`llmchat config path` prints where it lives):
     [schemas]                    # llmchat ask --schema movie "..."
     movie = "title, year int, genres list[str]"
 
+    [tools.weather]              # a command the model may call (argv list, no shell): llmchat tools list
+    command = ["weather-cli", "{city}"]
+    description = "Today's weather for a city"
+    parameters = { type = "object", properties = { city = { type = "string" } }, required = ["city"] }
+
+    [mcp.time]                   # an MCP server over stdio; its tools are named time_TOOL
+    command = "mcp-server-time"
+
     [models.qwen]                # an alias: llmchat chat -m qwen
     path = "~/models/qwen2.5-1.5b-instruct-q4_k_m.gguf"
     template = "qwen2.5"
@@ -70,6 +78,8 @@ _TOP_LEVEL = {
     "thinking_budget": int,
     "hide_thinking": bool,
     "schemas": dict,
+    "tools": dict,  # [tools.NAME]: checked by llmchat.tools.command_tools when used
+    "mcp": dict,  # [mcp.NAME]: checked by llmchat.tools.mcp_client when used
 }
 _ALIAS_KEYS = {"path": str, "template": str, "ctx": int}
 _SERVER_KEYS = {
@@ -109,6 +119,9 @@ class Config:
     hide_thinking: bool = False
     # Named schemas for --schema NAME: a fields string ("title, year int"), JSON text, or a table.
     schemas: dict[str, Any] = field(default_factory=dict)
+    # Tools the model may call: [tools.NAME] commands and [mcp.NAME] servers (llmchat.tools).
+    tools: dict[str, Any] = field(default_factory=dict)
+    mcp: dict[str, Any] = field(default_factory=dict)
 
     def alias_for_path(self, model_path: Path) -> dict[str, Any]:
         """Per-model settings for a file, whichever way it was named on the command line."""

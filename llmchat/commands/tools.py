@@ -1,0 +1,89 @@
+"""`llmchat tools list`: every tool the model could be offered, with its source and schema.
+
+With no selection it lists everything the config defines ([tools.NAME] commands and every
+[mcp.NAME] server's tools, which means starting those servers); with -T, --functions or --mcp it
+lists exactly that selection, as ask/chat will offer it. Only typer is imported at module level.
+(No `from __future__ import annotations`: Typer reads the annotations at run time.)
+"""
+
+import sys
+from typing import Any, List, Optional
+
+import typer
+
+TOOL_HELP = "A [tools.NAME] from the config, or mcp:SERVER for every tool of an [mcp.SERVER] (repeatable)."
+FUNCTIONS_HELP = (
+    "A Python file whose public functions become tools. This imports and runs that file: use your own code."
+)
+MCP_HELP = 'Start an MCP server over stdio, e.g. --mcp "mcp-server-time --local-timezone UTC" (repeatable).'
+
+
+def list_command(
+    tool: Optional[List[str]] = typer.Option(None, "-T", "--tool", help=TOOL_HELP),
+    functions: Optional[List[str]] = typer.Option(None, "--functions", help=FUNCTIONS_HELP),
+    mcp: Optional[List[str]] = typer.Option(None, "--mcp", help=MCP_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list: name, source, description, parameters."),
+) -> None:
+    """Show each tool: name, source, description and argument schema."""
+    import json
+
+    from llmchat.config import load_config
+    from llmchat.tools.registry import gather_tools
+
+    config = load_config()
+    selected = bool(tool or functions or mcp)
+    with gather_tools(config, tool or (), functions or (), mcp or (), everything_configured=not selected) as toolset:
+        specs = toolset.specs()
+    if as_json:
+        entries = [
+            {
+                "name": spec.name,
+                "source": spec.source,
+                "description": spec.description,
+                "parameters": spec.parameters,
+                "approve": spec.approve,
+            }
+            for spec in specs
+        ]
+        sys.stdout.write(json.dumps(entries, indent=2, ensure_ascii=False) + "\n")
+        return
+    if not specs:
+        sys.stderr.write(
+            "llmchat: no tools: add [tools.NAME] or [mcp.NAME] to the config (llmchat config path), "
+            "or give --functions FILE.py or --mcp COMMAND\n"
+        )
+        return
+    for number, spec in enumerate(specs):
+        if number:
+            typer.echo("")
+        typer.echo(f"{spec.name}  ({spec.source}{', runs without asking' if spec.approve == 'always' else ''})")
+        if spec.description:
+            for line in spec.description.strip().splitlines():
+                typer.echo(f"  {line}")
+        typer.echo("  arguments:" + ("" if spec.parameters.get("properties") else " none"))
+        for line in describe_parameters(spec.parameters):
+            typer.echo(f"    {line}")
+
+
+def describe_parameters(schema: Any) -> List[str]:
+    """One line per argument: name, type, required or optional, and its description."""
+    import json
+
+    required = set(schema.get("required", []))
+    lines = []
+    for name, prop in (schema.get("properties") or {}).items():
+        prop = prop if isinstance(prop, dict) else {}
+        kind = prop.get("type")
+        if "enum" in prop:
+            kind = "one of " + ", ".join(json.dumps(v) for v in prop["enum"])
+        elif isinstance(kind, list):
+            kind = " | ".join(str(k) for k in kind)
+        elif kind == "array" and isinstance(prop.get("items"), dict) and prop["items"].get("type"):
+            kind = f"array of {prop['items']['type']}"
+        text = f"{name}: {kind or 'any'}" + (" (required)" if name in required else "")
+        if "default" in prop:
+            text += f" (default {json.dumps(prop['default'])})"
+        if prop.get("description"):
+            text += f" - {prop['description']}"
+        lines.append(text)
+    return lines

@@ -1,0 +1,14 @@
+"""Tools the model can call: where they come from, how one call runs, and the model's own call format.
+
+One module per job:
+- spec.py: what a tool is (ToolSpec) and what one call left behind (CallRecord);
+- functions.py: `--functions FILE.py`, the public functions of the user's own Python file;
+- command_tools.py: `[tools.NAME]` in the config, a command run as an argv list, never through a shell;
+- mcp_client.py: `[mcp.NAME]` and `--mcp "COMMAND ARGS"`, MCP servers over stdio (the optional `mcp` SDK);
+- registry.py: every source together, with one namespace;
+- approval.py: who may let a call run (a pure decision);
+- execute.py: one call run safely (schema check, timeout, output cap, errors as text);
+- families.py, call_parsers.py, generic.py, prompt.py: the model's own call format.
+
+Nothing here imports llama_cpp; the tool loop that uses these pieces lives with the decode driver.
+"""

@@ -1,0 +1,119 @@
+"""Every tool source together, in one namespace.
+
+`-T NAME` names a `[tools.NAME]` command, `-T mcp:NAME` offers every tool of `[mcp.NAME]`,
+`--functions FILE.py` adds a file's public functions and `--mcp "COMMAND ARGS"` starts a server
+ad hoc. With no selection at all (`llmchat tools list` bare), every configured tool and server is
+gathered. Two tools with one name are refused, naming both sources: nothing is silently shadowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmchat.errors import UsageError
+from llmchat.tools.command_tools import command_tool
+from llmchat.tools.functions import load_functions
+from llmchat.tools.mcp_client import McpConnection, McpServerConfig, parse_mcp_spec, server_from_config
+from llmchat.tools.spec import ToolSpec
+
+MCP_PREFIX = "mcp:"
+
+
+@dataclass
+class ToolSet:
+    """The tools offered for one run, and the MCP servers kept running for them (close() ends them)."""
+
+    tools: dict[str, ToolSpec] = field(default_factory=dict)
+    _stack: ExitStack = field(default_factory=ExitStack, repr=False)
+
+    def add(self, spec: ToolSpec) -> None:
+        existing = self.tools.get(spec.name)
+        if existing is not None:
+            raise UsageError(
+                f"two tools are named {spec.name} ({existing.source} and {spec.source}); rename one of them"
+            )
+        self.tools[spec.name] = spec
+
+    def __enter__(self) -> ToolSet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def specs(self) -> list[ToolSpec]:
+        return list(self.tools.values())
+
+
+def configured_servers(config: Any) -> dict[str, McpServerConfig]:
+    tables = getattr(config, "mcp", None) or {}
+    return {name: server_from_config(name, settings, config.path) for name, settings in tables.items()}
+
+
+def gather_tools(
+    config: Any,
+    tool_names: Sequence[str] = (),
+    functions_files: Sequence[str] = (),
+    mcp_specs: Sequence[str] = (),
+    *,
+    everything_configured: bool = False,
+) -> ToolSet:
+    """The ToolSet for these selections. MCP servers are started here (and stopped by close())."""
+    tool_tables: dict[str, Any] = getattr(config, "tools", None) or {}
+    servers = configured_servers(config)
+    wanted_tools: list[str] = []
+    wanted_servers: list[McpServerConfig] = []
+    if everything_configured:
+        wanted_tools = list(tool_tables)
+        wanted_servers = list(servers.values())
+    for name in tool_names:
+        if name.startswith(MCP_PREFIX):
+            server_name = name[len(MCP_PREFIX) :]
+            if server_name not in servers:
+                known = ", ".join(sorted(servers)) or "none in the config"
+                raise UsageError(f"-T {name}: no [mcp.{server_name}] in the config ({known}); add it or use --mcp")
+            if servers[server_name] not in wanted_servers:
+                wanted_servers.append(servers[server_name])
+        elif name in tool_tables:
+            if name not in wanted_tools:
+                wanted_tools.append(name)
+        else:
+            known = ", ".join(sorted(tool_tables)) or "none in the config"
+            raise UsageError(
+                f"-T {name}: no tool of that name in the config (configured: {known}); "
+                "add a [tools.NAME] table, or use -T mcp:SERVER for an [mcp.SERVER]"
+            )
+    wanted_servers.extend(parse_mcp_spec(spec) for spec in mcp_specs)
+    _check_unique_servers(wanted_servers)
+
+    toolset = ToolSet()
+    try:
+        for name in wanted_tools:
+            toolset.add(command_tool(name, tool_tables[name], config.path))
+        for file in functions_files:
+            for spec in load_functions(file):
+                toolset.add(spec)
+        for server in wanted_servers:
+            connection = toolset._stack.enter_context(McpConnection(server))
+            for spec in connection.tools:
+                toolset.add(spec)
+    except BaseException:
+        toolset.close()
+        raise
+    return toolset
+
+
+def _check_unique_servers(servers: Iterable[McpServerConfig]) -> None:
+    seen: dict[str, McpServerConfig] = {}
+    for server in servers:
+        if server.name in seen:
+            raise UsageError(
+                f"two MCP servers are named {server.name} ({seen[server.name].source or 'config'} and "
+                f"{server.source}); their tools would share the prefix {server.name}_"
+            )
+        seen[server.name] = server
