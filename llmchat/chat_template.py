@@ -319,12 +319,22 @@ def _context(
 ) -> dict[str, Any]:
     # `variables` (enable_thinking, reasoning_effort, --template-var) go first: ours win.
     return {
+        **_tool_template_defaults(),
         **(variables or {}),
         "messages": messages,
         "add_generation_prompt": add_generation_prompt,
         "bos_token": facts.bos_token,
         "eos_token": facts.eos_token,
     }
+
+
+def _tool_template_defaults() -> dict[str, Any]:
+    """Firefunction v2's template reads `functions` (the tools as JSON text) and `datetime` on every
+    render, tools or not; without them it cannot render a plain chat. (llmchat.tools.prompt sets
+    the real values when tools are offered.)"""
+    from datetime import datetime, timezone
+
+    return {"functions": "[]", "datetime": datetime.now(timezone.utc).strftime("%b %d %Y %H:%M:%S GMT")}
 
 
 def render_prompt(

@@ -12,6 +12,10 @@ import typer
 
 MODEL_HELP = "Model: a .gguf path, a name in the models folder, or a config alias."
 TEMPLATE_HELP = "A built-in template name or a path to a .jinja file (overrides the model's own template)."
+TOOLS_HELP = (
+    "Render with these tools: a JSON list of tools (OpenAI-style or {name, description, parameters}), "
+    "or a Python file whose public functions become tools (it is imported: use your own code)."
+)
 
 # The conversation `template show` renders: every role once, ending with a user turn.
 SAMPLE_CONVERSATION = (
@@ -71,8 +75,10 @@ def render(
     no_generation_prompt: bool = typer.Option(
         False, "--no-generation-prompt", help="Leave out the opening of the assistant's reply."
     ),
+    tools_file: Optional[str] = typer.Option(None, "--tools", help=TOOLS_HELP),
 ) -> None:
-    """Print the exact prompt a template makes of a conversation (nothing else, no newline added)."""
+    """Print the exact prompt a template makes of a conversation (nothing else, no newline added).
+    With --tools the messages may hold assistant tool_calls and tool results."""
     from dataclasses import replace
 
     from llmchat.chat_template import ModelFacts, render_prompt, resolve_template
@@ -86,22 +92,62 @@ def render(
     resolved = resolve_template(facts, template, config_choice)
     if resolved.warning:
         sys.stderr.write(f"llmchat: warning: {resolved.warning}\n")
-    rendered = render_prompt(resolved, messages, facts, add_generation_prompt=not no_generation_prompt)
-    sys.stdout.write(rendered.text)
+    if tools_file is not None:
+        text = render_with_tools(resolved, messages, facts, tools_file, not no_generation_prompt)
+    else:
+        text = render_prompt(resolved, messages, facts, add_generation_prompt=not no_generation_prompt).text
+    sys.stdout.write(text)
     sys.stdout.flush()
+
+
+def render_with_tools(resolved: Any, messages: list, facts: Any, tools_file: str, generation_prompt: bool) -> str:
+    """The prompt with a tool list, in the model's own tool format (llmchat.tools.prompt); the
+    format goes to stderr, once."""
+    from llmchat.chat_template import fold_system_messages
+    from llmchat.tools import generic
+    from llmchat.tools.families import GENERIC, detect_family
+    from llmchat.tools.prompt import render_tool_prompt
+    from llmchat.tools.tools_file import read_tools_file
+
+    specs = read_tools_file(tools_file)
+    family = detect_family(resolved.text)
+    if resolved.system_mode == "folded":
+        messages = fold_system_messages(messages)
+    note = generic.NOTICE if family is GENERIC else f"tool call format: {family.label}"
+    sys.stderr.write(f"llmchat: {note}\n")
+    return render_tool_prompt(
+        resolved.text,
+        messages,
+        specs,
+        family=family,
+        bos_token=facts.bos_token,
+        eos_token=facts.eos_token,
+        add_generation_prompt=generation_prompt,
+        label=resolved.source_detail,
+    )
 
 
 def show(
     model: Optional[str] = typer.Option(None, "-m", "--model", help=MODEL_HELP + " Default: the default model."),
     template: Optional[str] = typer.Option(None, "--template", help=TEMPLATE_HELP),
+    tools_file: Optional[str] = typer.Option(None, "--tools", help=TOOLS_HELP),
 ) -> None:
-    """Which template a model gets and why: source, stop strings, system-prompt handling, a sample."""
+    """Which template a model gets and why: source, stop strings, system-prompt handling, tool call
+    format, a sample (with --tools: the sample prompt with those tools)."""
     from llmchat.chat_template import render_prompt, resolve_template
+    from llmchat.tools.families import detect_family
 
     facts, config_choice = model_facts(model)
     resolved = resolve_template(facts, template, config_choice)
     sample = render_prompt(resolved, SAMPLE_CONVERSATION, facts)
-    for line in describe(resolved, facts, sample):
+    lines = describe(resolved, facts, sample)
+    family = detect_family(resolved.text)
+    triggers = f" (a call opens with {_quoted(family.triggers)})" if family.triggers else ""
+    lines.insert(5, f"tool calls:    {family.label}{triggers}")
+    if tools_file is not None:
+        text = render_with_tools(resolved, list(SAMPLE_CONVERSATION[:2]), facts, tools_file, True)
+        lines.extend(["sample with tools (system, user; with the generation prompt):", "-" * 72, text, "-" * 72])
+    for line in lines:
         typer.echo(line)
 
 
