@@ -65,6 +65,7 @@ def test_bare_tools_list_shows_everything_in_the_config(cli, isolated_home):
         ("dying_echo", "config:mcp.dying"),
         ("dying_die", "config:mcp.dying"),
         ("dying_touch", "config:mcp.dying"),
+        ("dying_sleep", "config:mcp.dying"),
     ]
 
 

@@ -303,7 +303,7 @@ def test_a_real_mcp_server_lists_its_tools_as_server_tool_and_answers_a_call():
 
 def test_an_mcp_server_killed_mid_call_is_a_tool_failure_not_a_crash():
     with McpConnection(DYING_SERVER) as connection:
-        assert [spec.name for spec in connection.tools] == ["dying_echo", "dying_die", "dying_touch"]
+        assert [spec.name for spec in connection.tools] == ["dying_echo", "dying_die", "dying_touch", "dying_sleep"]
         assert connection.call("echo", {"text": "still here"}, 30) == "still here"
         with pytest.raises(ToolFailure, match="MCP server dying failed"):
             connection.call("die", {}, 30)
@@ -323,3 +323,28 @@ def test_an_mcp_server_that_cannot_start_is_one_line():
 
 def test_tool_names_are_prefixed_by_the_server():
     assert mcp_client.tool_name("git", "status") == "git_status"
+
+
+def test_a_command_that_never_reads_stdin_still_gets_large_arguments_and_runs():
+    spec = command_tool(
+        "ignores_stdin",
+        {
+            "command": [sys.executable, "-c", "print('ran')"],
+            "parameters": {"type": "object", "properties": {"text": {"type": "string"}}},
+        },
+        "cfg.toml",
+    )
+    assert spec.run({"text": "x" * 1_000_000}, 30).strip() == "ran"  # far beyond a pipe's buffer
+
+
+def test_sequence_hints_are_arrays():
+    from collections.abc import Sequence
+
+    assert type_schema(Sequence[int]) == {"type": "array", "items": {"type": "integer"}}
+
+
+def test_an_mcp_call_past_its_timeout_is_a_tool_failure_and_the_server_still_answers():
+    with McpConnection(DYING_SERVER) as connection:
+        with pytest.raises(ToolFailure, match="MCP server dying did not answer within 0.5 s"):
+            connection.call("sleep", {"seconds": 600}, 0.5)
+        assert connection.call("echo", {"text": "next"}, 30) == "next"

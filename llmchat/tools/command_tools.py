@@ -151,12 +151,11 @@ def run_command(template: list[str], arguments: dict[str, Any], timeout_s: float
         raise ToolFailure(f"cannot start {argv[0]}: {err.strerror or err}") from None
     stdout = _BoundedReader(process.stdout)
     stderr = _BoundedReader(process.stderr)
-    try:
-        assert process.stdin is not None
-        process.stdin.write(json.dumps(arguments, ensure_ascii=False).encode() + b"\n")
-        process.stdin.close()
-    except BrokenPipeError:
-        pass  # the command does not read stdin: fine
+    # Written from a thread: a command that never reads stdin must not block us on a full pipe.
+    feeder = threading.Thread(
+        target=_feed, args=(process.stdin, json.dumps(arguments, ensure_ascii=False).encode() + b"\n"), daemon=True
+    )
+    feeder.start()
     try:
         status = process.wait(timeout_s)
     except subprocess.TimeoutExpired:
@@ -172,6 +171,16 @@ def run_command(template: list[str], arguments: dict[str, Any], timeout_s: float
         reason = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
         raise ToolFailure(f"{argv[0]} {reason}{detail}")
     return stdout.text()
+
+
+def _feed(pipe: IO[bytes] | None, data: bytes) -> None:
+    if pipe is None:
+        return
+    try:
+        with pipe:
+            pipe.write(data)
+    except (BrokenPipeError, OSError):
+        pass  # the command does not read stdin, or exited first: fine
 
 
 def _kill_group(process: subprocess.Popen) -> None:

@@ -11,6 +11,7 @@ Google-style `Args:` entry or Sphinx-style `:param name:` line.
 
 from __future__ import annotations
 
+import collections.abc
 import hashlib
 import importlib.util
 import inspect
@@ -124,7 +125,7 @@ def type_schema(hint: Any) -> dict[str, Any]:
         if len(members) == 1:  # Optional[X]: the value is X; leaving it out is what "optional" means
             return type_schema(members[0])
         return {"anyOf": [type_schema(a) for a in args]}
-    if hint in (list, tuple, set, frozenset) or origin in (list, tuple, set, frozenset, typing.Sequence):
+    if hint in (list, tuple, set, frozenset) or origin in (list, tuple, set, frozenset, collections.abc.Sequence):
         if origin is tuple and args and args[-1] is not Ellipsis:  # tuple[int, str]: fixed positions
             return {"type": "array", "prefixItems": [type_schema(a) for a in args], "minItems": len(args)}
         return {"type": "array", **({"items": type_schema(args[0])} if args else {})}

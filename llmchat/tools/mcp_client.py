@@ -195,7 +195,7 @@ class McpConnection:
         import anyio
 
         with anyio.fail_after(timeout_s):
-            return await self._client.call_tool(tool, arguments)
+            return await self._client.call_tool(tool, arguments, read_timeout_seconds=timeout_s)
 
     def _failure(self, err: BaseException) -> str:
         message = _describe(err)
