@@ -1,0 +1,156 @@
+"""The grammar of a tool call in a family's own syntax, with each tool's arguments held to its schema.
+
+call_grammar(family, tools) gives a GBNF grammar whose root is one complete call (several for the
+families that write a list), starting at the family's opening text (its trigger), so that:
+- with `--tool-choice required` (or a tool's name) the gate holds the reply to it from the first token;
+- with `auto` a lazy gate switches it on where the trigger appears and feeds the trigger text
+  through it first, as llama.cpp's lazy grammars do.
+Each tool's arguments come from llmchat's own JSON Schema converter (engine.grammar, which refuses
+what it cannot enforce), its rules renamed per tool so that tools cannot collide. Qwen3-Coder's
+XML holds the function and parameter names; its values are free text (they are not JSON).
+End-of-turn tokens after a call (`<|call|>`, `<|im_end|>`) are left to the stop rules.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from llmchat.engine.grammar import Grammar, schema_to_gbnf
+from llmchat.tools import generic
+from llmchat.tools.families import GENERIC, Family
+from llmchat.tools.spec import ToolSpec
+
+_RULE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*) ::= ", re.MULTILINE)
+# A GBNF body: quoted literals and character classes are kept whole; bare words are rule references.
+_BODY_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|[A-Za-z][A-Za-z0-9-]*')
+WS = 'ws ::= | " " | "\\n" [ \\t]{0,20}'
+
+
+@dataclass(frozen=True)
+class ToolGrammar:
+    grammar: Grammar
+    triggers: tuple[str, ...]  # where a lazy gate switches on; () = from the first token
+
+
+def literal(text: str) -> str:
+    """A GBNF string literal for text (JSON escaping is GBNF's escaping for these characters)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def prefixed_schema_rules(schema: dict, prefix: str) -> str:
+    """The schema's grammar with every rule renamed `PREFIX-NAME` (its root becomes `PREFIX-root`)."""
+    gbnf = schema_to_gbnf(schema)
+    names = set(_RULE.findall(gbnf))
+
+    def rename_body(body: str) -> str:
+        return _BODY_TOKEN.sub(lambda m: f"{prefix}-{m.group(0)}" if m.group(0) in names else m.group(0), body)
+
+    lines = []
+    for line in gbnf.splitlines():
+        match = _RULE.match(line)
+        if match:
+            lines.append(f"{prefix}-{match.group(1)} ::= {rename_body(line[match.end() :])}")
+        elif line.strip():
+            lines.append(rename_body(line))
+    return "\n".join(lines)
+
+
+def _json_call(name: str, args_rule: str, name_key: str = "name", args_key: str = "arguments") -> str:
+    return (
+        f'"{{" ws {literal(json.dumps(name_key))} ws ":" ws {literal(json.dumps(name))} ws "," ws '
+        f'{literal(json.dumps(args_key))} ws ":" ws {args_rule} ws "}}"'
+    )
+
+
+def _list_of(item: str) -> str:
+    return f'"[" ws {item} (ws "," ws {item})* ws "]"'
+
+
+def _per_family(family: Family, tools: Sequence[ToolSpec]) -> tuple[str, list[str]]:
+    """(root body, extra rules) for this family; `tN-root` is tool N's arguments."""
+    rules: list[str] = []
+    calls = []
+    for index, spec in enumerate(tools):
+        args = f"t{index}-root"
+        call_rule = f"t{index}-call"
+        body = _CALL_BODY[family.id](spec, args, index, rules)
+        rules.append(f"{call_rule} ::= {body}")
+        calls.append(call_rule)
+    rules.append(f"call ::= {' | '.join(calls)}")
+    return _ROOT[family.id], rules
+
+
+def _qwen3_coder_call(spec: ToolSpec, args: str, index: int, rules: list[str]) -> str:
+    names = list(spec.parameters.get("properties", {}))
+    param = f"t{index}-param"
+    choice = " | ".join(literal(name) for name in names) or '"_"'
+    rules.append(f'{param} ::= "<parameter=" ({choice}) ">\\n" xml-value "\\n</parameter>\\n"')
+    return f'"<function=" {literal(spec.name)} ">\\n" {param}* "</function>"'
+
+
+_CALL_BODY: dict[str, Callable[[ToolSpec, str, int, list[str]], str]] = {
+    "hermes": lambda s, a, i, r: _json_call(s.name, a),
+    "granite": lambda s, a, i, r: _json_call(s.name, a),
+    "firefunction_v2": lambda s, a, i, r: _json_call(s.name, a),
+    "llama3": lambda s, a, i, r: _json_call(s.name, a, args_key="parameters"),
+    "mistral_nemo": lambda s, a, i, r: (
+        f'"{{" ws "\\"name\\"" ws ":" ws {literal(json.dumps(s.name))} ws "," ws "\\"arguments\\"" ws ":" ws {a} '
+        f'ws "," ws "\\"id\\"" ws ":" ws "\\"" [a-zA-Z0-9]{{9}} "\\"" ws "}}"'
+    ),
+    "command_r7b": lambda s, a, i, r: (
+        f'"{{" ws "\\"tool_call_id\\"" ws ":" ws "\\"" [0-9]+ "\\"" ws "," ws "\\"tool_name\\"" ws ":" ws '
+        f'{literal(json.dumps(s.name))} ws "," ws "\\"parameters\\"" ws ":" ws {a} ws "}}"'
+    ),
+    "functionary_v3_1": lambda s, a, i, r: f'"<function=" {literal(s.name)} ">" {a} "</function>"',
+    "functionary_v3_2": lambda s, a, i, r: f'{literal(s.name)} "\\n" {a}',
+    "deepseek_r1": lambda s, a, i, r: (
+        f'"<｜tool▁call▁begin｜>function<｜tool▁sep｜>" {literal(s.name)} "\\n```json\\n" {a} "\\n```<｜tool▁call▁end｜>"'
+    ),
+    "gpt_oss": lambda s, a, i, r: (
+        f'"<|channel|>commentary to=functions." {literal(s.name)} " <|constrain|>json<|message|>" {a}'
+    ),
+    "qwen3_coder": _qwen3_coder_call,
+}
+
+_ROOT: dict[str, str] = {
+    "hermes": '"<tool_call>" ws call ws "</tool_call>"',
+    "qwen3_coder": '"<tool_call>\\n" call "\\n</tool_call>"',
+    "granite": '"<|tool_call|>" ' + _list_of("call"),
+    "firefunction_v2": '" functools" ' + _list_of("call"),
+    "mistral_nemo": '"[TOOL_CALLS]" ' + _list_of("call"),
+    "command_r7b": '"<|START_ACTION|>" ' + _list_of("call") + ' "<|END_ACTION|>"',
+    "llama3": "call",
+    "functionary_v3_1": "call",
+    "functionary_v3_2": "call",
+    "deepseek_r1": '"<｜tool▁calls▁begin｜>" call ("\\n" call)* "<｜tool▁calls▁end｜>"',
+    "gpt_oss": "call",
+}
+
+
+def call_grammar(family: Family, tools: Sequence[ToolSpec]) -> ToolGrammar:
+    """The grammar of one reply that calls one of `tools` in `family`'s syntax. A schema the
+    converter cannot enforce is a UsageError naming the tool."""
+    if not tools:
+        raise ValueError("a call grammar needs at least one tool")
+    if family is GENERIC:
+        text = schema_to_gbnf(generic.reply_schema(tools))
+        return ToolGrammar(Grammar(text, "the generic tool reply"), ())
+    root, rules = _per_family(family, tools)
+    parts = [f"root ::= {root}", *rules, WS]
+    if family.id == "qwen3_coder":
+        parts.append("xml-value ::= [^<]*")
+    for index, spec in enumerate(tools):
+        parts.append(_tool_rules(spec, f"t{index}"))
+    return ToolGrammar(Grammar("\n".join(parts) + "\n", f"the {family.label} tool call"), family.triggers)
+
+
+def _tool_rules(spec: ToolSpec, prefix: str) -> str:
+    from llmchat.errors import UsageError
+
+    try:
+        return prefixed_schema_rules(spec.parameters, prefix)
+    except UsageError as err:
+        raise UsageError(f"tool {spec.name} ({spec.source}): its parameters schema: {err}") from None

@@ -1,0 +1,103 @@
+"""Tool-call grammars per family, checked with llama.cpp's own grammar engine on SmolLM2's vocabulary."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import pytest
+
+from llmchat.errors import UsageError
+from llmchat.tools.call_parsers import strip_end_markers
+from llmchat.tools.families import FAMILIES, GENERIC, call_text, family_by_id
+from llmchat.tools.functions import function_spec
+from llmchat.tools.grammar import call_grammar
+
+
+def get_weather(city: str, days: int = 1) -> str:
+    """Weather forecast for a city."""
+    return "sunny"
+
+
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+TOOLS = [function_spec(get_weather, "t"), function_spec(add, "t")]
+
+
+@pytest.fixture(scope="module")
+def vocab(smollm2_path):
+    import llama_cpp
+
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = llama_cpp.llama_model_load_from_file(str(smollm2_path).encode(), params)
+    assert model
+    yield llama_cpp.llama_model_get_vocab(model)
+    llama_cpp.llama_model_free(model)
+
+
+def grammar_accepts(vocab, gbnf: str, text: str) -> bool:
+    """Whether llama.cpp's grammar sampler lets the model write exactly `text` and then stop."""
+    import llama_cpp
+
+    sampler = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
+    assert sampler, "llama.cpp could not parse the grammar"
+    data = text.encode()
+    tokens = (llama_cpp.llama_token * (len(data) + 8))()
+    n = llama_cpp.llama_tokenize(vocab, data, len(data), tokens, len(tokens), False, False)
+    assert n >= 0
+    ids = list(tokens[:n]) + [llama_cpp.llama_vocab_eos(vocab)]
+    try:
+        for token in ids:
+            one = (llama_cpp.llama_token_data * 1)(llama_cpp.llama_token_data(token, 0.0, 0.0))
+            array = llama_cpp.llama_token_data_array(one, 1, -1, False)
+            llama_cpp.llama_sampler_apply(sampler, ctypes.byref(array))
+            if not math.isfinite(one[0].logit):
+                return False
+            if token != ids[-1]:
+                llama_cpp.llama_sampler_accept(sampler, token)
+        return True
+    finally:
+        llama_cpp.llama_sampler_free(sampler)
+
+
+def written(family, name, arguments) -> str:
+    """A call as the model writes it, without the end-of-turn token the stop rules handle."""
+    return strip_end_markers(call_text(family, name, arguments))
+
+
+@pytest.mark.parametrize("family", [*FAMILIES, GENERIC], ids=lambda f: f.id)
+def test_the_grammar_takes_each_tools_call_and_refuses_bad_ones(vocab, family):
+    grammar = call_grammar(family, TOOLS)
+    assert grammar.triggers == family.triggers
+    gbnf = grammar.grammar.text
+    assert grammar_accepts(vocab, gbnf, written(family, "get_weather", {"city": "Paris", "days": 2}))
+    assert grammar_accepts(vocab, gbnf, written(family, "get_weather", {"city": "Oslo"}))
+    assert grammar_accepts(vocab, gbnf, written(family, "add", {"a": 1, "b": 2}))
+    assert not grammar_accepts(vocab, gbnf, written(family, "rm_rf", {"city": "Paris"}))  # no such tool
+    if family.id != "qwen3_coder":  # its XML values are free text: names are held, values are not
+        assert not grammar_accepts(vocab, gbnf, written(family, "get_weather", {"city": 3}))
+        assert not grammar_accepts(vocab, gbnf, written(family, "add", {"a": 1}))  # b is required
+    assert not grammar_accepts(vocab, gbnf, "Sure! " + written(family, "add", {"a": 1, "b": 2}))
+
+
+def test_the_generic_grammar_also_takes_a_plain_response(vocab):
+    gbnf = call_grammar(GENERIC, TOOLS).grammar.text
+    assert grammar_accepts(vocab, gbnf, '{"response": "It is sunny."}')
+    assert not grammar_accepts(vocab, gbnf, "It is sunny.")
+
+
+def test_a_schema_the_grammar_cannot_enforce_names_the_tool():
+    spec = function_spec(get_weather, "functions:f.py")
+    bad = type(spec)(
+        name="odd",
+        description="",
+        parameters={"type": "object", "properties": {"x": {"type": "string", "format": "email"}}},
+        source="config:tools.odd",
+        run=spec.run,
+    )
+    with pytest.raises(UsageError, match=r"tool odd \(config:tools.odd\): its parameters schema"):
+        call_grammar(family_by_id("hermes"), [bad])
