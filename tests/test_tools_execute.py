@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmchat.tools.approval import ApprovalPolicy, ask_on_terminal, parse_answer
+from llmchat.tools.approval import ApprovalPolicy, ask_on_terminal, format_call, parse_answer
 from llmchat.tools.command_tools import command_tool
 from llmchat.tools.execute import cap_output, run_call
 from llmchat.tools.functions import function_spec
@@ -211,3 +211,9 @@ def test_a_record_serialises_to_json():
         "approved": True,
         "duration_s": 0.25,
     }
+
+
+def test_a_call_is_shown_with_its_exact_arguments():
+    assert format_call("write_note", {"times": 2, "text": "milk; rm -rf /"}) == (
+        'write_note({"text": "milk; rm -rf /", "times": 2})'
+    )

@@ -8,9 +8,10 @@ gets one notice per tool saying how to allow it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Answer = Literal["yes", "no", "always"]
 APPROVE_ALL_FLAG = "--approve-tools"
@@ -81,3 +82,9 @@ def ask_on_terminal(tool: str, arguments_text: str, read: Callable[[str], str]) 
         answer = parse_answer(read(f"run {tool}({arguments_text})? [y]es / [N]o / [a]lways for this tool: "))
         if answer is not None:
             return answer
+
+
+def format_call(name: str, arguments: Any) -> str:
+    """A call as it is shown before it runs (stderr; dimmed in chat): the name and the exact
+    arguments, never shortened, so the person approves what will actually run."""
+    return f"{name}({json.dumps(arguments, ensure_ascii=False, sort_keys=True)})"
