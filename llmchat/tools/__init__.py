@@ -10,6 +10,7 @@ One module per job:
 - execute.py: one call run safely (schema check, timeout, output cap, errors as text);
 - families.py, call_parsers.py, generic.py, prompt.py: the model's own call format;
 - grammar.py: a call's GBNF grammar per family, each tool's arguments held to its schema;
+- choice.py: --tool-choice and --chain-limit as a plan per round;
 - tools_file.py: `--tools FILE` for `template render|show`.
 
 Nothing here imports llama_cpp; the tool loop that uses these pieces lives with the decode driver.
