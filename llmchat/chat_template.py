@@ -328,13 +328,19 @@ def _context(
     }
 
 
+_STARTED_AT: list[str] = []
+
+
 def _tool_template_defaults() -> dict[str, Any]:
     """Firefunction v2's template reads `functions` (the tools as JSON text) and `datetime` on every
     render, tools or not; without them it cannot render a plain chat. (llmchat.tools.prompt sets
-    the real values when tools are offered.)"""
-    from datetime import datetime, timezone
+    the real values when tools are offered.) The time is taken once per process: a clock that
+    moved between turns would change the system prompt and defeat the KV-prefix reuse."""
+    if not _STARTED_AT:
+        from datetime import datetime, timezone
 
-    return {"functions": "[]", "datetime": datetime.now(timezone.utc).strftime("%b %d %Y %H:%M:%S GMT")}
+        _STARTED_AT.append(datetime.now(timezone.utc).strftime("%b %d %Y %H:%M:%S GMT"))
+    return {"functions": "[]", "datetime": _STARTED_AT[0]}
 
 
 def render_prompt(

@@ -48,6 +48,13 @@ def tool_result(index: int, name: str, text: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call_id(index), "name": name, "content": text}
 
 
+@lru_cache(maxsize=1)
+def _process_start() -> datetime:
+    """One time per process: a clock that moved between rounds would change the system prompt
+    and defeat the KV-prefix reuse."""
+    return datetime.now(timezone.utc)
+
+
 def template_variables(family: Family, tools: Sequence[ToolSpec], now: datetime | None = None) -> dict[str, Any]:
     if family is GENERIC or not tools:
         return {}
@@ -56,7 +63,7 @@ def template_variables(family: Family, tools: Sequence[ToolSpec], now: datetime 
     if family.needs_functions:
         # Firefunction v2 reads the function specs as JSON text and today's date (llama.cpp's format).
         variables["functions"] = json.dumps([entry["function"] for entry in entries], indent=4)
-        variables["datetime"] = (now or datetime.now(timezone.utc)).strftime("%b %d %Y %H:%M:%S GMT")
+        variables["datetime"] = (now or _process_start()).strftime("%b %d %Y %H:%M:%S GMT")
     return variables
 
 
