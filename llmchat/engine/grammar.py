@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmchat.engine.loop_exit import JsonNesting
+from llmchat.engine.loop_exit import PATIENCE, JsonNesting
 from llmchat.errors import UsageError
 
 if TYPE_CHECKING:
@@ -362,9 +362,21 @@ class GrammarGate:
             llama.llama_sampler_apply(self.inner, cur_p)
             return
         cur = cur_p.contents
-        size = int(cur.size)
-        if self.loop_exit is not None and self._steer(cur, size):
+        if self._closing:  # the rest of a loop's closing text
+            self._force(cur, self._closing.pop(0))
             return
+        steering = self.loop_exit is not None and self.loop_exit.keep is not None
+        if steering and self._close_loop(cur, None):
+            return
+        self._pick(cur_p)
+        if steering:
+            self._close_loop(cur, int(cur.data[cur.selected].id))
+
+    def _pick(self, cur_p: Any) -> None:
+        """The usual samplers' pick if the grammar allows it, else the best allowed candidate."""
+        llama = self._llama
+        cur = cur_p.contents
+        size = int(cur.size)
         nbytes = size * ctypes.sizeof(llama.llama_token_data)
         if ctypes.sizeof(self._saved) < nbytes:
             self._saved = ctypes.create_string_buffer(nbytes)
@@ -413,28 +425,41 @@ class GrammarGate:
         return True
 
     # --- steering out of a loop (engine.loop_exit) ------------------------------------------------
-    def _steer(self, cur: Any, size: int) -> bool:
-        """Pick the next closing token, when a loop is being steered out of and the grammar
-        allows the closing text now; False to sample as usual."""
-        if not self._closing:
-            assert self.loop_exit is not None
-            text = self.loop_exit.closing_text()
-            if not text:
-                return False
-            tokens = self._tokenize(text)
-            if not tokens or not self._allows_all(tokens):
-                return False
-            self._closing = tokens
-            self.loop_exit.closed()
-        token = self._closing.pop(0)
-        index = token if token < size and cur.data[token].id == token else -1
-        if index < 0:
-            index = next((i for i in range(size) if cur.data[i].id == token), -1)
-        if index < 0:  # not among the candidates (cannot happen before other samplers): give up
-            self._closing = []
+    def _close_loop(self, cur: Any, picked: int | None) -> bool:
+        """While steering out of a loop: pick the first token of the text that closes the
+        repeating structure, when the grammar allows that text now (True).
+
+        Inside an item of the repeating list (a string, an object) the model may first finish it,
+        for up to `PATIENCE` picks: the closing text replaces the model's `picked` token once that
+        token would end the item, so that the list ends after a whole item, not a cut one."""
+        loop_exit, nesting = self.loop_exit, self.nesting
+        assert loop_exit is not None and loop_exit.keep is not None
+        text = nesting.closing_text(loop_exit.keep)
+        if text == "":
+            loop_exit.keep = None  # the model closed the repeating structure itself
             return False
-        cur.selected = index
+        if text is None:  # in the middle of an escape
+            return False
+        item_level = loop_exit.keep + 1
+        if len(nesting.stack) > item_level and loop_exit.waited < PATIENCE:
+            if picked is None:
+                return False  # first see what the model picks
+            loop_exit.waited += 1
+            if not nesting.reaches(self._piece(picked), item_level) and loop_exit.waited < PATIENCE:
+                return False
+        tokens = self._tokenize(text)
+        if not tokens or not self._allows_all(tokens):
+            return False
+        loop_exit.closed()
+        self._closing = tokens[1:]
+        self._force(cur, tokens[0])
         return True
+
+    @staticmethod
+    def _force(cur: Any, token: int) -> None:
+        """Make `token` the pick: llama.cpp takes the id at `selected` (this is the chain's last step)."""
+        cur.data[0].id = token
+        cur.selected = 0
 
     def _tokenize(self, text: str) -> list[int]:
         llama = self._llama

@@ -21,6 +21,7 @@ from typing import Protocol
 
 _CLOSERS = {ord("{"): "}", ord("["): "]", ord('"'): '"'}
 _HEX = frozenset(b"0123456789abcdefABCDEF")
+PATIENCE = 8  # tokens a list item may take to end before the steering closes it too
 
 
 class JsonNesting:
@@ -39,24 +40,18 @@ class JsonNesting:
         stack = self.stack
         low = len(stack)
         for byte in data:
-            if stack and stack[-1] == 0x22:  # inside a string
-                if self.escape:
-                    if self.escape == 5 and byte == ord("u"):
-                        self.escape = 4
-                    elif self.escape <= 4 and byte in _HEX:
-                        self.escape -= 1
-                    else:
-                        self.escape = 0
-                elif byte == 0x5C:  # a backslash
-                    self.escape = 5
-                elif byte == 0x22:
-                    stack.pop()
-            elif byte in (0x7B, 0x5B, 0x22):
-                stack.append(byte)
-            elif byte in (0x7D, 0x5D) and stack:
-                stack.pop()
+            self.escape = _step(stack, self.escape, byte)
             low = min(low, len(stack))
         self.depths.append(low)
+
+    def reaches(self, data: bytes, depth: int) -> bool:
+        """Whether writing `data` next would bring the open structures down to `depth` or fewer."""
+        stack, escape = list(self.stack), self.escape
+        for byte in data:
+            escape = _step(stack, escape, byte)
+            if len(stack) <= depth:
+                return True
+        return False
 
     def enclosing_depth(self, tokens: int) -> int:
         """How many structures stayed open through the last `tokens` tokens."""
@@ -68,6 +63,26 @@ class JsonNesting:
         if self.escape:
             return None
         return "".join(_CLOSERS[opener] for opener in reversed(self.stack[keep:]))
+
+
+def _step(stack: list[int], escape: int, byte: int) -> int:
+    """Advance `stack` over one byte of JSON; returns the escape state after it."""
+    if stack and stack[-1] == 0x22:  # inside a string
+        if escape:
+            if escape == 5 and byte == ord("u"):
+                return 4
+            if escape <= 4 and byte in _HEX:
+                return escape - 1
+            return 0
+        if byte == 0x5C:  # a backslash
+            return 5
+        if byte == 0x22:
+            stack.pop()
+    elif byte in (0x7B, 0x5B, 0x22):
+        stack.append(byte)
+    elif byte in (0x7D, 0x5D) and stack:
+        stack.pop()
+    return 0
 
 
 class GateForLoops(Protocol):
@@ -88,6 +103,7 @@ class LoopExit:
         self.gate: GateForLoops | None = None
         self.keep: int | None = None  # while steering: how many open structures stay open
         self.steered = 0  # loops closed by steering
+        self.waited = 0  # tokens waited for the model to finish an item of the repeating list
 
     def request(self, period: int) -> bool:
         """A loop of `period` tokens was detected: steer out of it if a grammar can (True)."""
@@ -98,16 +114,8 @@ class LoopExit:
         if enclosing == 0:
             return False  # nothing open to close: the loop is outside any structure
         self.keep = enclosing - 1
+        self.waited = 0
         return True
-
-    def closing_text(self) -> str | None:
-        """What to close now (None: not yet, or nothing pending; "" : the model closed it)."""
-        if self.keep is None or self.gate is None:
-            return None
-        text = self.gate.nesting.closing_text(self.keep)
-        if text == "":
-            self.keep = None  # the model closed the repeating structure itself
-        return text
 
     def closed(self) -> None:
         """The gate has taken the closing tokens."""
