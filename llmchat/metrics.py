@@ -137,6 +137,8 @@ class TurnStats:
             answer = "no answer" if self.ttfa_s is None else f"answer at {self.ttfa_s * 1000:.0f} ms"
             budget = ", budget reached" if self.thinking_budget_hit else ""
             parts.insert(1, f"thought {self.thinking_tokens} tokens{budget}, {answer}")
+        if self.loop_steered:
+            parts.append(f"loop steered out of ({self.loop_steered})")
         if self.finish_reason != "stop":
             parts.append(self.finish_reason)
         return " · ".join(parts)
