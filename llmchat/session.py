@@ -522,6 +522,7 @@ class ChatSession:
             finish_reason=outcome.finish_reason,
             draft_proposed=outcome.draft_proposed,
             draft_accepted=outcome.draft_accepted,
+            loop_steered=outcome.loop_steered,
             server=getattr(outcome, "server", None),  # a remote engine's own timings
         )
         if prepared.restored is not None:

@@ -24,6 +24,7 @@ from llmchat import interrupts
 from llmchat.engine import logs
 from llmchat.engine.drafting import CountingDrafter, DraftingLlama, DraftModelDrafter, PromptLookupDrafter
 from llmchat.engine.grammar import Grammar
+from llmchat.engine.loop_exit import LoopExit
 from llmchat.engine.prompt_pieces import PromptPiece, tokens_for_pieces
 from llmchat.engine.reply import GenerationOutcome, ReplyAssembler, Steering
 from llmchat.errors import ModelError, UsageError
@@ -431,6 +432,7 @@ class Generation:
         self.markup: Mapping[int, bytes] | None = None
         self.grammar: Grammar | None = None
         self.grammar_after: str | None = None
+        self._loop_exit: LoopExit | None = None
 
     def __iter__(self) -> Iterator[TokenEvent]:
         engine, llm, outcome = self.engine, self.engine._llm, self.outcome
@@ -444,6 +446,7 @@ class Generation:
             markup=self.markup,
             stop_loops=self.sampling.stop_loops,
         )
+        self._loop_exit = reply.loop_exit  # the grammar gate steers out of loops through it
         outcome.cached_tokens = engine.cached_prefix(self.prompt)
         # The library's seed is fixed by default, which makes every run identical even at
         # temperature 1; a fresh seed per call unless the user gave one.
@@ -532,6 +535,7 @@ class Generation:
             self.seed,
             self.grammar,
             start_after=after,
+            loop_exit=self._loop_exit,
         )
         sampler = _ChainSampler(chain)
         llm._init_sampler = lambda **_: sampler  # an instance attribute, removed below

@@ -46,6 +46,7 @@ import llama_cpp
 
 from llmchat.engine import logs
 from llmchat.engine.grammar import Grammar, constrained
+from llmchat.engine.loop_exit import LoopExit
 from llmchat.engine.reply import GenerationOutcome, ReplyAssembler, ThinkingSteering
 from llmchat.errors import ModelError, UsageError
 from llmchat.sampling import SamplingParams
@@ -118,16 +119,18 @@ def sampler_chain(
     grammar: Grammar | None = None,
     *,
     start_after: str | None = None,
+    loop_exit: LoopExit | None = None,
 ) -> Any:
     """The chain `Llama._init_sampler` builds: repetition penalty, then greedy at temperature 0, else
     top-k / typical / top-p / min-p / temperature / dist(seed). With a grammar, the samplers after
-    the penalties run inside a `GrammarGate` (engine.grammar), which holds the pick to the grammar."""
+    the penalties run inside a `GrammarGate` (engine.grammar), which holds the pick to the grammar
+    and steers out of loops the reply rules report through `loop_exit`."""
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
     llama_cpp.llama_sampler_chain_add(
         chain, llama_cpp.llama_sampler_init_penalties(n_vocab, penalty_last_n, sampling.repeat_penalty, 0.0, 0.0)
     )
     temperature = sampling.temperature
-    rest = constrained(chain, vocab, grammar, start_after=start_after, greedy=temperature == 0)
+    rest = constrained(chain, vocab, grammar, start_after=start_after, greedy=temperature == 0, loop_exit=loop_exit)
     add = lambda sampler: llama_cpp.llama_sampler_chain_add(rest, sampler)  # noqa: E731
     if temperature < 0:
         add(llama_cpp.llama_sampler_init_dist(seed))
@@ -222,12 +225,24 @@ class ParallelDecoder:
             slot.sampler = None
 
     def _make_sampler(
-        self, sampling: SamplingParams, seed: int, grammar: Grammar | None = None, grammar_after: str | None = None
+        self,
+        sampling: SamplingParams,
+        seed: int,
+        grammar: Grammar | None = None,
+        grammar_after: str | None = None,
+        loop_exit: LoopExit | None = None,
     ):
         """The chain `Llama._init_sampler` builds, so that one item samples as `Engine.generate` would;
         each slot gets its own, and so its own grammar state."""
         return sampler_chain(
-            self._vocab, self.n_vocab, self.penalty_last_n, sampling, seed, grammar, start_after=grammar_after
+            self._vocab,
+            self.n_vocab,
+            self.penalty_last_n,
+            sampling,
+            seed,
+            grammar,
+            start_after=grammar_after,
+            loop_exit=loop_exit,
         )
 
     # --- the loop ------------------------------------------------------------------------------
@@ -286,7 +301,7 @@ class ParallelDecoder:
         slot.result = result
         limit = room if item.max_tokens is None else min(item.max_tokens, room)
         stops = tuple(item.stop_strings) + tuple(item.sampling.stop)
-        slot.reply = ReplyAssembler(
+        slot.reply = reply = ReplyAssembler(
             self.engine,
             outcome,
             limit=limit,
@@ -297,7 +312,7 @@ class ParallelDecoder:
         slot.fragments = []
         slot.next_token = None
         slot.waiting_on = None
-        slot.sampler = self._make_sampler(item.sampling, seed, item.grammar, item.grammar_after)
+        slot.sampler = self._make_sampler(item.sampling, seed, item.grammar, item.grammar_after, reply.loop_exit)
 
         if not self.can_share:
             self._clear(slot)
