@@ -19,7 +19,7 @@ try:  # recent Typer vendors its own copy of click; its exceptions are the ones 
 except ImportError:  # pragma: no cover - older Typer
     import click  # type: ignore[no-redef,unused-ignore]
 
-from llmchat.commands import ask, batch, bench, cache, chat, config, history, info, models, schema, template
+from llmchat.commands import ask, batch, bench, cache, chat, config, history, info, models, prompts, schema, template
 from llmchat.errors import ExitCode, LlmchatError
 
 EXIT_CODES_HELP = (
@@ -75,6 +75,11 @@ cache_app = typer.Typer(no_args_is_help=True, help="The KV cache on disk: list, 
 cache_app.command("list")(cache.list_command)
 cache_app.command("clear")(cache.clear_command)
 app.add_typer(cache_app, name="cache")
+
+prompts_app = typer.Typer(no_args_is_help=True, help="Saved prompts ([prompts.NAME] in the config): list, show.")
+prompts_app.command("list")(prompts.list_command)
+prompts_app.command("show")(prompts.show_command)
+app.add_typer(prompts_app, name="prompts")
 
 schema_app = typer.Typer(no_args_is_help=True, help="Structured output: see what a --schema holds the model to.")
 schema_app.command("show")(schema.show)

@@ -28,6 +28,10 @@ Example (`llmchat config path` prints where it lives):
     [schemas]                    # llmchat ask --schema movie "..."
     movie = "title, year int, genres list[str]"
 
+    [prompts.reviewer]           # a saved prompt: llmchat chat -p reviewer (llmchat.saved_prompts)
+    system = "You review Python code."
+    preset = "precise"
+
     [models.qwen]                # an alias: llmchat chat -m qwen
     path = "~/models/qwen2.5-1.5b-instruct-q4_k_m.gguf"
     template = "qwen2.5"
@@ -70,6 +74,7 @@ _TOP_LEVEL = {
     "thinking_budget": int,
     "hide_thinking": bool,
     "schemas": dict,
+    "prompts": dict,
 }
 _ALIAS_KEYS = {"path": str, "template": str, "ctx": int}
 _SERVER_KEYS = {
@@ -109,6 +114,8 @@ class Config:
     hide_thinking: bool = False
     # Named schemas for --schema NAME: a fields string ("title, year int"), JSON text, or a table.
     schemas: dict[str, Any] = field(default_factory=dict)
+    # Saved prompts for -p NAME / /prompt NAME: system, model, preset, sampling, schema (llmchat.saved_prompts).
+    prompts: dict[str, Any] = field(default_factory=dict)
 
     def alias_for_path(self, model_path: Path) -> dict[str, Any]:
         """Per-model settings for a file, whichever way it was named on the command line."""
@@ -160,6 +167,10 @@ def load_config(path: Path | None = None) -> Config:
             raise ConfigError(f'config file {path}: models.{alias} needs a path = "..." line')
     for name, settings in data.get("servers", {}).items():
         _check_server(path, name, settings)
+    if "prompts" in data:
+        from llmchat.saved_prompts import check_table
+
+        check_table(path, data["prompts"])
     for folder in data.get("model_dirs", []):
         _check_type(path, "each model_dirs entry", folder, str)
     flash_attn = data.get("flash_attn")

@@ -224,6 +224,7 @@ class ChatSession:
     _close_ids: list[int] = field(default_factory=list)
     structured: StructuredOutput | None = None  # --schema / --format json / --grammar, for every turn
     kv_store: KVStore | None = None  # the KV cache on disk (llmchat.engine.kv_store); None: off
+    origins: dict[str, str] = field(default_factory=dict)  # values a saved prompt set (-p NAME), for /show
 
     @classmethod
     def start(

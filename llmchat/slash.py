@@ -197,7 +197,9 @@ def cmd_show(ctx: CommandContext, arg: str) -> Outcome:
     table.add_column(style="bold", no_wrap=True)
     table.add_column()
     table.add_column(style="dim")
-    table.add_row("model", session.model_label, str(getattr(session.engine, "model_path", "")))
+    origins = getattr(session, "origins", {})
+    model_where = str(getattr(session.engine, "model_path", ""))
+    table.add_row("model", session.model_label, _with_origin(model_where, origins.get("model")))
     table.add_row("template", template.name, f"from {template.source_detail or template.source}")
     table.add_row(
         "context",
@@ -224,7 +226,9 @@ def cmd_show(ctx: CommandContext, arg: str) -> Outcome:
             f"{disk.folder}, at most {disk.max_bytes / 1024**3:.1f} GiB" if disk is not None else "",
         )
     system = session.conversation.system
-    table.add_row("system", _one_line(system) if system else "(none)", "")
+    table.add_row("system", _one_line(system) if system else "(none)", origins.get("system", ""))
+    if origins.get("schema"):
+        table.add_row("schema", "the reply is held to a schema", origins["schema"])
     if session.history is None:
         saved = "not saved (history off)"
     elif session.conversation_id is None:
@@ -240,6 +244,31 @@ def cmd_show(ctx: CommandContext, arg: str) -> Outcome:
         table.add_row("  stop", ", ".join(repr(s) for s in sampling.stop), "flag")
     table.add_row("  loop stop", "on" if sampling.stop_loops else "off", "--no-loop-stop turns it off")
     ctx.out.print(table, markup=False, highlight=False)
+    return CONTINUE
+
+
+def _with_origin(detail: str, origin: str | None) -> str:
+    return f"{detail} ({origin})" if origin else detail
+
+
+def cmd_prompt(ctx: CommandContext, arg: str) -> Outcome:
+    from llmchat.saved_prompts import apply_to_session
+
+    if not arg:
+        config = getattr(ctx.session, "config", None)
+        known = ", ".join(sorted(config.prompts)) if config is not None and config.prompts else "none yet"
+        ctx.error(f"usage: /prompt NAME (saved prompts: {known}; see llmchat prompts list)")
+        return CONTINUE
+    try:
+        lines = apply_to_session(ctx.session, arg)
+    except HistoryError as err:  # the system prompt is set; only its save failed
+        ctx.error(ctx.session.disable_history(err, "this chat goes on without saving to the history"))
+        return CONTINUE
+    except LlmchatError as err:
+        ctx.error(f"error: {err}")
+        return CONTINUE
+    for line in lines:
+        ctx.info(line)
     return CONTINUE
 
 
@@ -416,6 +445,7 @@ COMMANDS: dict[str, Command] = _table(
         Command("/system", "[TEXT|--clear]", "show or set the system prompt", cmd_system),
         Command("/think", "", "a reasoning model thinks before it answers (its template's switch)", _thinking(True)),
         Command("/nothink", "", "a reasoning model answers without thinking, if its template can", _thinking(False)),
+        Command("/prompt", "NAME", "apply a saved prompt: system prompt, preset, sampling, schema", cmd_prompt),
         Command("/set", "KEY VALUE", f"change a setting: {', '.join(SETTABLE)}, preset", cmd_set),
         Command("/show", "", "model, template, context use, settings and where each came from", cmd_show),
         Command("/stats", "", "every number about the last reply", cmd_stats),
@@ -470,6 +500,10 @@ class SlashCompleter(Completer):
                 return words[0], [(key, "setting") for key in (*SETTABLE, "preset") if key.startswith(words[0].lower())]
             if len(words) == 2 and words[0].lower() == "preset":
                 return words[1], [(p, _preset_meta(p)) for p in PRESETS if p.startswith(words[1].lower())]
+        if name == "/prompt":
+            config = getattr(self.session, "config", None)
+            names = sorted(config.prompts) if config is not None else []
+            return rest, [(n, "saved prompt") for n in names if n.startswith(rest)]
         if name == "/load":
             # The whole rest of the line is the reference: names may contain spaces.
             return rest, [(ref, meta) for ref, meta in self._saved() if ref.startswith(rest)]
