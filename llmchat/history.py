@@ -24,11 +24,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 from llmchat import paths
+from llmchat.attachments import prefix, typed_part
 from llmchat.errors import HistoryError, UsageError
 from llmchat.private_files import ensure_private_dir, private_umask, tighten, tightened_notice
+
+if TYPE_CHECKING:
+    from llmchat.attachments import Attachment
 
 T = TypeVar("T")
 
@@ -67,6 +71,10 @@ class StoredMessage:
     sampling: dict[str, Any] | None
     created_at: str
     reasoning: str | None = None  # a reasoning model's thinking (assistant messages)
+    # Files sent with a user message: path, size, sha256 each (their text is inside `content`,
+    # which is the message as the model saw it; `typed` is what the user wrote around them).
+    attachments: list[dict[str, Any]] = field(default_factory=list)
+    typed: str | None = None
 
 
 @dataclass
@@ -193,6 +201,27 @@ def m003_message_reasoning(db: sqlite3.Connection) -> None:
     # A reasoning model's thinking, apart from the reply in `content`: shown and exported, marked
     # as reasoning, but never sent back to the model with the conversation.
     db.execute("ALTER TABLE messages ADD COLUMN reasoning TEXT")
+
+
+@migration
+def m004_attachments(db: sqlite3.Connection) -> None:
+    # Files attached to a user message (llmchat.attachments): the message's `content` keeps the
+    # typed words; each file's text is kept here once, with what identifies it, and the message
+    # the model saw is rebuilt from both. Deleting the message (or its conversation) deletes them.
+    db.execute(
+        """
+        CREATE TABLE attachments (
+            id INTEGER PRIMARY KEY,
+            message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,
+            path TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            sha256 TEXT NOT NULL,
+            text TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE UNIQUE INDEX attachments_message_position ON attachments(message_id, position)")
 
 
 def applied_migrations(db: sqlite3.Connection) -> set[str]:
@@ -478,10 +507,12 @@ class HistoryStore:
         stats: dict | None = None,
         sampling: dict | None = None,
         reasoning: str | None = None,
+        attachments: Sequence[Attachment] = (),
     ) -> None:
-        """Append a user message and its reply in one transaction: never half a turn."""
+        """Append a user message and its reply in one transaction: never half a turn. `user` is the
+        message as the model saw it; with `attachments`, the files it carries are stored apart."""
         messages = [
-            _NewMessage("user", user),
+            _NewMessage("user", user, attachments=tuple(attachments)),
             _NewMessage("assistant", assistant, interrupted, finish_reason, stats, sampling, reasoning),
         ]
         self._write(lambda db: _append(db, conversation_id, messages))
@@ -574,7 +605,9 @@ class HistoryStore:
             rows = db.execute(
                 f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? ORDER BY seq", (conversation_id,)
             ).fetchall()
-            return _conversation(header, rows)
+            conversation = _conversation(header, rows)
+            _attach_files(db, conversation)
+            return conversation
 
         return self._read(load)
 
@@ -609,6 +642,7 @@ class _NewMessage:
     stats: dict | None = None
     sampling: dict | None = None
     reasoning: str | None = None
+    attachments: tuple[Attachment, ...] = ()
 
 
 def _append(db: sqlite3.Connection, conversation_id: str, messages: list[_NewMessage]) -> list[int]:
@@ -628,6 +662,7 @@ def _append(db: sqlite3.Connection, conversation_id: str, messages: list[_NewMes
 def _insert_message(db: sqlite3.Connection, conversation_id: str, seq: int, message: _NewMessage, now: str) -> int:
     if message.role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}, not {message.role!r}")
+    content = typed_part(message.content, message.attachments)
     cursor = db.execute(
         "INSERT INTO messages (conversation_id, seq, role, content, interrupted, finish_reason,"
         " stats_json, sampling_json, created_at, reasoning) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -635,7 +670,7 @@ def _insert_message(db: sqlite3.Connection, conversation_id: str, seq: int, mess
             conversation_id,
             seq,
             message.role,
-            message.content,
+            content,
             int(bool(message.interrupted)),
             message.finish_reason,
             _to_json(message.stats),
@@ -645,6 +680,10 @@ def _insert_message(db: sqlite3.Connection, conversation_id: str, seq: int, mess
         ),
     )
     assert cursor.lastrowid is not None  # an INSERT always sets it
+    db.executemany(
+        "INSERT INTO attachments (message_id, position, path, size, sha256, text) VALUES (?, ?, ?, ?, ?, ?)",
+        [(cursor.lastrowid, i, a.path, a.size, a.sha256, a.text) for i, a in enumerate(message.attachments)],
+    )
     return cursor.lastrowid
 
 
@@ -747,6 +786,28 @@ def _conversation(header: tuple, message_rows: list[tuple]) -> StoredConversatio
     )
 
 
+def _attach_files(db: sqlite3.Connection, conversation: StoredConversation) -> None:
+    """Give each message its attachments and rebuild the text the model saw (typed words kept apart)."""
+    from llmchat.attachments import Attachment
+
+    rows = db.execute(
+        "SELECT a.message_id, a.path, a.size, a.sha256, a.text FROM attachments a"
+        " JOIN messages m ON m.id = a.message_id WHERE m.conversation_id = ? ORDER BY a.message_id, a.position",
+        (conversation.id,),
+    ).fetchall()
+    if not rows:
+        return
+    by_message: dict[int, list[Attachment]] = {}
+    for message_id, path, size, sha256, text in rows:
+        by_message.setdefault(message_id, []).append(Attachment(path, size, sha256, text))
+    for message in conversation.messages:
+        files = by_message.get(message.id)
+        if files:
+            message.typed = message.content
+            message.content = prefix(files) + message.content
+            message.attachments = [a.describe() for a in files]
+
+
 def _message(row: tuple) -> StoredMessage:
     row_id, seq, role, content, interrupted, finish_reason, stats_json, sampling_json, created_at, reasoning = row
     return StoredMessage(
@@ -826,7 +887,12 @@ def _markdown_message(message: StoredMessage) -> str:
         # Marked as reasoning, quoted apart from the answer that follows.
         quoted = "\n".join(f"> {line}" if line else ">" for line in message.reasoning.splitlines())
         lines += ["### Reasoning", "", quoted, "", "### Answer", ""]
-    lines += [message.content, ""]
+    for attached in message.attachments:  # marked, not dumped: the files' text is in `export --format json`
+        lines += [
+            f"> 📎 attached **{attached['path']}** ({attached['size']:,} bytes, sha256 `{attached['sha256'][:16]}…`)",
+            "",
+        ]
+    lines += [message.typed if message.typed is not None else message.content, ""]
     if message.interrupted:
         lines += ["> **[interrupted]** this reply was cut off before it finished.", ""]
     details = dict(message.stats)

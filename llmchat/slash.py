@@ -43,6 +43,7 @@ class CommandContext:
     out: Any  # rich.console.Console on stdout
     error: Callable[[str], None]  # one line on stderr: errors and hints
     info: Callable[[str], None] = field(default=lambda message: None)  # one dim line on stderr: confirmations
+    attachments: list[Any] = field(default_factory=list)  # /file: llmchat.attachments.Attachment, for the next message
 
 
 # --------------------------------------------------------------------------- shared with the chat loop
@@ -272,6 +273,56 @@ def cmd_prompt(ctx: CommandContext, arg: str) -> Outcome:
     return CONTINUE
 
 
+def cmd_file(ctx: CommandContext, arg: str) -> Outcome:
+    from llmchat.attachments import check_room, collect, count_line
+
+    if not arg:
+        ctx.error("usage: /file PATH (a file, a glob or a folder; Tab completes paths)")
+        return CONTINUE
+    try:
+        found = [a for a in collect([arg]) if a not in ctx.attachments]
+        # The room left counts the files already pending: together they must fit.
+        counts = check_room(ctx.session, [*ctx.attachments, *found])[len(ctx.attachments) :]
+    except LlmchatError as err:
+        ctx.error(f"error: {err}")
+        return CONTINUE
+    ctx.attachments.extend(found)
+    for attachment, count in zip(found, counts):
+        ctx.info(count_line(attachment, count, ctx.session.engine.n_ctx))
+    if found:
+        ctx.info("attached to your next message (/files lists them, /drop removes them)")
+    return CONTINUE
+
+
+def cmd_files(ctx: CommandContext, arg: str) -> Outcome:
+    from llmchat.attachments import count_line, tokens_of
+
+    if not ctx.attachments:
+        ctx.info("no files attached; /file PATH attaches one to the next message")
+        return CONTINUE
+    for attachment in ctx.attachments:
+        tokens, _ = tokens_of(ctx.session, attachment)
+        ctx.out.print(count_line(attachment, tokens, ctx.session.engine.n_ctx), markup=False, highlight=False)
+    return CONTINUE
+
+
+def cmd_drop(ctx: CommandContext, arg: str) -> Outcome:
+    if not ctx.attachments:
+        ctx.info("no files attached")
+        return CONTINUE
+    if not arg:
+        dropped = [a.path for a in ctx.attachments]
+        ctx.attachments.clear()
+    else:
+        dropped = [a.path for a in ctx.attachments if a.path == arg]
+        if not dropped:
+            ctx.error(f"{arg} is not attached; /files lists what is")
+            return CONTINUE
+        ctx.attachments[:] = [a for a in ctx.attachments if a.path != arg]
+    ctx.info("dropped " + ", ".join(dropped))
+    return CONTINUE
+
+
 def _one_line(text: str, width: int = 70) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
@@ -446,6 +497,9 @@ COMMANDS: dict[str, Command] = _table(
         Command("/think", "", "a reasoning model thinks before it answers (its template's switch)", _thinking(True)),
         Command("/nothink", "", "a reasoning model answers without thinking, if its template can", _thinking(False)),
         Command("/prompt", "NAME", "apply a saved prompt: system prompt, preset, sampling, schema", cmd_prompt),
+        Command("/file", "PATH", "attach a text file (a glob, a folder) to the next message", cmd_file),
+        Command("/files", "", "the files attached to the next message, with their tokens", cmd_files),
+        Command("/drop", "[PATH]", "remove an attached file (all of them without PATH)", cmd_drop),
         Command("/set", "KEY VALUE", f"change a setting: {', '.join(SETTABLE)}, preset", cmd_set),
         Command("/show", "", "model, template, context use, settings and where each came from", cmd_show),
         Command("/stats", "", "every number about the last reply", cmd_stats),
@@ -500,6 +554,8 @@ class SlashCompleter(Completer):
                 return words[0], [(key, "setting") for key in (*SETTABLE, "preset") if key.startswith(words[0].lower())]
             if len(words) == 2 and words[0].lower() == "preset":
                 return words[1], [(p, _preset_meta(p)) for p in PRESETS if p.startswith(words[1].lower())]
+        if name == "/file":
+            return _path_candidates(rest)
         if name == "/prompt":
             config = getattr(self.session, "config", None)
             names = sorted(config.prompts) if config is not None else []
@@ -523,6 +579,26 @@ class SlashCompleter(Completer):
                 found.append((summary.name, summary.preview))
             found.append((summary.id, summary.name or summary.preview))
         return found
+
+
+def _path_candidates(typed: str) -> tuple[str, list[tuple[str, str]]]:
+    """Completions of the last path component; folders end with a slash. Hidden names only when
+    the component starts with a dot."""
+    import os
+
+    folder, start = os.path.split(typed)
+    where = os.path.expanduser(folder) or "."
+    try:
+        names = sorted(os.listdir(where))
+    except OSError:
+        return start, []
+    found = []
+    for name in names:
+        if not name.startswith(start) or (name.startswith(".") and not start.startswith(".")):
+            continue
+        is_dir = os.path.isdir(os.path.join(where, name))
+        found.append((name + ("/" if is_dir else ""), "folder" if is_dir else "file"))
+    return start, found
 
 
 def _preset_meta(name: str) -> str:

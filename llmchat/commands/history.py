@@ -226,7 +226,9 @@ def rm_command(
             return
         # Delete by the resolved full id: "last" may name another conversation by now.
         wal_cleared = store.delete(conv.id)
-    _remove_copies(conv.id, {m.content for m in conv.messages if m.role == "user"}, wal_cleared)
+    _remove_copies(
+        conv.id, {m.typed if m.typed is not None else m.content for m in conv.messages if m.role == "user"}, wal_cleared
+    )
     typer.echo(f"Deleted conversation {conv.id}.")
 
 
