@@ -325,7 +325,9 @@ class ChatUI:
         attachments = tuple(self.context.attachments)  # /file: sent with this message, then cleared
         try:
             with interrupt_once(), quiet_terminal(sys.stdin):
-                result = session.turn(compose(attachments, text), observer, attachments=attachments)
+                # Only a message that carries files passes them (a session without files is called as before).
+                extra = {"attachments": attachments} if attachments else {}
+                result = session.turn(compose(attachments, text), observer, **extra)
         except ContextOverflowError as err:
             # Raised before anything is generated: nothing changed; give the text back to edit.
             printer.abort()

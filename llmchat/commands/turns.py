@@ -32,7 +32,10 @@ def run_turn(
     from llmchat.attachments import compose
 
     try:
-        result = session.turn(compose(attachments, text), printer, attachments=attachments)
+        if attachments:
+            result = session.turn(compose(attachments, text), printer, attachments=attachments)
+        else:
+            result = session.turn(text, printer)
     except BaseException:
         printer.abort()
         raise
