@@ -392,6 +392,9 @@ class ChatUI:
                     break
                 if outcome.action is Action.CONTINUE:
                     continue
+                if outcome.action is Action.EDIT:
+                    pending = outcome.text or ""
+                    continue
                 line = outcome.text or ""
             else:
                 line = unescape_message(line)

@@ -48,11 +48,12 @@ template_app.command("show")(template.show)
 template_app.command("render")(template.render)
 app.add_typer(template_app, name="template")
 
-history_app = typer.Typer(no_args_is_help=True, help="Saved conversations: list, show, export, rm.")
+history_app = typer.Typer(no_args_is_help=True, help="Saved conversations: list, show, export, rm, fork.")
 history_app.command("list")(history.list_command)
 history_app.command("show")(history.show_command)
 history_app.command("export")(history.export_command)
 history_app.command("rm")(history.rm_command)
+history_app.command("fork")(history.fork_command)
 app.add_typer(history_app, name="history")
 
 models_app = typer.Typer(

@@ -89,6 +89,11 @@ class StoredConversation:
     created_at: str
     updated_at: str
     messages: list[StoredMessage] = field(default_factory=list)
+    # Branches (/branch, /edit, `history fork`): the conversation this one was forked from, how
+    # many turns it shares with it, and the branches forked from this one, as (id, turns shared).
+    parent_id: str | None = None
+    branch_at: int | None = None
+    children: list[tuple[str, int]] = field(default_factory=list)
 
     def chat_messages(self) -> list[dict[str, str]]:
         """The messages to continue this chat with, system prompt first when there is one."""
@@ -106,6 +111,9 @@ class ConversationSummary:
     updated_at: str
     n_messages: int
     preview: str
+    parent_id: str | None = None  # a branch: forked from this conversation ...
+    branch_at: int | None = None  # ... sharing its first `branch_at` turns
+    children: int = 0  # branches forked from this one
 
 
 # --------------------------------------------------------------------------- ids and time
@@ -222,6 +230,16 @@ def m004_attachments(db: sqlite3.Connection) -> None:
         """
     )
     db.execute("CREATE UNIQUE INDEX attachments_message_position ON attachments(message_id, position)")
+
+
+@migration
+def m005_branches(db: sqlite3.Connection) -> None:
+    # A branch (/branch N, /edit, `history fork ID --at N`) is a conversation of its own, holding a
+    # copy of the turns it shares, so it reads, continues and deletes like any other; these two
+    # columns only remember where it came from. Deleting the parent leaves its branches whole.
+    db.execute("ALTER TABLE conversations ADD COLUMN parent_id TEXT REFERENCES conversations(id) ON DELETE SET NULL")
+    db.execute("ALTER TABLE conversations ADD COLUMN branch_at INTEGER")
+    db.execute("CREATE INDEX conversations_parent ON conversations(parent_id)")
 
 
 def applied_migrations(db: sqlite3.Connection) -> set[str]:
@@ -517,6 +535,84 @@ class HistoryStore:
         ]
         self._write(lambda db: _append(db, conversation_id, messages))
 
+    def fork(self, id_or_name: str, at: int, *, name: str | None = None) -> str:
+        """A new conversation that shares the first `at` turns (user messages with their replies)
+        of `id_or_name`: a copy of them, attachments included, with the same model, template,
+        system prompt and sampling. Returns its id. UsageError when `at` is out of range."""
+        if name is not None:
+            _check_name(name)
+        new = new_id()
+
+        def copy(db: sqlite3.Connection) -> None:
+            parent = _resolve(db, id_or_name)
+            users = [
+                seq
+                for (seq,) in db.execute(
+                    "SELECT seq FROM messages WHERE conversation_id = ? AND role = 'user' ORDER BY seq", (parent,)
+                )
+            ]
+            if not 0 <= at <= len(users):
+                raise UsageError(
+                    f"conversation {parent} has {len(users)} turns; the branch point must be 0..{len(users)}"
+                )
+            if name is not None:
+                _require_free_name(db, name)
+            end = users[at] if at < len(users) else None  # the first message not shared
+            now = utc_now()
+            db.execute(
+                "INSERT INTO conversations (id, name, model, model_path, template, system_prompt, sampling_json,"
+                " created_at, updated_at, parent_id, branch_at) SELECT ?, ?, model, model_path, template,"
+                " system_prompt, sampling_json, ?, ?, id, ? FROM conversations WHERE id = ?",
+                (new, name, now, now, at, parent),
+            )
+            shared = "conversation_id = ?" + ("" if end is None else " AND seq < ?")
+            arguments = (parent,) if end is None else (parent, end)
+            for (old_id,) in db.execute(f"SELECT id FROM messages WHERE {shared} ORDER BY seq", arguments).fetchall():
+                cursor = db.execute(
+                    "INSERT INTO messages (conversation_id, seq, role, content, interrupted, finish_reason,"
+                    " stats_json, sampling_json, created_at, reasoning) SELECT ?, seq, role, content, interrupted,"
+                    " finish_reason, stats_json, sampling_json, created_at, reasoning FROM messages WHERE id = ?",
+                    (new, old_id),
+                )
+                db.execute(
+                    "INSERT INTO attachments (message_id, position, path, size, sha256, text)"
+                    " SELECT ?, position, path, size, sha256, text FROM attachments WHERE message_id = ?",
+                    (cursor.lastrowid, old_id),
+                )
+
+        self._write(copy)
+        return new
+
+    def family(self, id_or_name: str) -> list[ConversationSummary]:
+        """Every conversation in the tree `id_or_name` belongs to (from its root down), oldest first."""
+
+        def load(db: sqlite3.Connection) -> list[ConversationSummary]:
+            root = _resolve(db, id_or_name)
+            seen = {root}
+            while True:  # up to the root; `seen` guards against a cycle in a hand-edited database
+                row = db.execute("SELECT parent_id FROM conversations WHERE id = ?", (root,)).fetchone()
+                if row is None or row[0] is None or row[0] in seen:
+                    break
+                root = row[0]
+                seen.add(root)
+            members, frontier = [root], [root]
+            while frontier:
+                marks = ",".join("?" * len(frontier))
+                found = [
+                    r[0]
+                    for r in db.execute(f"SELECT id FROM conversations WHERE parent_id IN ({marks})", frontier)
+                    if r[0] not in members
+                ]
+                members += found
+                frontier = found
+            marks = ",".join("?" * len(members))
+            rows = db.execute(
+                _SUMMARY_SQL.format(where=f"WHERE c.id IN ({marks})") + " ORDER BY c.created_at, c.id", members
+            ).fetchall()
+            return [_summary(row) for row in rows]
+
+        return self._read(load)
+
     def delete_last_exchange(self, conversation_id: str) -> int:
         """For /undo: remove the trailing reply and the user message it answered; returns rows removed.
 
@@ -606,6 +702,13 @@ class HistoryStore:
                 f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? ORDER BY seq", (conversation_id,)
             ).fetchall()
             conversation = _conversation(header, rows)
+            conversation.children = [
+                (child, at)
+                for child, at in db.execute(
+                    "SELECT id, branch_at FROM conversations WHERE parent_id = ? ORDER BY created_at, id",
+                    (conversation_id,),
+                )
+            ]
             _attach_files(db, conversation)
             return conversation
 
@@ -617,20 +720,23 @@ class HistoryStore:
 
 # --------------------------------------------------------------------------- SQL helpers
 
-_HEADER_COLUMNS = "id, name, model, model_path, template, system_prompt, sampling_json, created_at, updated_at"
+_HEADER_COLUMNS = (
+    "id, name, model, model_path, template, system_prompt, sampling_json, created_at, updated_at, parent_id, branch_at"
+)
 _MESSAGE_COLUMNS = (
     "id, seq, role, content, interrupted, finish_reason, stats_json, sampling_json, created_at, reasoning"
 )
 
-_LIST_SQL = """
+_SUMMARY_SQL = """
 SELECT c.id, c.name, c.model, c.created_at, c.updated_at,
        (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id),
        (SELECT m.content FROM messages m WHERE m.conversation_id = c.id AND m.role = 'user'
-        ORDER BY m.seq LIMIT 1)
-FROM conversations c
-ORDER BY c.updated_at DESC, c.id DESC
-LIMIT ?
+        ORDER BY m.seq LIMIT 1),
+       c.parent_id, c.branch_at,
+       (SELECT COUNT(*) FROM conversations k WHERE k.parent_id = c.id)
+FROM conversations c {where}
 """
+_LIST_SQL = _SUMMARY_SQL.format(where="") + " ORDER BY c.updated_at DESC, c.id DESC LIMIT ?"
 
 
 @dataclass
@@ -761,8 +867,10 @@ def _unique_prefix(db: sqlite3.Connection, ref: str) -> str:
 
 
 def _summary(row: tuple) -> ConversationSummary:
-    conversation_id, name, model, created_at, updated_at, n_messages, first_user = row
-    return ConversationSummary(conversation_id, name, model, created_at, updated_at, n_messages, _preview(first_user))
+    conversation_id, name, model, created_at, updated_at, n_messages, first_user, parent, at, children = row
+    return ConversationSummary(
+        conversation_id, name, model, created_at, updated_at, n_messages, _preview(first_user), parent, at, children
+    )
 
 
 def _preview(text: str | None) -> str:
@@ -771,7 +879,8 @@ def _preview(text: str | None) -> str:
 
 
 def _conversation(header: tuple, message_rows: list[tuple]) -> StoredConversation:
-    cid, name, model, model_path, template, system_prompt, sampling_json, created_at, updated_at = header
+    cid, name, model, model_path, template, system_prompt, sampling_json, created_at, updated_at = header[:9]
+    parent_id, branch_at = header[9:11]
     return StoredConversation(
         id=cid,
         name=name,
@@ -783,6 +892,8 @@ def _conversation(header: tuple, message_rows: list[tuple]) -> StoredConversatio
         created_at=created_at,
         updated_at=updated_at,
         messages=[_message(row) for row in message_rows],
+        parent_id=parent_id,
+        branch_at=branch_at,
     )
 
 
@@ -876,6 +987,10 @@ def _markdown_header(conv: StoredConversation) -> str:
         f"- **Created:** {conv.created_at}",
         f"- **Updated:** {conv.updated_at}",
     ]
+    if conv.parent_id is not None:
+        lines.append(f"- **Branch of:** `{conv.parent_id}` at turn {conv.branch_at} (shares turns 1..{conv.branch_at})")
+    for child, at in conv.children:
+        lines.append(f"- **Branch:** `{child}` at turn {at}")
     if conv.sampling:
         lines.append(f"- **Sampling:** {_key_values(conv.sampling)}")
     return "\n".join(lines) + "\n"

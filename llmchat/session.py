@@ -227,6 +227,9 @@ class ChatSession:
     structured: StructuredOutput | None = None  # --schema / --format json / --grammar, for every turn
     kv_store: KVStore | None = None  # the KV cache on disk (llmchat.engine.kv_store); None: off
     origins: dict[str, str] = field(default_factory=dict)  # values a saved prompt set (-p NAME), for /show
+    # /branch N and /edit: the conversation (id, turns shared) that the next saved turn forks from
+    # (llmchat.branches); the branch is created in the history with that turn, not before.
+    fork_from: tuple[str, int] | None = None
 
     @classmethod
     def start(
@@ -648,6 +651,9 @@ class ChatSession:
 
     def _record(self, result: TurnResult) -> None:
         assert self.history is not None
+        if self.conversation_id is None and self.fork_from is not None:
+            self.conversation_id = self.history.fork(*self.fork_from)
+            self.fork_from = None
         if self.conversation_id is None:
             self.conversation_id = self.history.new_conversation(
                 model=self.model_label,
@@ -673,6 +679,7 @@ class ChatSession:
         self.conversation = Conversation(system=self.conversation.system)
         self.conversation_id = None
         self.last_result = None
+        self.fork_from = None
 
     def load_conversation(self, stored: StoredConversation) -> None:
         """Continue a conversation from the history store."""
@@ -684,6 +691,7 @@ class ChatSession:
                     self.conversation.messages[-1]["reasoning"] = message.reasoning
         self.conversation_id = stored.id
         self.last_result = None
+        self.fork_from = None
 
     def set_sampling(self, sampling: SamplingParams) -> None:
         self.sampling = sampling

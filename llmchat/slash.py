@@ -25,6 +25,7 @@ class Action(Enum):
     CONTINUE = "continue"  # back to the prompt
     EXIT = "exit"  # leave the chat
     TURN = "turn"  # send `Outcome.text` to the model
+    EDIT = "edit"  # put `Outcome.text` back at the prompt, to change and send (/edit)
 
 
 @dataclass(frozen=True)
@@ -353,6 +354,11 @@ def _drop_last_exchange(ctx: CommandContext) -> str | None:
     if len(messages) < 2 or messages[-2]["role"] != "user":
         return None
     user_text = messages[-2]["content"]
+    if getattr(session, "fork_from", None) is not None:  # a branch not saved yet: fork one turn earlier
+        from llmchat.branches import keep_turns, turn_starts
+
+        keep_turns(session, len(turn_starts(session.conversation)) - 1)
+        return user_text
     session.conversation.drop_last_exchange()
     if session.conversation_id is not None:
         _write_history(ctx, lambda store: store.delete_last_exchange(session.conversation_id))
@@ -375,6 +381,50 @@ def cmd_retry(ctx: CommandContext, arg: str) -> Outcome:
         ctx.error("nothing to retry: send a message first")
         return CONTINUE
     return Outcome(Action.TURN, user_text)
+
+
+def cmd_edit(ctx: CommandContext, arg: str) -> Outcome:
+    from llmchat.branches import keep_turns, last_user_turn, turn_starts
+
+    session = ctx.session
+    last = last_user_turn(session.conversation)
+    if last is None:
+        ctx.error("nothing to edit: send a message first")
+        return CONTINUE
+    typed, files = last
+    turns = len(turn_starts(session.conversation))
+    saved = session.conversation_id or (session.fork_from or (None,))[0]
+    keep_turns(session, turns - 1)
+    ctx.attachments[:] = list(files)  # the files it carried go with the edited message
+    if saved is not None and session.history is not None:
+        ctx.info(
+            f"editing turn {turns}: the old exchange stays in {saved}; sending starts a branch at turn {turns - 1}"
+        )
+    else:
+        ctx.info(f"editing turn {turns}")
+    return Outcome(Action.EDIT, typed)
+
+
+def cmd_branch(ctx: CommandContext, arg: str) -> Outcome:
+    from llmchat.branches import keep_turns, turn_starts
+
+    session = ctx.session
+    turns = len(turn_starts(session.conversation))
+    try:
+        at = int(arg) if arg else turns
+    except ValueError:
+        ctx.error(f"usage: /branch [N], N a turn number 0..{turns}, got {arg!r}")
+        return CONTINUE
+    if not 0 <= at <= turns:
+        ctx.error(f"this conversation has {turns} turns; /branch N takes 0..{turns}")
+        return CONTINUE
+    parent = session.conversation_id or (session.fork_from or (None,))[0]
+    keep_turns(session, at)
+    if parent is not None and session.history is not None:
+        ctx.info(f"new branch of {parent} sharing turns 1..{at}; it is saved with its first reply")
+    else:
+        ctx.info(f"kept turns 1..{at}; the rest is dropped (history is off, so nothing else keeps it)")
+    return CONTINUE
 
 
 def cmd_save(ctx: CommandContext, arg: str) -> Outcome:
@@ -505,6 +555,8 @@ COMMANDS: dict[str, Command] = _table(
         Command("/stats", "", "every number about the last reply", cmd_stats),
         Command("/retry", "", "regenerate the last reply", cmd_retry),
         Command("/undo", "", "remove the last message and its reply", cmd_undo),
+        Command("/edit", "", "change the last message and resend it; the old exchange stays as a branch", cmd_edit),
+        Command("/branch", "[N]", "a new conversation sharing turns 1..N (default: all) with this one", cmd_branch),
         Command("/save", "[NAME]", "name this conversation in the history", cmd_save),
         Command("/load", "NAME|ID", "continue a saved conversation", cmd_load),
         Command("/history", "[N]", "recent saved conversations", cmd_history),
