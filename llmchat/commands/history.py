@@ -86,8 +86,8 @@ def _print_summaries_table(summaries: list) -> None:
 
     # A pipe is not 80 columns wide: don't clip what a script may grep or cut.
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 1000)
-    headers = ("ID", "Name", "Model", "Updated (UTC)", "Msgs", "Branch of", "Branches")
-    rows = [
+    headers: tuple[str, ...] = ("ID", "Name", "Model", "Updated (UTC)", "Msgs", "Branch of", "Branches")
+    rows: list[tuple[str, ...]] = [
         (
             s.id,
             s.name or "",
@@ -99,6 +99,8 @@ def _print_summaries_table(summaries: list) -> None:
         )
         for s in summaries
     ]
+    if not any(s.parent_id or s.children for s in summaries):  # no branches: no columns for them
+        headers, rows = headers[:5], [row[:5] for row in rows]
     fixed_width = sum(max(len(text) for text in column) for column in zip(headers, *rows))
     gaps = 2 * len(headers)  # two spaces between columns, the preview included
     preview_width = min(console.width - fixed_width - gaps, max(len(s.preview) for s in summaries))
