@@ -274,3 +274,22 @@ def test_batch_files_relative_to_the_input(cli, tree, tmp_path, smollm2_path):
 def test_attachment_dataclass_is_what_describe_says():
     note = Attachment("n", 1, "00", "x")
     assert note.describe() == {"path": "n", "size": 1, "sha256": "00"}
+
+
+def test_stdin_as_a_file_and_chat_f_on_the_first_message(cli, tree, smollm2_path):
+    piped = cli("ask", "-m", str(smollm2_path), "-n", "4", "--json", "-f", "-", "summarise", input="Piped text.\n")
+    assert piped.returncode == 0, piped.stderr
+    cid = json.loads(piped.stdout)["conversation_id"]
+    user = json.loads(cli("history", "show", cid, "--json").stdout)["messages"][0]
+    assert user["content"] == '<file path="<stdin>">\nPiped text.\n</file>\n\nsummarise'
+
+    notes = str(tree / "notes.txt")
+    chat = cli("chat", "-m", str(smollm2_path), "-n", "4", "--json", "-f", notes, input="What colour?\nAnd why?\n")
+    assert chat.returncode == 0, chat.stderr
+    records = [json.loads(line) for line in chat.stdout.splitlines()]
+    stored = json.loads(cli("history", "show", records[-1]["conversation_id"], "--json").stdout)["messages"]
+    assert [m["attachments"] for m in stored if m["role"] == "user"] == [
+        [{"path": notes, "size": 15, "sha256": hashlib.sha256(b"apples are red\n").hexdigest()}],
+        [],
+    ]
+    assert records[1]["stats"]["cached_tokens"] >= records[0]["stats"]["prompt_tokens"] - 1  # the file stays cached
