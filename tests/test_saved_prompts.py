@@ -91,11 +91,12 @@ def test_prompts_list_and_show(cli, isolated_home):
     assert missing.stderr.count("\n") == 1 and "known: pirate, plain" in missing.stderr
 
 
-def test_ask_with_a_missing_prompt_exits_2_before_loading(cli, isolated_home):
+@pytest.mark.parametrize("command", [("ask", "hi"), ("chat",), ("batch", "-")])
+def test_a_missing_prompt_exits_2_before_loading(cli, isolated_home, command):
     _write_config(isolated_home)
-    result = cli("ask", "-p", "nope", "hi")
+    result = cli(command[0], "-p", "nope", *command[1:], input="hi\n")
     assert result.returncode == 2 and result.stdout == ""
-    assert "no saved prompt named 'nope'" in result.stderr and "model:" not in result.stderr
+    assert result.stderr.count("\n") == 1 and "no saved prompt named 'nope' (known: pirate, plain)" in result.stderr
 
 
 def test_ask_p_applies_system_and_preset_and_a_flag_overrides_temperature(cli, isolated_home):
