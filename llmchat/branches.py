@@ -44,13 +44,18 @@ def keep_turns(session: ChatSession, turns: int) -> None:
     session.last_result = None
 
 
-def last_user_turn(conversation: Conversation) -> tuple[str, tuple[Any, ...]] | None:
-    """The last user message as typed, and the files it carried (None: no message yet)."""
+def last_user_turn(session: ChatSession) -> tuple[str, tuple[Any, ...]] | None:
+    """The last user message as typed, and the files it carried (None: no message yet). A message
+    loaded from the history (/load, --resume) has its files looked up there."""
+    conversation = session.conversation
     starts = turn_starts(conversation)
     if not starts:
         return None
     message = conversation.messages[starts[-1]]
     files = tuple(message.get("attachments") or ())
+    stored_in = session.conversation_id or (session.fork_from or (None,))[0]
+    if not files and stored_in is not None and session.history is not None and message["content"].startswith("<file"):
+        files = tuple(session.history.turn_attachments(stored_in, len(starts) - 1))
     if files:
         from llmchat.attachments import typed_part
 

@@ -583,6 +583,20 @@ class HistoryStore:
         self._write(copy)
         return new
 
+    def turn_attachments(self, conversation_id: str, turn: int) -> list[Attachment]:
+        """The files (text included) of the user message of turn `turn` (0-based), for /edit."""
+        from llmchat.attachments import Attachment
+
+        rows = self._read(
+            lambda db: db.execute(
+                "SELECT a.path, a.size, a.sha256, a.text FROM attachments a JOIN messages m ON m.id = a.message_id"
+                " WHERE m.id = (SELECT id FROM messages WHERE conversation_id = ? AND role = 'user'"
+                " ORDER BY seq LIMIT 1 OFFSET ?) ORDER BY a.position",
+                (conversation_id, turn),
+            ).fetchall()
+        )
+        return [Attachment(*row) for row in rows]
+
     def family(self, id_or_name: str) -> list[ConversationSummary]:
         """Every conversation in the tree `id_or_name` belongs to (from its root down), oldest first."""
 

@@ -387,7 +387,11 @@ def cmd_edit(ctx: CommandContext, arg: str) -> Outcome:
     from llmchat.branches import keep_turns, last_user_turn, turn_starts
 
     session = ctx.session
-    last = last_user_turn(session.conversation)
+    try:
+        last = last_user_turn(session)
+    except HistoryError as err:
+        ctx.error(f"error: {err}")
+        return CONTINUE
     if last is None:
         ctx.error("nothing to edit: send a message first")
         return CONTINUE

@@ -271,3 +271,22 @@ def test_a_branch_in_a_new_process_restores_the_shared_turns_from_disk(cli, isol
     stats = json.loads(result.stdout)["stats"]
     assert stats["disk_cached_tokens"] >= shared > 100, (stats, shared)
     assert stats["prompt_tokens"] - stats["cached_tokens"] < 40  # only the new message is prefilled
+
+
+def test_edit_of_a_loaded_message_gives_back_its_typed_words_and_files(tmp_path):
+    """After /load or --resume the message holds the files' text; /edit takes them from the history."""
+    from types import SimpleNamespace
+
+    from llmchat.branches import last_user_turn
+    from llmchat.conversation import Conversation
+
+    note = from_bytes("n.txt", b"note\n")
+    with HistoryStore.open(tmp_path / "h.db") as store:
+        cid = _conversation(store, 1)
+        store.add_turn(cid, compose((note,), "question 2"), "answer 2", attachments=(note,))
+        stored = store.get(cid)
+        conversation = Conversation(messages=[{"role": m.role, "content": m.content} for m in stored.messages])
+        session = SimpleNamespace(conversation=conversation, conversation_id=cid, fork_from=None, history=store)
+        assert last_user_turn(session) == ("question 2", (note,))
+        session.conversation_id, session.fork_from = None, (cid, 2)  # a branch not saved yet
+        assert last_user_turn(session) == ("question 2", (note,))
