@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from datetime import datetime, timezone
 
 
@@ -79,9 +80,21 @@ def main() -> None:
             + ", ".join(f"{t:.0f}" for t in ttfts)
             + " |"
         )
+    memory = in_memory(args, questions)
     lines += [
         "",
         f"- TTFT without / with the disk cache: **{medians['--no-prompt-cache'] / medians['disk cache']:.1f}×**.",
+        "",
+        "In one process (`/branch N` in the chat: the shared turns are still in the KV cache in memory), "
+        "against the same branch turn after another conversation took the cache:",
+        "",
+        "| run | prompt tokens | cached | prefilled | TTFT ms |",
+        "|---|---:|---:|---:|---:|",
+        *[
+            f"| {label} | {st.prompt_tokens} | {st.cached_tokens} | {st.prompt_tokens - st.cached_tokens} | "
+            f"{st.ttft_s * 1000:.0f} |"
+            for label, st in memory
+        ],
         "",
         "Command: `python bench/branch_kv.py" + (f" --at {args.at}" if args.at != 8 else "") + "`",
     ]
@@ -90,6 +103,30 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as handle:
             handle.write(text)
+
+
+def in_memory(args: argparse.Namespace, questions: list[str]) -> list[tuple[str, object]]:
+    """/branch N in a running chat, then the same branch turn with the cache taken by another conversation."""
+    from llmchat.branches import keep_turns
+    from llmchat.loading import start_session
+    from llmchat.options import RunOptions
+
+    opts = RunOptions(model=args.model, temperature=0.0, max_tokens=args.reply_tokens, seed=1)
+    session = start_session(opts, overflow="drop", with_history=False)
+    try:
+        for question in questions:
+            session.turn(question)
+        keep_turns(session, args.at)
+        shared = [dict(m) for m in session.conversation.messages]
+        session.sampling = replace(session.sampling, max_tokens=8)
+        warm = session.turn("And 11?").stats
+        session.new_conversation()
+        session.turn("Something else entirely.")  # the KV cache now holds another conversation
+        session.conversation.messages = shared
+        cold = session.turn("And 11?").stats
+    finally:
+        session.close()
+    return [("/branch, the shared turns in memory", warm), ("the same turn, cache taken by another chat", cold)]
 
 
 if __name__ == "__main__":

@@ -231,13 +231,17 @@ def cmd_show(ctx: CommandContext, arg: str) -> Outcome:
     table.add_row("system", _one_line(system) if system else "(none)", origins.get("system", ""))
     if origins.get("schema"):
         table.add_row("schema", "the reply is held to a schema", origins["schema"])
+    count = f"{len(session.conversation.messages)} messages"
     if session.history is None:
         saved = "not saved (history off)"
+    elif session.conversation_id is None and getattr(session, "fork_from", None) is not None:
+        saved = f"branch of {session.fork_from[0]}"
+        count = f"shares turns 1..{session.fork_from[1]}; saved with its first reply; " + count
     elif session.conversation_id is None:
         saved = "not saved yet (saved after the first reply)"
     else:
         saved = session.conversation_id
-    table.add_row("conversation", saved, f"{len(session.conversation.messages)} messages")
+    table.add_row("conversation", saved, count)
     sampling = session.sampling
     table.add_row("sampling", f"preset {sampling.preset}", "")
     for name in SETTABLE:

@@ -112,14 +112,16 @@ def _drive(session, keys):
         run_interactive(session, show_stats=False, markdown=False, verbose=False)
 
 
-def test_branch_in_chat_reuses_the_shared_turns_from_memory(loaded, capsys):
+def test_branch_in_chat_reuses_the_shared_turns_from_memory(loaded, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # /show's table on one line per row
     session = _session(loaded)
     try:
         _drive(session, ["Name a fruit.", "Name a colour.", "Name an animal."])
         parent = session.conversation_id
         shared = session.tokenize_messages(session.conversation.prompt_messages()[:4], add_generation_prompt=False)
-        _drive(session, ["/branch 9", "/branch 2", "Name a planet."])
-        err = capsys.readouterr().err
+        _drive(session, ["/branch 9", "/branch 2", "/show", "Name a planet."])
+        out, err = capsys.readouterr()
+        assert f"branch of {parent}" in out and "shares turns 1..2; saved with its first reply" in out
         assert "this conversation has 3 turns; /branch N takes 0..3" in err
         assert f"new branch of {parent} sharing turns 1..2" in err
         branch = session.conversation_id
