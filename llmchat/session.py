@@ -34,6 +34,7 @@ from llmchat.reasoning import (
 )
 
 if TYPE_CHECKING:
+    from llmchat.attachments import Attachment
     from llmchat.config import Config
     from llmchat.engine.grammar import Grammar
     from llmchat.engine.interface import ChatEngine
@@ -117,6 +118,7 @@ class TurnResult:
     parsed: Any = None  # structured output: the reply's decoded JSON, once it validated
     error: str | None = None  # structured output: why the reply is not what was asked (invalid, cut off)
     token_ids: list[int] | None = None  # the reply as sampled, when they spell it exactly (not in records)
+    attachments: tuple[Attachment, ...] = ()  # files sent inside `user` (llmchat.attachments; not in records)
 
     @property
     def interrupted(self) -> bool:
@@ -224,6 +226,10 @@ class ChatSession:
     _close_ids: list[int] = field(default_factory=list)
     structured: StructuredOutput | None = None  # --schema / --format json / --grammar, for every turn
     kv_store: KVStore | None = None  # the KV cache on disk (llmchat.engine.kv_store); None: off
+    origins: dict[str, str] = field(default_factory=dict)  # values a saved prompt set (-p NAME), for /show
+    # /branch N and /edit: the conversation (id, turns shared) that the next saved turn forks from
+    # (llmchat.branches); the branch is created in the history with that turn, not before.
+    fork_from: tuple[str, int] | None = None
 
     @classmethod
     def start(
@@ -403,10 +409,19 @@ class ChatSession:
         after = fmt.close_tag if fmt is not None and fmt.kind == "tags" and prepared.starts_thinking else None
         return prepared.structured.grammar, after
 
-    def turn(self, user_text: str, observer: TurnObserver | None = None, *, record: bool = True) -> TurnResult:
+    def turn(
+        self,
+        user_text: str,
+        observer: TurnObserver | None = None,
+        *,
+        record: bool = True,
+        attachments: tuple[Attachment, ...] = (),
+    ) -> TurnResult:
         """Generate the reply to `user_text`. Ctrl-C stops generation and returns the partial reply,
         marked interrupted; it is kept in the conversation and history like any other. A failed
-        save never raises: the result says `saved=False` and carries the warning."""
+        save never raises: the result says `saved=False` and carries the warning.
+
+        `attachments`: the files `user_text` carries (`attachments.compose`), saved with it."""
         observer = observer or NullObserver()
         prepared = self.prepare(user_text)
         if prepared.fit.messages_dropped and self.engine.settings.kv_shift:
@@ -461,6 +476,7 @@ class ChatSession:
                 self._close_shown_thinking(observer, shown)
             fragments = [tracker.splitter.answer]
         result = self.finish(prepared, outcome, "".join(fragments), generation.seed, t_first_written, tracker=tracker)
+        result.attachments = tuple(attachments)
         self.commit(prepared, result, record=record)
         self._save_kv(result)
         if stopped is not None:
@@ -586,6 +602,8 @@ class ChatSession:
         )
         if result.reasoning:
             prepared.conversation.messages[-1]["reasoning"] = result.reasoning
+        if result.attachments:  # /edit gives them back with the typed words
+            prepared.conversation.messages[-2]["attachments"] = result.attachments
         if prepared.conversation is self.conversation:
             self.last_result = result
         if record and self.history is not None:
@@ -634,6 +652,9 @@ class ChatSession:
 
     def _record(self, result: TurnResult) -> None:
         assert self.history is not None
+        if self.conversation_id is None and self.fork_from is not None:
+            self.conversation_id = self.history.fork(*self.fork_from)
+            self.fork_from = None
         if self.conversation_id is None:
             self.conversation_id = self.history.new_conversation(
                 model=self.model_label,
@@ -651,6 +672,7 @@ class ChatSession:
             stats=result.stats.to_dict(),
             sampling=self.sampling.to_record() | {"seed": result.seed},
             reasoning=result.reasoning,
+            attachments=result.attachments,
         )
 
     def new_conversation(self) -> None:
@@ -658,6 +680,7 @@ class ChatSession:
         self.conversation = Conversation(system=self.conversation.system)
         self.conversation_id = None
         self.last_result = None
+        self.fork_from = None
 
     def load_conversation(self, stored: StoredConversation) -> None:
         """Continue a conversation from the history store."""
@@ -669,6 +692,7 @@ class ChatSession:
                     self.conversation.messages[-1]["reasoning"] = message.reasoning
         self.conversation_id = stored.id
         self.last_result = None
+        self.fork_from = None
 
     def set_sampling(self, sampling: SamplingParams) -> None:
         self.sampling = sampling
