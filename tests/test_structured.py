@@ -409,7 +409,21 @@ def test_parallel_4_gives_the_same_valid_records_as_parallel_1(cli, smollm2_path
     items.write_text("".join(json.dumps(line) + "\n" for line in lines))
     runs = {}
     for parallel in ("1", "4"):
-        args = ("-m", str(smollm2_path), "--temp", "0", "-n", "64", "--schema", FILM, "-P", parallel)
+        # One attention kernel on both sides: --parallel turns flash attention on (engine.calibrate).
+        args = (
+            "-m",
+            str(smollm2_path),
+            "--temp",
+            "0",
+            "-n",
+            "64",
+            "--schema",
+            FILM,
+            "-P",
+            parallel,
+            "--flash-attn",
+            "on",
+        )
         result = cli("batch", str(items), *args, timeout=1800)
         assert result.returncode == 0, result.stderr
         runs[parallel] = records(result.stdout)
