@@ -61,10 +61,11 @@ def test_parallel_records_equal_serial_records(cli, smollm2_path, tmp_path):
     items.write_text("\n".join(json.dumps({"id": f"q{i}", "prompt": p}) for i, p in enumerate(prompts)) + "\n")
     runs = []
     for parallel in ("1", "4"):
+        # One attention kernel on both sides: --parallel turns flash attention on (engine.calibrate).
         result = cli(
             "batch", str(items), "-m", str(smollm2_path), "--max-tokens", "16", "--parallel", parallel,
             "--progress", "off", "--temperature", "0", "--seed", "1", "--flash-attn", "on",
-        )  # fmt: skip  (one attention kernel on both sides: --parallel turns flash attention on)
+        )  # fmt: skip
         assert result.returncode == 0, result.stderr
         runs.append(records(result.stdout))
     clocks = {"ttft_s", "prefill_s", "decode_s", "total_s", "prefill_tok_s", "decode_tok_s", "ttfa_s"}
