@@ -12,6 +12,8 @@ signal; the callbacks and the code around every native call then act on the reco
 - the load progress callback returns false, which makes llama.cpp abort the load;
 - `raise_pending()` raises the recorded signal's exception at the next safe point (after the
   load, at each decoded token, and before the process exits).
+The same record catches the rarer places where Python itself drops an exception (a `__del__`, a
+weakref callback): `install()` also hooks `sys.unraisablehook` for the signals' exceptions.
 
 This module imports only the standard library: `llmchat.launch` installs it before anything else.
 """
@@ -19,6 +21,7 @@ This module imports only the standard library: `llmchat.launch` installs it befo
 from __future__ import annotations
 
 import signal
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the start-up path stays free of typing's import
@@ -81,6 +84,27 @@ def install() -> None:
     except ValueError:  # not the main thread (an embedding application): leave its handlers alone
         return
     _state["installed"] = True
+    previous_hook = sys.unraisablehook
+
+    def keep_signals(unraisable: Any) -> None:
+        """Python drops an exception it cannot raise (one from a `__del__`, a weakref or ctypes
+        callback, a generator closed by the garbage collector) after reporting it here. A signal's
+        exception among them is kept as pending instead, to be raised at the next safe point."""
+        signum = _signal_of(unraisable.exc_value)
+        if signum is None:
+            previous_hook(unraisable)
+        elif _state["pending"] is None or signum == signal.SIGTERM:
+            _state["pending"] = signum
+
+    sys.unraisablehook = keep_signals
+
+
+def _signal_of(error: BaseException | None) -> int | None:
+    if isinstance(error, KeyboardInterrupt):
+        return signal.SIGINT
+    if isinstance(error, SystemExit) and error.code == TERMINATED_EXIT and _state["terminated"]:
+        return signal.SIGTERM
+    return None
 
 
 def pending() -> bool:

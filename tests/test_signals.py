@@ -6,7 +6,9 @@ load), and every 10 ms from 50 to 110 ms after the `model:` line (inside the loa
 calls back into Python thousands of times and a Ctrl-C used to vanish). Each run must end by the
 signal: exit 130 (143 for SIGTERM) with one `llmchat:` line and no traceback, or, when the signal
 beat llmchat's own code (Python's start-up), killed by it (or, inside Python's own imports, its
-report and exit 1) with no line of llmchat's code in any traceback. Never exit 0: the reply asked for takes seconds, far longer than the latest signal.
+report and exit 1) with no line of llmchat's code in any traceback. Never exit 0: the reply asked
+for is greedy (a sampled one is often a single short sentence, done before the latest signal) and
+runs to its 300-token cap, which takes far longer than the latest signal.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_robustness import LONG_REPLY, assert_clean_failure, env_for, finish, wait_for_line
+from tests.test_robustness import assert_clean_failure, env_for, finish, wait_for_line
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
 
-ASK = ("ask", "--no-history", "-t", "1", "--ctx", "512", "-n", "300", LONG_REPLY)
+# Greedy, this prompt runs SmolLM2 to the 300-token cap (a count stops after a few dozen tokens).
+ESSAY = "Write a detailed essay on the history of Rome."
+ASK = ("ask", "--no-history", "-t", "1", "--ctx", "512", "-n", "300", "--temp", "0", ESSAY)
 AFTER_START_MS = range(0, 401, 20)
 AFTER_MODEL_LINE_MS = range(50, 111, 10)
 REPEATS = 3
@@ -45,7 +49,9 @@ def start(home: Path) -> subprocess.Popen:
 
 def assert_ended_by(result, sig: signal.Signals, code: int, word: str, when: str) -> None:
     where = f"signal {sig.name} {when}"
-    assert result.returncode != 0, f"{where}: exit 0 (the signal was lost); stdout: {result.stdout[:200]!r}"
+    assert result.returncode != 0, (
+        f"{where}: exit 0 (the signal was lost); stdout: {result.stdout[:200]!r}; stderr: {result.stderr[-800:]!r}"
+    )
     in_python_start_up = result.returncode == -sig or (
         # Interrupted while Python imports `site` or `runpy`, before any of llmchat's code: Python
         # reports it ("Fatal Python error: init_import_site", "Could not import runpy module") and
@@ -107,6 +113,13 @@ def test_sigterm_from_start_to_load_is_never_lost(isolated_home):
     sweep_after_model_line(home, signal.SIGTERM, 143, "terminated", AFTER_MODEL_LINE_MS, 1)
 
 
+def test_the_unsignalled_run_outlasts_every_signal(isolated_home):
+    """The sweeps' premise: without a signal, the greedy reply runs to its 300-token cap."""
+    result = finish(start(isolated_home))
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.split()) >= 100, result.stdout
+
+
 def test_pending_signal_is_raised_at_the_next_safe_point():
     """The mechanism itself: a signal that lands inside a native callback is recorded, not raised
     (an exception there would be dropped by ctypes), and raised at the next checkpoint."""
@@ -132,3 +145,29 @@ def test_pending_signal_is_raised_at_the_next_safe_point():
         os.kill(os.getpid(), signal.SIGINT)
         for _ in range(1000):
             pass
+
+
+def test_a_signal_python_would_drop_is_kept():
+    """Python reports an exception from a `__del__` as "unraisable" and drops it: a Ctrl-C landing
+    in one is kept as pending by the hook `install()` adds, and raised at the next checkpoint.
+    (In a child process: pytest swaps `sys.unraisablehook` around every test.)"""
+    script = """
+from llmchat import interrupts
+interrupts.install()
+
+class Finalized:
+    def __del__(self):
+        raise KeyboardInterrupt  # what the handler raises when the signal lands in here
+
+Finalized()  # collected at once: its __del__ runs and its exception is unraisable
+assert interrupts.pending(), "dropped"
+try:
+    interrupts.raise_pending()
+except KeyboardInterrupt:
+    print("raised")
+assert not interrupts.pending()
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "raised"
+    assert "Exception ignored" not in result.stderr
