@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from llmchat.chat_template import ModelFacts, ResolvedTemplate, facts_from_metadata, render_prompt, resolve_template
 from llmchat.conversation import Budget, Conversation, FitResult, default_reply_reserve, fit_to_context
-from llmchat.errors import ContextOverflowError, HistoryError, ServerError, UsageError
+from llmchat.engine.interface import GenerateRequest, prompt_ids
+from llmchat.errors import ContextOverflowError, HistoryError, ServerError
 from llmchat.metrics import TurnStats
 from llmchat.reasoning import (
     THINKING,
@@ -36,7 +37,7 @@ from llmchat.reasoning import (
 if TYPE_CHECKING:
     from llmchat.config import Config
     from llmchat.engine.grammar import Grammar
-    from llmchat.engine.interface import ChatEngine
+    from llmchat.engine.interface import ChatEngine, Prompt
     from llmchat.engine.kv_store import KVStore, Restored
     from llmchat.engine.reply import GenerationOutcome
     from llmchat.history import HistoryStore, StoredConversation
@@ -50,8 +51,7 @@ class TurnObserver(Protocol):
 
     def prefill_started(self, prompt_tokens: int, cached_tokens: int, context_limit: int) -> None: ...
     def text(self, fragment: str) -> None: ...
-    # Optional: `thinking(fragment)` for a reasoning model's thinking; an observer without it
-    # shows none (the session checks with getattr, so existing observers need not change).
+    def thinking(self, fragment: str) -> None: ...  # a reasoning model's thinking (may show nothing)
     def token(self, generated: int, t_first: float, now: float) -> None: ...
     def finished(self, result: TurnResult) -> None: ...
 
@@ -178,7 +178,7 @@ class PreparedTurn:
     markup: dict[int, bytes] | None = None  # the format's control-token markers, shown as text
 
     @property
-    def prompt(self) -> list[int]:
+    def prompt(self) -> Prompt:
         return self.fit.prompt_tokens
 
 
@@ -275,7 +275,12 @@ class ChatSession:
         self.template_vars = dict(settings.variables) | thinking_variables(
             self.reasoning_format, settings.think, settings.effort, say
         )
-        if settings.budget is not None and self.reasoning_format is None:
+        if settings.budget is not None and not self.engine.caps.token_ids:
+            say(
+                "--thinking-budget: this server returns text, not token ids, so the budget cannot act on its "
+                "replies; use llama-server or a local model"
+            )
+        elif settings.budget is not None and self.reasoning_format is None:
             say("this model's template has no thinking block; --thinking-budget does nothing here")
 
     def set_thinking(self, on: bool, say: Callable[[str], None]) -> None:
@@ -301,9 +306,7 @@ class ChatSession:
                         state["open"] = True
                     observer.text(segment.text)
                 elif display == "auto":
-                    shown = getattr(observer, "thinking", None)
-                    if shown is not None:
-                        shown(segment.text)
+                    observer.thinking(segment.text)
                 continue
             self._close_shown_thinking(observer, state)
             observer.text(segment.text)
@@ -318,7 +321,7 @@ class ChatSession:
         self.engine.close()
 
     # --- tokens and budget ------------------------------------------------------------------
-    def tokenize_messages(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> list[int]:
+    def tokenize_messages(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> Prompt:
         rendered = render_prompt(
             self.template,
             messages,
@@ -384,11 +387,7 @@ class ChatSession:
         """Hold every following reply to `structured` (None: free text again). UsageError when
         the engine cannot take a grammar or llama.cpp cannot parse it."""
         if structured is not None:
-            from llmchat.engine import Engine
-
-            if not isinstance(self.engine, Engine):  # a grammar is llama.cpp's, in this process
-                raise UsageError("--schema, --format and --grammar need a local model for now, not --server")
-            self.engine.check_grammar(structured.grammar)
+            self.engine.check_grammar(structured.grammar)  # UsageError where it cannot take one
         self.structured = structured
 
     def grammar_for(self, prepared: PreparedTurn) -> tuple[Grammar | None, str | None]:
@@ -397,11 +396,25 @@ class ChatSession:
         has closed the block (a grammar from the first token would make the close unreachable)."""
         if prepared.structured is None:
             return None, None
-        if not getattr(self.engine, "takes_grammar", False):
-            raise UsageError("--schema, --format and --grammar need a local model for now, not --server")
+        if not self.engine.caps.grammar:
+            self.engine.check_grammar(prepared.structured.grammar)  # says why, as a UsageError
         fmt = self.reasoning_format
         after = fmt.close_tag if fmt is not None and fmt.kind == "tags" and prepared.starts_thinking else None
         return prepared.structured.grammar, after
+
+    def request_for(self, prepared: PreparedTurn) -> GenerateRequest:
+        """What the engine decodes for a prepared turn: the same request in every mode."""
+        grammar, grammar_after = self.grammar_for(prepared)
+        return GenerateRequest(
+            prepared.prompt,
+            prepared.sampling,
+            max_tokens=reply_cap(prepared.sampling),
+            stop_strings=prepared.stop_strings,
+            steering=prepared.tracker,
+            markup=prepared.markup,
+            grammar=grammar,
+            grammar_after=grammar_after,
+        )
 
     def turn(self, user_text: str, observer: TurnObserver | None = None, *, record: bool = True) -> TurnResult:
         """Generate the reply to `user_text`. Ctrl-C stops generation and returns the partial reply,
@@ -409,24 +422,15 @@ class ChatSession:
         save never raises: the result says `saved=False` and carries the warning."""
         observer = observer or NullObserver()
         prepared = self.prepare(user_text)
-        if prepared.fit.messages_dropped and self.engine.settings.kv_shift:
-            self.engine.shift_out_dropped(prepared.prompt)
+        ids = prompt_ids(prepared.prompt)
+        if prepared.fit.messages_dropped and self.engine.caps.kv_shift:
+            self.engine.shift_out_dropped(ids)
         if self.kv_store is not None:  # a new process (ask -c, --resume) or /load: restore from disk
-            prepared.restored = self.kv_store.restore(prepared.prompt)
-        sampling = prepared.sampling
+            prepared.restored = self.kv_store.restore(ids)
         tracker = prepared.tracker
-        grammar, grammar_after = self.grammar_for(prepared)
-        generation = self.engine.generate(
-            prepared.prompt,
-            sampling,
-            max_tokens=reply_cap(sampling),
-            stop_strings=prepared.stop_strings,
-            steering=tracker,
-            markup=prepared.markup,
-            **({"grammar": grammar, "grammar_after": grammar_after} if grammar is not None else {}),
-        )
+        generation = self.engine.generate(self.request_for(prepared))
         outcome = generation.outcome
-        observer.prefill_started(len(prepared.prompt), self.engine.cached_prefix(prepared.prompt), self.engine.n_ctx)
+        observer.prefill_started(len(prepared.prompt), self.engine.cached_prefix(ids), self.engine.n_ctx)
         fragments: list[str] = []
         t_first_written: float | None = None
         stopped: BaseException | None = None
@@ -522,13 +526,14 @@ class ChatSession:
             finish_reason=outcome.finish_reason,
             draft_proposed=outcome.draft_proposed,
             draft_accepted=outcome.draft_accepted,
-            server=getattr(outcome, "server", None),  # a remote engine's own timings
+            server=outcome.server,  # a remote engine's own timings
         )
         if prepared.restored is not None:
             stats.disk_cached_tokens = prepared.restored.tokens
             stats.restore_s = prepared.restored.seconds
-        stats.flash_attn = getattr(getattr(self.engine, "settings", None), "flash_attn", None)
-        stats.flash_attn_why = getattr(getattr(self.engine, "settings", None), "flash_attn_why", None) or None
+        info = self.engine.info
+        stats.flash_attn = info.flash_attn
+        stats.flash_attn_why = info.flash_attn_why
         stats.thinking_tokens = min(thinking_tokens, outcome.generated_tokens)
         stats.answer_tokens = outcome.generated_tokens - stats.thinking_tokens
         stats.thinking_budget_hit = budget_hit
@@ -636,7 +641,7 @@ class ChatSession:
         if self.conversation_id is None:
             self.conversation_id = self.history.new_conversation(
                 model=self.model_label,
-                model_path=str(self.engine.model_path),
+                model_path=self.engine.info.model_path,
                 template=f"{self.template.name} ({self.template.source})",
                 system_prompt=self.conversation.system,
                 sampling=self.sampling.to_record(),

@@ -414,7 +414,8 @@ def test_ask_json_acceptance_and_no_reasoning_on_stdout_by_default(cli, smollm2_
 
 def test_budget_in_parallel_decoding_matches_the_serial_rules(loaded):
     """batch --parallel decodes with ParallelDecoder; a prepared turn's tracker steers each slot."""
-    from llmchat.engine.parallel import ParallelDecoder, ParallelItem
+    from llmchat.engine.interface import QueuedRequest
+    from llmchat.engine.parallel import ParallelDecoder
 
     budget = 8
     session, _ = _session(loaded, R1, ReasoningSettings(budget=budget))
@@ -426,12 +427,7 @@ def test_budget_in_parallel_decoding_matches_the_serial_rules(loaded):
         p = prepared[done.key]
         results[done.key] = session.finish(p, done.outcome, done.text, done.seed, t_submit=done.t_submit)
 
-    items = [
-        ParallelItem(
-            i, p.prompt, p.sampling, p.sampling.max_tokens, p.stop_strings, steering=p.tracker, markup=p.markup
-        )
-        for i, p in prepared.items()
-    ]
+    items = [QueuedRequest(i, session.request_for(p)) for i, p in prepared.items()]
     ParallelDecoder(loaded.engine, 2, 1024).run(items, on_done)
     for result in results.values():
         assert result.reasoning and result.reply.strip() and not THINK_TAG.search(result.reply), result

@@ -16,6 +16,7 @@ import pytest
 
 from llmchat.batch.items import parse_input
 from llmchat.engine.grammar import Grammar, integer_range_rule, schema_to_gbnf
+from llmchat.engine.interface import GenerateRequest
 from llmchat.errors import UsageError
 from llmchat.structured import (
     StructuredOutput,
@@ -350,7 +351,9 @@ def test_gate_matches_llama_cpp_grammar_sampler_at_temperature_0(smollm2_path):
     from llmchat.sampling import SamplingParams
 
     grammar = Grammar(schema_to_gbnf(MOVIE_SCHEMA), "test")
-    sampling = replace(SamplingParams(), temperature=0.0, seed=1)
+    # No repeat penalty: the library's chain keeps no prompt tokens in its window, llmchat's does
+    # (as llama-server); the grammar is what is compared here.
+    sampling = replace(SamplingParams(), temperature=0.0, seed=1, repeat_penalty=1.0)
     texts = []
     for lookup in (False, True):
         engine = Engine.load(smollm2_path, EngineSettings(n_ctx=512, lookup=lookup))
@@ -358,7 +361,7 @@ def test_gate_matches_llama_cpp_grammar_sampler_at_temperature_0(smollm2_path):
             prompt = engine.prompt_tokens(
                 [("<|im_start|>user\nThe film Alien, as JSON.<|im_end|>\n<|im_start|>assistant\n", True)]
             )
-            generation = engine.generate(prompt, sampling, max_tokens=60, grammar=grammar)
+            generation = engine.generate(GenerateRequest(prompt, sampling, max_tokens=60, grammar=grammar))
             texts.append("".join(event.text for event in generation))
             if not lookup:
                 reference = []

@@ -30,19 +30,23 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
 from llmchat.batch.items import BatchItem, id_key, parse_input
 from llmchat.batch.progress import Progress
 from llmchat.batch.sink import InOrder, RecordSink, read_done_ids
 from llmchat.conversation import Conversation, default_reply_reserve
+from llmchat.engine.interface import QueuedRequest
 from llmchat.errors import LlmchatError, UsageError
 from llmchat.options import RunOptions
 from llmchat.output import notice
 from llmchat.session import error_record
 
 if TYPE_CHECKING:
+    from llmchat.engine.core import Engine
     from llmchat.engine.parallel import ParallelDecoder
+    from llmchat.engine.remote.llama_server import LlamaServerEngine
+    from llmchat.engine.remote.openai_compat import OpenAICompatEngine
     from llmchat.engine.reply import GenerationOutcome
     from llmchat.sampling import SamplingParams
     from llmchat.session import ChatSession, PreparedTurn, TurnResult
@@ -182,7 +186,7 @@ class BatchRunner:
 
     # --- parallel: several items decoded together; prepared and finished as the serial path ------
     def _run_parallel(self, items: list[BatchItem], writer: InOrder, progress: Progress) -> None:
-        from llmchat.engine.parallel import ParallelDecoder, ParallelItem, context_per_sequence
+        from llmchat.engine.parallel import ParallelDecoder, context_per_sequence
 
         ready: dict[int, tuple[BatchItem, PreparedTurn]] = {}
         for item in items:
@@ -195,7 +199,7 @@ class BatchRunner:
                 self._fail(item, str(err), writer, progress)
         if not ready:
             return
-        if getattr(self.engine, "remote", False):
+        if self.engine.caps.remote:
             self._run_streams(ready, writer, progress)
             return
         needed = max(len(p.prompt) + (p.sampling.max_tokens or 0) for _, p in ready.values())
@@ -207,24 +211,11 @@ class BatchRunner:
         def on_step(decoder: ParallelDecoder) -> None:
             progress.set_tokens(tokens_before + decoder.generated_total)
 
+        # Not remote: the local engine, whose context ParallelDecoder shares.
         decoder = ParallelDecoder(
-            self.engine, min(self.parallel, len(ready)), per_seq, n_batch=self.engine.settings.batch_size
+            cast("Engine", self.engine), min(self.parallel, len(ready)), per_seq, n_batch=self.engine.batch_size
         )
-        work = [
-            ParallelItem(
-                key=index,
-                prompt=p.prompt,
-                sampling=p.sampling,
-                max_tokens=p.sampling.max_tokens,
-                stop_strings=p.stop_strings,
-                steering=p.tracker,
-                markup=p.markup,
-                grammar=grammar,
-                grammar_after=after,
-            )
-            for index, (_, p) in ready.items()
-            for grammar, after in [self.session.grammar_for(p)]
-        ]
+        work = self._work(ready)
         if self.verbose:
             notice(
                 f"parallel: {decoder.n_seq} sequences x {per_seq} tokens in one context, batches of {decoder.n_batch}"
@@ -235,6 +226,10 @@ class BatchRunner:
                 f"parallel: {decoder.steps} decode steps; prompt tokens: {decoder.prompt_evaluated} evaluated, "
                 f"{decoder.prompt_reused} reused from the KV cache (shared prefixes)"
             )
+
+    def _work(self, ready: dict[int, tuple[BatchItem, PreparedTurn]]) -> list[QueuedRequest]:
+        """Each prepared item as the request a serial turn would decode (`ChatSession.request_for`)."""
+        return [QueuedRequest(index, self.session.request_for(p)) for index, (_, p) in ready.items()]
 
     def _finisher(
         self, ready: dict[int, tuple[BatchItem, PreparedTurn]], writer: InOrder, progress: Progress
@@ -258,7 +253,7 @@ class BatchRunner:
         connection is retried with backoff. Nothing is written until the item is done."""
         assert item.user is not None
         user = item.user
-        if not getattr(self.engine, "remote", False):
+        if not self.engine.caps.remote:
             return self.session.turn(user, record=False)
         from llmchat.engine.remote.streams import with_retries
 
@@ -271,9 +266,12 @@ class BatchRunner:
     def _run_streams(
         self, ready: dict[int, tuple[BatchItem, PreparedTurn]], writer: InOrder, progress: Progress
     ) -> None:
-        from llmchat.engine.remote.streams import ConcurrentStreams, StreamItem
+        from llmchat.engine.remote.streams import ConcurrentStreams
 
-        streams = ConcurrentStreams(self.engine, min(self.parallel, len(ready)))  # type: ignore[arg-type]
+        # Remote: a server engine (caps.remote), whose streams run concurrently.
+        streams = ConcurrentStreams(
+            cast("LlamaServerEngine | OpenAICompatEngine", self.engine), min(self.parallel, len(ready))
+        )
         tokens_before = progress.tokens
 
         on_done = self._finisher(ready, writer, progress)
@@ -281,10 +279,7 @@ class BatchRunner:
         def on_step(running: ConcurrentStreams) -> None:
             progress.set_tokens(tokens_before + running.generated_total)
 
-        work = [
-            StreamItem(index, p.prompt, p.sampling, p.sampling.max_tokens, p.stop_strings)
-            for index, (_, p) in ready.items()
-        ]
+        work = self._work(ready)
         if self.verbose:
             notice(f"parallel: {streams.n} concurrent streams to the server")
         streams.run(work, on_done, on_step)
