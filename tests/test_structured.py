@@ -324,6 +324,19 @@ def test_ask_reply_cut_by_max_tokens_exits_5(cli, smollm2_path):
     assert "cut off by the token limit" in record["error"]
 
 
+def test_scripted_chat_goes_on_after_a_cut_reply_and_exits_5_at_the_end(cli, smollm2_path):
+    """The same policy as ask: the turn's record carries the error, stderr says it in one line, the
+    next turn is still answered, and the exit code says a reply was not what was asked."""
+    args = ("chat", "-m", str(smollm2_path), "--temp", "0", "--schema", MOVIE, "-n", "6", "--no-history", "--json")
+    done = cli(*args, input="Describe the film Alien.\nDescribe the film Jaws.\n")
+    assert done.returncode == 5, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [record["id"] for record in records] == [1, 2]
+    assert all(record["parsed"] is None and "cut off by the token limit" in record["error"] for record in records)
+    error_lines = [line for line in done.stderr.splitlines() if line.startswith("llmchat: error: turn ")]
+    assert len(error_lines) == 2 and error_lines[0].startswith("llmchat: error: turn 1: ")
+
+
 def test_format_json_and_a_gbnf_file(cli, smollm2_path, tmp_path):
     result = cli("ask", "-m", str(smollm2_path), "--temp", "0", "--format", "json", "--json", "Give a city as JSON.")
     assert result.returncode == 0, result.stderr

@@ -19,8 +19,8 @@ Two paths, the same prompts and sampling rules:
   `engine.parallel.ParallelDecoder` decodes N items at once in one context, with the same sampler
   chain and reply rules (`engine.reply.ReplyAssembler`). Records are emitted in input order.
 
-Every item's reply is bounded: its `max_tokens`, else `--max-tokens`, else the reply reserve
-`ask` keeps (min(1024, ctx/4)); a runaway item cannot hold the batch for the whole window.
+Every item's reply is bounded: its `max_tokens`, else `--max-tokens`, else the default reply cap
+every mode uses (llmchat.turn.policy); a runaway item cannot hold the batch for the whole window.
 
 A batch is not a conversation: nothing is written to the history store.
 """
@@ -35,12 +35,13 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 from llmchat.batch.items import BatchItem, id_key, parse_input
 from llmchat.batch.progress import Progress
 from llmchat.batch.sink import InOrder, RecordSink, read_done_ids
-from llmchat.conversation import Conversation, default_reply_reserve
+from llmchat.conversation import Conversation
 from llmchat.engine.interface import QueuedRequest
 from llmchat.errors import LlmchatError, UsageError
 from llmchat.options import RunOptions
 from llmchat.output import notice
-from llmchat.session import error_record
+from llmchat.turn.policy import reply_cap
+from llmchat.turn.record import error_record
 
 if TYPE_CHECKING:
     from llmchat.engine.core import Engine
@@ -100,8 +101,6 @@ class BatchRunner:
         sampling = replace(self.base_sampling, **item.overrides) if item.overrides else self.base_sampling
         if item.stop is not None:
             sampling = replace(sampling, stop=item.stop)
-        if sampling.max_tokens is None:
-            sampling = replace(sampling, max_tokens=default_reply_reserve(self.engine.n_ctx, None))
         return sampling
 
     def conversation_for(self, item: BatchItem) -> Conversation:
@@ -202,7 +201,7 @@ class BatchRunner:
         if self.engine.caps.remote:
             self._run_streams(ready, writer, progress)
             return
-        needed = max(len(p.prompt) + (p.sampling.max_tokens or 0) for _, p in ready.values())
+        needed = max(len(p.prompt) + reply_cap(p.sampling) for _, p in ready.values())
         per_seq = context_per_sequence(needed, self.engine.n_ctx)
         tokens_before = progress.tokens
 
