@@ -19,15 +19,17 @@ Pure Python: no llama_cpp, no numpy, so a remote engine can use it without loadi
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from llmchat.engine.reply import GenerationOutcome, ReplyAssembler
+from llmchat.errors import LlmchatError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from llmchat.engine.interface import GenerateRequest
+    from llmchat.engine.interface import ChatEngine, GenerateRequest, QueuedRequest
     from llmchat.engine.reply import Vocabulary
     from llmchat.sampling import SamplingParams
 
@@ -153,3 +155,67 @@ class SequenceState:
                 assert self.steering is not None
                 self.steering.feed(text, self.outcome.generated_tokens, now)
         return text
+
+
+@dataclass
+class DecodedResult:
+    """One finished sequence of a `SerialDecoder` (the shape of ParallelResult and StreamResult)."""
+
+    key: Any
+    outcome: GenerationOutcome
+    seed: int = 0
+    text: str = ""
+    error: str | None = None
+    t_submit: float = 0.0  # the sequence began (its TTFT is measured from here)
+
+
+class SerialDecoder:
+    """The scheduler's N=1 case: one sequence at a time through `engine.generate`, so speculative
+    decoding and the KV cache on disk keep working. Its `run` has the shape of `ParallelDecoder.run`
+    (several sequences in one context) and `ConcurrentStreams.run` (a server's), so a batch runs one
+    road whatever its N and engine.
+
+    `on_start(item)`: before an item decodes (batch restores its prefix from the disk cache there).
+    A request the engine refuses (an error the user can act on, llama.cpp refusing a prompt) fails
+    that item only."""
+
+    def __init__(self, engine: ChatEngine, on_start: Callable[[QueuedRequest], object] | None = None):
+        self.engine = engine
+        self.on_start = on_start
+        self.generated_total = 0  # tokens generated so far, all items (progress)
+        self.items = 0
+
+    def summary(self) -> str:
+        return f"batch: {self.items} items one at a time, {self.generated_total} tokens generated"
+
+    def run(
+        self,
+        items: Iterable[QueuedRequest],
+        on_done: Callable[[DecodedResult], None],
+        on_step: Callable[[SerialDecoder], None] | None = None,
+    ) -> None:
+        for item in items:
+            self.items += 1
+            t_submit = time.perf_counter()
+            result = DecodedResult(
+                item.key, GenerationOutcome(prompt_tokens=len(item.request.prompt)), t_submit=t_submit
+            )
+            counted = 0
+            try:
+                if self.on_start is not None:
+                    self.on_start(item)
+                generation = self.engine.generate(item.request, feeds_steering=True)
+                result.seed, result.outcome = generation.seed, generation.outcome
+                fragments = []
+                for event in generation:
+                    fragments.append(event.text)
+                    self.generated_total += generation.outcome.generated_tokens - counted
+                    counted = generation.outcome.generated_tokens
+                    if on_step is not None:
+                        on_step(self)
+                result.text = "".join(fragments)
+            except LlmchatError as err:
+                result.error = str(err)
+            except (ValueError, RuntimeError) as err:  # llama.cpp refusing a prompt
+                result.error = f"generation failed: {err}"
+            on_done(result)

@@ -120,7 +120,7 @@ def sampler_chain(
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
     penalties = llama_cpp.llama_sampler_init_penalties(n_vocab, penalty_last_n, sampling.repeat_penalty, 0.0, 0.0)
     llama_cpp.llama_sampler_chain_add(chain, penalties)
-    remember(chain, history[len(history) - penalty_last_n :] if penalty_last_n > 0 else ())
+    remember(chain, history[max(0, len(history) - penalty_last_n) :] if penalty_last_n > 0 else ())
     temperature = sampling.temperature
     rest = constrained(chain, vocab, grammar, start_after=start_after, greedy=temperature == 0)
     add = lambda sampler: llama_cpp.llama_sampler_chain_add(rest, sampler)  # noqa: E731
@@ -183,6 +183,12 @@ class ParallelDecoder:
         self._ctx = None
         self._batch = None
         self._mem = None
+
+    def summary(self) -> str:
+        return (
+            f"parallel: {self.steps} decode steps; prompt tokens: {self.prompt_evaluated} evaluated, "
+            f"{self.prompt_reused} reused from the KV cache (shared prefixes)"
+        )
 
     # --- resources -----------------------------------------------------------------------------
     def _open(self) -> None:

@@ -77,6 +77,9 @@ class ConcurrentStreams:
         self._slots = list(range(self.n)) if slots >= self.n else [-1] * self.n
         self._free_workers = list(range(self.n))
 
+    def summary(self) -> str:
+        return f"parallel: {self.n} concurrent streams, {self.retries} requests retried (server busy or connection dropped)"
+
     def _complete(self, item: QueuedRequest, worker: int) -> StreamResult:
         result = StreamResult(item.key, RemoteOutcome(), t_submit=time.perf_counter())
 
