@@ -17,7 +17,7 @@ from servers import harness
 
 pytestmark = pytest.mark.server
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES = Path(__file__).resolve().parent / "data" / "templates"
 R1 = TEMPLATES / "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"
 CTX = 2048
 # What must be equal; the model label, ids and times naturally differ.
@@ -65,13 +65,16 @@ def test_the_default_repeat_penalty_gives_the_same_greedy_reply(cli, smollm2_pat
 
 
 def test_a_loop_is_stopped_the_same_way_on_the_server(cli, smollm2_path, server):
-    local, remote = both(cli, smollm2_path, server, "-n", "600", "Tell me a long story about a dragon.")
-    assert local["finish_reason"] == "loop", local
+    # SmolLM2 falls into a short loop here within about 50 tokens (the cap is far above that).
+    local, remote = both(
+        cli, smollm2_path, server, "-n", "200", "Write the word cat one hundred times, separated by spaces."
+    )
+    assert local["finish_reason"] == "loop" and local["stats"]["generated_tokens"] < 200, local
     assert_same(local, remote)
 
 
 def test_a_thinking_budget_is_kept_the_same_way_on_the_server(cli, smollm2_path, server):
-    args = ("--template", str(R1), "--thinking-budget", "16", "-n", "64", "Think step by step: what is 17 + 25?")
+    args = ("--template", str(R1), "--thinking-budget", "4", "-n", "48", "Think step by step: what is 17 + 25?")
     local, remote = both(cli, smollm2_path, server, *args)
     assert local["stats"]["thinking_budget_hit"] is True, local
     assert local["reasoning"] and local["reply"].strip(), local
