@@ -289,6 +289,7 @@ class ServerGeneration:
         self._ids_complete = True  # every sampled token came with its id (see `_reply_ids`)
         self._received = 0  # token ids received in the current request
         self._dropped = False  # the last token was an end token replaced by a thinking block's close
+        self._final_seen = False  # the current request's last event (`stop`) has arrived
 
     def payload(self, prompt: list[int], limit: int, grammar: Grammar | None) -> dict[str, Any]:
         params = self.request.sampling
@@ -327,12 +328,15 @@ class ServerGeneration:
                 limit = state.limit - outcome.generated_tokens
                 restart = False
                 self._received = 0
+                self._final_seen = False
                 events = engine.client.stream_events("/completion", self.payload(prompt, limit, grammar))
                 try:
                     for event in events:
                         yield from self._event(event)
                         if state.done:
-                            break  # the loop stop, the limit, or the server's own end
+                            if self._final_seen or outcome.finish_reason not in ("stop", "length"):
+                                break  # ended here (the loop stop): the closed connection stops the server
+                            continue  # the server ends there too: its last event brings its timings
                         if self._dropped:
                             restart = True  # the close replaced an end token: continue after it
                             break
@@ -402,6 +406,7 @@ class ServerGeneration:
                 break
             yield from self._token(token, text.encode("utf-8") if last else b"", now)
         if final:
+            self._final_seen = True
             self._final(event, now)
 
     def _token(self, token: int, piece: bytes, now: float) -> Iterator[RemoteToken]:
