@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from llmchat.chat_template import ModelFacts, ResolvedTemplate, render_prompt, resolve_template
 from llmchat.conversation import Budget, Conversation, default_reply_reserve, fit_to_context
 from llmchat.engine.interface import GenerateRequest, prompt_ids
-from llmchat.errors import ContextOverflowError, ServerError
+from llmchat.errors import ServerError
 from llmchat.reasoning import (
     ReasoningSettings,
     ThinkingSplitter,
@@ -33,7 +33,7 @@ from llmchat.reasoning import (
     thinking_variables,
 )
 from llmchat.turn.observer import NullObserver, ThinkingDisplay, TurnObserver
-from llmchat.turn.plan import EngineVocabulary, PreparedTurn, model_facts
+from llmchat.turn.plan import EngineVocabulary, PreparedTurn, check_message_size, model_facts
 from llmchat.turn.policy import DEFAULT_REPLY_CAP, LOOP_NOTICE, reply_cap
 from llmchat.turn.record import RECORD_KEYS, TurnResult, error_record
 from llmchat.turn.sink import ConversationFacts, TurnSink
@@ -399,25 +399,9 @@ class ChatSession:
         result.conversation_id = self.conversation_id if record else None
 
     def check_message_size(self, user_text: str, budget: Budget | None = None) -> None:
-        """Refuse a message that certainly cannot fit, before rendering or tokenizing it.
-
-        Pasting a 10 MB file would otherwise be rendered by the template (whose size limits
-        would then blame the template) and tokenized several times (seconds each) only to fail.
-        Only a certain bound is used (`Engine.min_tokens`); anything closer is left to the exact
-        count in `fit_to_context`. `budget`: the one the caller fits with (default: this session's).
-        """
-        budget = budget or self.budget()
-        if len(user_text) <= budget.prompt_limit:
-            return  # the bound cannot exceed the limit here (at most one token per 4 bytes)
-        at_least = self.engine.min_tokens(user_text)
-        if at_least is not None and at_least > budget.prompt_limit:
-            raise ContextOverflowError(
-                f"the message cannot fit: it is {len(user_text.encode('utf-8', errors='replace')):,} bytes, at least "
-                f"{at_least:,} tokens, but the context of {budget.n_ctx:,} holds at most {budget.prompt_limit:,} with "
-                f"{budget.reply_reserve:,} kept for the reply; raise --ctx or shorten the message",
-                prompt_tokens=at_least,
-                limit=budget.prompt_limit,
-            )
+        """Refuse a message that certainly cannot fit (llmchat.turn.plan), before rendering it.
+        `budget`: the one the caller fits with (default: this session's)."""
+        check_message_size(self.engine, user_text, budget or self.budget())
 
     def disable_history(self, err: Exception, consequence: str) -> str:
         """Stop using the history (and the KV cache on disk) for the rest of the session: the

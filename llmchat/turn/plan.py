@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from llmchat.chat_template import facts_from_metadata
+from llmchat.errors import ContextOverflowError
 
 if TYPE_CHECKING:
     from llmchat.chat_template import ModelFacts
@@ -58,3 +59,22 @@ def model_facts(engine: ChatEngine) -> ModelFacts:
     return facts_from_metadata(
         engine.metadata, EngineVocabulary(engine), bos_token=engine.bos_text, eos_token=engine.eos_text
     )
+
+
+def check_message_size(engine: ChatEngine, user_text: str, budget: Budget) -> None:
+    """Refuse a message that certainly cannot fit, before rendering or tokenizing it.
+
+    Pasting a 10 MB file would otherwise be rendered by the template (whose size limits would then
+    blame the template) and tokenized several times (seconds each) only to fail. Only a certain
+    bound is used (`min_tokens`); anything closer is left to the exact count in `fit_to_context`."""
+    if len(user_text) <= budget.prompt_limit:
+        return  # the bound cannot exceed the limit here (at most one token per 4 bytes)
+    at_least = engine.min_tokens(user_text)
+    if at_least is not None and at_least > budget.prompt_limit:
+        raise ContextOverflowError(
+            f"the message cannot fit: it is {len(user_text.encode('utf-8', errors='replace')):,} bytes, at least "
+            f"{at_least:,} tokens, but the context of {budget.n_ctx:,} holds at most {budget.prompt_limit:,} with "
+            f"{budget.reply_reserve:,} kept for the reply; raise --ctx or shorten the message",
+            prompt_tokens=at_least,
+            limit=budget.prompt_limit,
+        )
