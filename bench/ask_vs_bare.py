@@ -1,10 +1,16 @@
 """Decode tok/s of `llmchat ask` against a bare llama-cpp-python loop, side by side in one run.
 
-Both generate the same 128-token greedy reply from the same prompt tokens on the same threads;
-the runs alternate so that machine noise hits both alike. Decode tok/s is (generated - 1) / (time
-from the first to the last token) for both.
+Both sides sample the same way: temperature 0 with the same repeat penalty (1.1 by default,
+llmchat's own default) over the same 64-token window, from the same prompt tokens, with the same
+threads and the same flash-attention setting (the one `ask`'s `--flash-attn auto` picked, read
+from its --json stats). The replies are compared: the script stops with an error if they differ,
+since then the two sides did not do the same work. Rounds alternate which side runs first, so
+that machine noise hits both alike. Decode tok/s is (generated - 1) / (time from the first to the
+last token) for both. The ratio of a round is ask / bare; the summary is the median over rounds
+with the min-max spread, and every round is in the results file.
 
-    python bench/ask_vs_bare.py [--reps 5] [--tokens 128] [-m MODEL]
+    python bench/ask_vs_bare.py [--reps 5] [--tokens 128] [--repeat-penalty 1.1] [-m MODEL]
+                                [--out bench/results/ask_vs_bare_raw.md]
 """
 
 from __future__ import annotations
@@ -17,12 +23,13 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import date
+from pathlib import Path
 
 PROMPT = "Write a detailed essay about the history of the bicycle, from its invention to today."
+MIN_REPS = 5
 
 
-def ask_once(model: str | None, tokens: int, threads: int) -> float:
+def ask_once(model: str | None, tokens: int, threads: int, repeat_penalty: float) -> dict:
     args = [
         sys.executable,
         "-m",
@@ -32,6 +39,8 @@ def ask_once(model: str | None, tokens: int, threads: int) -> float:
         "--no-history",
         "--temperature",
         "0",
+        "--repeat-penalty",
+        str(repeat_penalty),
         "--seed",
         "1",
         "--max-tokens",
@@ -46,31 +55,40 @@ def ask_once(model: str | None, tokens: int, threads: int) -> float:
     if model:
         args[4:4] = ["-m", model]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
-    stats = json.loads(out)["stats"]
-    return stats["decode_tok_s"], stats["generated_tokens"]
+    return json.loads(out)
 
 
-def bare_loop(llm, prompt_tokens: list[int], tokens: int) -> tuple[float, int]:
-    """The minimal loop: llama-cpp-python's own generate(), greedy, timed first to last token."""
+def bare_loop(llm, prompt_tokens: list[int], tokens: int, repeat_penalty: float) -> tuple[float, list[int]]:
+    """The minimal loop: llama-cpp-python's own generate(), greedy with the same repeat penalty,
+    timed first to last token, ending at an end-of-generation token or `tokens`."""
+    import llama_cpp
+
+    vocab = llama_cpp.llama_model_get_vocab(llm._model.model)
     llm.reset()
-    first = last = None
-    count = 0
-    for _token in llm.generate(prompt_tokens, temp=0.0, top_k=1, repeat_penalty=1.0):
+    first = last = 0.0
+    ids: list[int] = []
+    for token in llm.generate(prompt_tokens, temp=0.0, top_k=1, repeat_penalty=repeat_penalty):
+        if llama_cpp.llama_vocab_is_eog(vocab, token):
+            break
         now = time.perf_counter()
         first = first or now
         last = now
-        count += 1
-        if count >= tokens:
+        ids.append(token)
+        if len(ids) >= tokens:
             break
-    return (count - 1) / (last - first), count
+    return ((len(ids) - 1) / (last - first) if len(ids) > 1 and last > first else 0.0), ids
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=MIN_REPS)
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--repeat-penalty", type=float, default=1.1)
     parser.add_argument("-m", "--model")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "ask_vs_bare_raw.md")
     args = parser.parse_args()
+    if args.reps < MIN_REPS:
+        parser.error(f"--reps must be at least {MIN_REPS}: a ratio is a median of at least {MIN_REPS} rounds")
 
     import llama_cpp
 
@@ -80,7 +98,11 @@ def main() -> None:
 
     model_path = args.model or str(bundled_default_model())
     threads = physical_cores()
-    # The engine settings llmchat uses by default (flash attention on), so only the layers above differ.
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load_before = os.getloadavg()[0]
+    # A first ask: warms the page cache and says which flash-attention setting `auto` picks here.
+    probe = ask_once(args.model, 8, threads, args.repeat_penalty)
+    flash_attn = bool(probe["stats"]["flash_attn"])
     # Loaded as the engine loads it: without ggml's AMX buffers where the CPU advertises AMX (they
     # die with SIGILL on this project's VMs; see llmchat/engine/core.py).
     with _model_params(use_extra_bufts=not cpu_has_amx()):
@@ -89,30 +111,72 @@ def main() -> None:
             n_ctx=2048,
             n_threads=threads,
             n_threads_batch=threads,
-            flash_attn=True,
+            flash_attn=flash_attn,
+            last_n_tokens_size=64,  # the repeat penalty's window, as llmchat sets it
             verbose=False,
         )
-    # The same rendered prompt llmchat sends (ChatML, as in SmolLM2's own template).
+    # The same rendered prompt llmchat sends (ChatML with SmolLM2's default system prompt); the
+    # prompt token counts are compared below, and the replies, so another model's template shows.
     text = f"<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\n{PROMPT}<|im_end|>\n<|im_start|>assistant\n"
     prompt_tokens = llm.tokenize(text.encode(), add_bos=False, special=True)
 
-    ask_rates, bare_rates = [], []
+    rounds: list[tuple[float, float, int]] = []
+    raw = []
     for rep in range(args.reps):
-        rate, n = ask_once(args.model, args.tokens, threads)
-        ask_rates.append(rate)
-        rate_bare, n_bare = bare_loop(llm, prompt_tokens, args.tokens)
-        bare_rates.append(rate_bare)
-        print(
-            f"rep {rep + 1}: ask {ask_rates[-1]:.1f} tok/s ({n} tokens)  bare {rate_bare:.1f} tok/s ({n_bare} tokens)",
-            file=sys.stderr,
+        sides = ("ask", "bare") if rep % 2 == 0 else ("bare", "ask")
+        for side in sides:
+            if side == "ask":
+                record = ask_once(args.model, args.tokens, threads, args.repeat_penalty)
+                ask_rate, ask_n = record["stats"]["decode_tok_s"], record["stats"]["generated_tokens"]
+                if record["stats"]["prompt_tokens"] != len(prompt_tokens):
+                    sys.exit(
+                        f"ask's prompt has {record['stats']['prompt_tokens']} tokens, the bare loop's "
+                        f"{len(prompt_tokens)}: not the same prompt"
+                    )
+                ask_reply = record["reply"]
+            else:
+                bare_rate, ids = bare_loop(llm, prompt_tokens, args.tokens, args.repeat_penalty)
+                bare_reply = llm.detokenize(ids).decode("utf-8", errors="replace")
+        if ask_reply.strip() != bare_reply.strip() or ask_n != len(ids):
+            sys.exit(
+                f"round {rep + 1}: the replies differ (ask {ask_n} tokens, bare {len(ids)}): "
+                f"{ask_reply[:80]!r} vs {bare_reply[:80]!r}"
+            )
+        rounds.append((ask_rate, bare_rate, ask_n))
+        line = (
+            f"round {rep + 1} ({' first, '.join(sides)} second): ask {ask_rate:.1f} tok/s, bare {bare_rate:.1f} tok/s, "
+            f"ratio {ask_rate / bare_rate:.3f}, {ask_n} tokens, replies equal"
         )
+        raw.append(line)
+        print(line, file=sys.stderr, flush=True)
     llm.close()
 
-    ask_median, bare_median = statistics.median(ask_rates), statistics.median(bare_rates)
-    print(f"machine: {platform.machine()} {os.cpu_count()} CPUs, {threads} threads; date {date.today()}")
-    print(f"llmchat ask: median {ask_median:.1f} tok/s  {[round(r, 1) for r in ask_rates]}")
-    print(f"bare loop:   median {bare_median:.1f} tok/s  {[round(r, 1) for r in bare_rates]}")
-    print(f"ratio ask/bare: {ask_median / bare_median:.3f} (target >= 0.95)")
+    ratios = [a / b for a, b, _ in rounds]
+    ask_rates, bare_rates = [a for a, _, _ in rounds], [b for _, b, _ in rounds]
+    summary = [
+        f"machine: {platform.machine()} {os.cpu_count()} CPUs, {threads} threads; flash attention "
+        f"{'on' if flash_attn else 'off'} (ask's auto); repeat penalty {args.repeat_penalty} on both sides",
+        f"llmchat ask: median {statistics.median(ask_rates):.1f} tok/s ({min(ask_rates):.1f}-{max(ask_rates):.1f})",
+        f"bare loop:   median {statistics.median(bare_rates):.1f} tok/s ({min(bare_rates):.1f}-{max(bare_rates):.1f})",
+        f"ratio ask/bare: median {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) over "
+        f"{len(ratios)} alternating rounds (target >= 0.95)",
+    ]
+    print("\n".join(summary))
+    lines = [
+        "# ask vs a bare llama-cpp-python loop (bench/ask_vs_bare.py)",
+        "",
+        f"Run {started}, one process; load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after. "
+        f"Model: {model_path}. {args.tokens} tokens, greedy, the same reply on both sides (checked).",
+        "",
+        *(f"- {line}" for line in summary),
+        "",
+        "```",
+        *raw,
+        "```",
+        "",
+    ]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines))
 
 
 if __name__ == "__main__":

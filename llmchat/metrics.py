@@ -9,6 +9,8 @@
   `generated_tokens`; `thinking_budget_hit` says --thinking-budget ended the thinking.
 - `cached_tokens`: prompt tokens not evaluated this turn (the KV cache had them); of those,
   `disk_cached_tokens` came from the KV cache on disk, loaded in `restore_s` (part of TTFT).
+- `loop_steered`: loops that a grammar (`--schema`) steered out of, by closing the repeating list
+  or string, instead of ending the reply with finish_reason "loop".
 - `flash_attn`, `flash_attn_why`: the attention kernel the engine runs and why (`--flash-attn auto`
   says what it measured); null for a remote engine.
 - Prefill tok/s: prompt tokens actually evaluated (not those reused from the KV cache) divided by
@@ -40,6 +42,8 @@ class TurnStats:
     finish_reason: str = "stop"
     draft_proposed: int = 0
     draft_accepted: int = 0
+    # Loops the grammar steered out of (closing the repeating list or string) instead of ending the reply.
+    loop_steered: int = 0
     ttfa_s: float | None = 0.0
     thinking_tokens: int = 0
     answer_tokens: int = 0
@@ -133,6 +137,8 @@ class TurnStats:
             answer = "no answer" if self.ttfa_s is None else f"answer at {self.ttfa_s * 1000:.0f} ms"
             budget = ", budget reached" if self.thinking_budget_hit else ""
             parts.insert(1, f"thought {self.thinking_tokens} tokens{budget}, {answer}")
+        if self.loop_steered:
+            parts.append(f"loop steered out of ({self.loop_steered})")
         if self.finish_reason != "stop":
             parts.append(self.finish_reason)
         return " · ".join(parts)

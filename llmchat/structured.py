@@ -2,7 +2,9 @@
 
 - A `--schema` value is, in this order: a schema named in the config file's `[schemas]` table, a
   JSON Schema file, inline JSON (it starts with `{`), or the concise syntax of simonw/llm,
-  `'name, age int, bio: a short bio'`, extended with list types: `'tags list[str]: up to five tags'`.
+  `'name, age int, bio: a short bio'`, extended with list types: `'tags list[str]: up to five tags'`,
+  and a list's longest length: `'tags list[str] max 5'` (JSON Schema's maxItems, which the grammar
+  enforces, so a list the model keeps repeating must close).
   An unknown type word is an error here (llm silently makes it a string).
 - `--schema-multi` asks for `{"items": [...]}` of that schema; `--format json` for any JSON object;
   `--grammar FILE.gbnf` for whatever the grammar allows (no schema, so nothing is parsed).
@@ -32,7 +34,7 @@ FORMATS = ("json",)
 _FIELD = re.compile(
     r"^(?P<name>[A-Za-z_][\w-]*)(?:\s+(?P<type>[A-Za-z_][\w\[\]\s]*?))?\s*(?::\s*(?P<description>.*))?$"
 )
-_LIST = re.compile(r"^list\s*\[\s*(?P<inner>\w+)\s*\]$")
+_LIST = re.compile(r"^list\s*\[\s*(?P<inner>\w+)\s*\](?:\s+max\s+(?P<max>\d+))?$")
 
 
 @dataclass(frozen=True)
@@ -98,8 +100,11 @@ def _concise_type(word: str, name: str) -> dict[str, Any]:
         return {"type": CONCISE_TYPES[word]}
     listed = _LIST.match(word)
     if listed is not None and listed["inner"] in CONCISE_TYPES:
-        return {"type": "array", "items": {"type": CONCISE_TYPES[listed["inner"]]}}
-    kinds = ", ".join([*CONCISE_TYPES, *(f"list[{t}]" for t in CONCISE_TYPES)])
+        schema: dict[str, Any] = {"type": "array", "items": {"type": CONCISE_TYPES[listed["inner"]]}}
+        if listed["max"] is not None:
+            schema["maxItems"] = int(listed["max"])
+        return schema
+    kinds = ", ".join([*CONCISE_TYPES, *(f"list[{t}]" for t in CONCISE_TYPES)]) + " (a list may end in 'max N')"
     raise UsageError(f"unknown type {word!r} for the field {name!r}; use one of {kinds}")
 
 

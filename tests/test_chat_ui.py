@@ -322,7 +322,8 @@ def test_show_lists_settings_and_where_they_came_from(session, capsys):
         "context",
         "/ 2,048 tokens used",
         "sampling",
-        "flash attention on, KV f16",
+        "flash attention off, KV f16",  # auto on the CPU (llmchat.engine.calibrate)
+        "auto: off on the CPU",
         "no drafting",
     ):
         assert expected in out, expected

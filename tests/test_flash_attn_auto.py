@@ -25,8 +25,17 @@ def test_auto_rules_before_any_measurement(smollm2_path):
     assert quantized.flash_attn and "q8_0 KV cache needs it" in quantized.why
     drafting = pick(drafting=True)
     assert drafting.flash_attn and "drafting" in drafting.why
+    # Without a calibration: off on the CPU, where llama-bench measured it slower at chat depths.
     unmeasured = pick()
-    assert unmeasured.flash_attn and "not measured" in unmeasured.why and "bench --calibrate" in unmeasured.why
+    assert not unmeasured.flash_attn and "off on the CPU" in unmeasured.why and "bench --calibrate" in unmeasured.why
+    import llama_cpp
+
+    # With layers on a GPU: on, as llama.cpp's own auto; a CPU-only build has nothing to offload.
+    gpu = bool(llama_cpp.llama_supports_gpu_offload())
+    offloaded = pick(device="auto")
+    assert offloaded.flash_attn is gpu and (("GPU" in offloaded.why) is gpu)
+    assert pick(device="auto", gpu_layers=0) == unmeasured
+    assert pick(threads=1) == unmeasured
 
 
 def test_calibration_measures_both_settings_and_auto_follows_it(smollm2_path, cli):
@@ -52,7 +61,11 @@ def test_calibration_measures_both_settings_and_auto_follows_it(smollm2_path, cl
 @pytest.mark.model
 def test_auto_choice_and_explicit_settings_in_json_stats(cli, isolated_home):
     stats = stats_of(cli(*ASK))
-    assert stats["flash_attn"] is True and stats["flash_attn_why"].startswith("auto: not measured")
+    assert stats["flash_attn"] is False and stats["flash_attn_why"].startswith("auto: off on the CPU")
+    stats = stats_of(cli(*ASK, "--lookup"))
+    assert stats["flash_attn"] is True and stats["flash_attn_why"].startswith("auto: drafting needs it")
+    stats = stats_of(cli(*ASK, "--flash-attn", "on"))
+    assert stats["flash_attn"] is True and stats["flash_attn_why"] == "set by --flash-attn on"
 
     stats = stats_of(cli(*ASK, "--flash-attn", "off"))
     assert stats["flash_attn"] is False and stats["flash_attn_why"] == "set by --flash-attn off"
@@ -64,7 +77,7 @@ def test_auto_choice_and_explicit_settings_in_json_stats(cli, isolated_home):
     stats = stats_of(cli(*ASK))
     assert stats["flash_attn"] is False and "config" in stats["flash_attn_why"]
     stats = stats_of(cli(*ASK, "--flash-attn", "auto"))
-    assert stats["flash_attn"] is True and stats["flash_attn_why"].startswith("auto:")
+    assert stats["flash_attn"] is False and stats["flash_attn_why"].startswith("auto: off on the CPU")
 
 
 def test_bad_values_are_usage_errors(cli, isolated_home):

@@ -426,7 +426,7 @@ def test_info_json_smollm2(smollm2: GGUFMetadata, tmp_path: Path) -> None:
     assert runtime["gpu_offload"] == gpu_build
     assert any(d["kind"] == "CPU" for d in runtime["devices"])  # ggml always registers the CPU
     assert runtime["offload_layers"] == (31 if gpu_build else 0)  # 30 blocks + the output layer
-    assert runtime["flash_attn"] is True
+    assert runtime["flash_attn"] is gpu_build  # auto: on with layers on a GPU, off on the CPU
 
 
 def test_info_json_gemma(gemma: GGUFMetadata, tmp_path: Path) -> None:

@@ -128,15 +128,18 @@ def test_default_model_is_found_without_importing_its_package():
 
 
 def test_flash_attention_follows_flag_then_config_then_default(cli, isolated_home):
-    """On by default; `flash_attn = false` in the config turns it off; the flag beats the config."""
+    """`auto` by default (off on the CPU: llmchat.engine.calibrate); the config sets it; the flag beats the config."""
 
     def engine_line(*args: str) -> str:
         result = cli("ask", "--no-history", "--verbose", "--max-tokens", "2", "--temperature", "0", *args, "hi")
         assert result.returncode == 0, result.stderr
         return next(line for line in result.stderr.splitlines() if line.startswith("flash attention "))
 
-    assert engine_line() == "flash attention on, KV cache f16"
+    assert engine_line() == "flash attention off, KV cache f16"
     isolated_home.mkdir(parents=True, exist_ok=True)
+    (isolated_home / "config.toml").write_text("flash_attn = true\n")
+    assert engine_line() == "flash attention on, KV cache f16"
+    assert engine_line("--flash-attn", "off") == "flash attention off, KV cache f16"
     (isolated_home / "config.toml").write_text("flash_attn = false\n")
     assert engine_line() == "flash attention off, KV cache f16"
     assert engine_line("--flash-attn", "on") == "flash attention on, KV cache f16"

@@ -1,22 +1,25 @@
-"""`--flash-attn auto`: flash attention on where it is known to help, measured where it depends.
+"""`--flash-attn auto`: flash attention on where it is known to help, off where it is known to cost.
 
 Rules, first match wins:
 1. a quantized KV cache (`--kv-type q8_0|q4_0`): on. llama.cpp cannot build a quantized V cache
    without it.
-2. a GPU build with layers offloaded: on. The GPU kernels are faster at every depth.
+2. a GPU build with layers offloaded: on, as llama.cpp's own `-fa auto` decides there: its GPU
+   kernels are the fast path at every depth.
 3. drafting (`--lookup`, `--draft-model`): on. Its CPU kernel computes each query row the same
    way whatever the batch holds, so verifying drafted tokens in one pass gives the greedy reply of
-   decoding them one by one (up to 256 cached tokens; see the README's determinism note).
+   decoding them one by one (up to 256 cached tokens; see the README's determinism note). Without
+   it a drafted run's greedy reply drifted from plain decoding's (tests/test_speculative.py).
 4. the CPU, measured: `llmchat bench --calibrate -m MODEL` times a 36-token prefill from an empty
    cache and at a deep cache (1,024 tokens), and single-token decode at that depth, with flash
-   attention on and off, and stores the faster setting for this model file and machine.
-   Measured for issue 17 with llama-bench (SmolLM2, 2 threads): pp36 at depth 3,500 ran
-   127 tok/s off vs 55 on, decode 53 vs 38, while from an empty cache on was 7% faster. The
-   depth-dependent cost is what a chat pays each turn, so the probe weighs it. Both settings are
-   loaded together and measured in alternating rounds, keeping each one's fastest: on a shared
-   machine, a single pass of each measured mostly which one ran while other jobs were busy.
-5. the CPU, not measured yet: on, llama.cpp's own `-fa auto` choice, and the reason says how to
-   measure. (A probe at first use would cost every new model seconds before its first answer.)
+   attention on and off, and stores the faster setting for this model file and machine. Both
+   settings are loaded together and measured in alternating rounds, keeping each one's fastest.
+5. the CPU, not measured: off. llama.cpp's own tools measured it slower for chat-sized prefills
+   at every cache depth a chat reaches, on both CPU kinds this project runs on (llama-bench,
+   SmolLM2 Q4_1, 2 threads): on an AMD Zen 3, pp26 at depth 100 ran 266 tok/s off vs 235 on and
+   at depth 775 172 vs 131; on an Intel Xeon, pp40 at depth 217 263 vs 239, at depth 719 256 vs
+   156, and pp36 at depth 3,500 127 vs 55. Only from an empty cache was on a few percent faster
+   (pp36 275 vs 257), which a chat's first turn alone sees. So a newcomer gets the faster setting
+   without calibrating, and a calibration, when present, still wins (rule 4).
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ PROBE_TOKENS = 36  # llama-bench's pp36, the size of a typical chat message
 PROBE_DEPTH = 1024  # deep enough that the attention cost shows (it grows with the cached tokens)
 PROBE_DECODE = 8
 PROBE_REPS = 3  # the fastest of three rounds: other processes share the CPU
+UNMEASURED_CPU = (
+    "auto: off on the CPU, where llama-bench measured chat-sized prefills faster without it at every "
+    "cache depth (llmchat bench --calibrate -m MODEL measures this machine)"
+)
 
 
 @dataclass(frozen=True)
@@ -141,13 +148,13 @@ def choose(
     if kv_type != "f16":
         return Choice(True, f"auto: the {kv_type} KV cache needs it")
     if llama_cpp.llama_supports_gpu_offload() and device != "cpu" and gpu_layers != 0:
-        return Choice(True, "auto: layers offloaded to the GPU")
+        return Choice(True, "auto: layers offloaded to the GPU (llama.cpp's own auto turns it on there)")
     if drafting:
-        return Choice(True, "auto: drafting verifies exactly as one-by-one decoding with it")
+        return Choice(True, "auto: drafting needs it, to verify drafted tokens exactly as one-by-one decoding would")
     measured = load_calibration(model_path, threads or physical_cores())
     if measured is not None:
         return Choice(measured.flash_attn, f"auto: {measured.reason()}")
-    return Choice(True, "auto: not measured for this model yet (llmchat bench --calibrate -m MODEL)")
+    return Choice(False, UNMEASURED_CPU)
 
 
 class _Probe:

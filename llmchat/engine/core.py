@@ -494,6 +494,7 @@ class Generation:
             request.grammar,
             start_after=after,
             history=tokens,
+            loop_exit=self.state.reply.loop_exit,
         )
         sampler = _ChainSampler(chain)
         llm._init_sampler = lambda **_: sampler  # an instance attribute, removed below

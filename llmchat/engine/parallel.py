@@ -47,6 +47,7 @@ from llmchat.engine import logs
 from llmchat.engine.driver import SequenceState, common_prefix
 from llmchat.engine.grammar import Grammar, constrained
 from llmchat.engine.interface import QueuedRequest, prompt_ids
+from llmchat.engine.loop_exit import LoopExit
 from llmchat.engine.reply import GenerationOutcome
 from llmchat.errors import ModelError, UsageError
 from llmchat.sampling import SamplingParams
@@ -107,10 +108,12 @@ def sampler_chain(
     *,
     start_after: str | None = None,
     history: Sequence[int] = (),
+    loop_exit: LoopExit | None = None,
 ) -> Any:
     """The chain `Llama._init_sampler` builds: repetition penalty, then greedy at temperature 0, else
     top-k / typical / top-p / min-p / temperature / dist(seed). With a grammar, the samplers after
-    the penalties run inside a `GrammarGate` (engine.grammar), which holds the pick to the grammar.
+    the penalties run inside a `GrammarGate` (engine.grammar), which holds the pick to the grammar
+    and steers out of loops the reply rules report through `loop_exit`.
 
     `history`: the tokens before the first one sampled (the prompt, and a reply so far). Their last
     `penalty_last_n` go into the repeat penalty's window, as llama-server does (it accepts every
@@ -122,7 +125,7 @@ def sampler_chain(
     llama_cpp.llama_sampler_chain_add(chain, penalties)
     remember(chain, history[max(0, len(history) - penalty_last_n) :] if penalty_last_n > 0 else ())
     temperature = sampling.temperature
-    rest = constrained(chain, vocab, grammar, start_after=start_after, greedy=temperature == 0)
+    rest = constrained(chain, vocab, grammar, start_after=start_after, greedy=temperature == 0, loop_exit=loop_exit)
     add = lambda sampler: llama_cpp.llama_sampler_chain_add(rest, sampler)  # noqa: E731
     if temperature < 0:
         add(llama_cpp.llama_sampler_init_dist(seed))
@@ -245,6 +248,7 @@ class ParallelDecoder:
             request.grammar,
             start_after=grammar_start(self.engine._llm, request.grammar_after, reply),
             history=list(prompt) + reply,
+            loop_exit=state.reply.loop_exit,
         )
 
     # --- the loop ------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from llmchat import interrupts
+from llmchat.engine.loop_exit import LoopExit
 from llmchat.stopping import LoopDetector, StopMatcher
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class GenerationOutcome:
     t_last_token: float | None = None
     draft_proposed: int = 0
     draft_accepted: int = 0
+    loop_steered: int = 0  # loops closed under a grammar instead of ending the reply (engine.loop_exit)
     generated_ids: list[int] = field(default_factory=list)
     # A server's own timings (llama-server's `timings`: prompt_ms, cache_n, predicted_per_second...);
     # None for a local reply, or a server that sends none.
@@ -84,6 +86,9 @@ class ReplyAssembler:
         self.vocab = vocab
         # A reply stuck repeating itself ends with finish_reason "loop" (--no-loop-stop: off).
         self.loops = LoopDetector() if stop_loops else None
+        # Under a grammar a loop is steered out of instead: the sequence's grammar gate attaches
+        # itself to `loop_exit` (pass it to the sampler chain); without one the loop ends the reply.
+        self.loop_exit = LoopExit() if stop_loops else None
         self.markup = markup or {}
         self.outcome = outcome
         self.limit = limit
@@ -112,7 +117,10 @@ class ReplyAssembler:
         if self.stops.stopped:
             self._end("stop")
         elif self.loops is not None and self.loops.feed(token):
-            self._end("loop")
+            if self.loop_exit is not None and self.loop_exit.request(self.loops.period):
+                self.loops = LoopDetector()  # the repeated span is behind it now
+            else:
+                self._end("loop")
         elif outcome.generated_tokens >= self.limit:
             self._end("length")
         return text
@@ -140,3 +148,5 @@ class ReplyAssembler:
     def _end(self, reason: str) -> None:
         self.done = True
         self.outcome.finish_reason = reason
+        if self.loop_exit is not None:
+            self.outcome.loop_steered = self.loop_exit.steered

@@ -66,6 +66,7 @@ def result_of(
         finish_reason=outcome.finish_reason,
         draft_proposed=outcome.draft_proposed,
         draft_accepted=outcome.draft_accepted,
+        loop_steered=outcome.loop_steered,
         server=outcome.server,  # a remote engine's own timings
     )
     if prepared.restored is not None:

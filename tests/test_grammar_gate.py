@@ -1,0 +1,57 @@
+"""Issue 25: on a refusal the grammar gate filters the top candidates first, on Gemma 3's 262,144 tokens.
+
+The greedy reply must stay the one llama.cpp's own grammar sampler gives (which filters the whole
+vocabulary at every token), while most refusals are settled among the top candidates.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from llmchat.structured import concise_to_schema, validation_error
+
+MOVIE = "title, year int, genres list[str]"
+
+
+def test_top_candidates_settle_refusals_and_greedy_equals_llama_cpp(gemma_path, monkeypatch):
+    from llama_cpp import LlamaGrammar
+
+    from llmchat.engine import Engine, EngineSettings
+    from llmchat.engine import grammar as grammar_module
+    from llmchat.engine.grammar import Grammar, schema_to_gbnf
+    from llmchat.sampling import SamplingParams
+
+    gates = []
+    original_free = grammar_module.GrammarGate._free
+
+    def keep(self, smpl):
+        gates.append(self)
+        original_free(self, smpl)
+
+    monkeypatch.setattr(grammar_module.GrammarGate, "_free", keep)
+    schema = concise_to_schema(MOVIE)
+    grammar = Grammar(schema_to_gbnf(schema), "test")
+    sampling = replace(SamplingParams(), temperature=0.0, seed=1)
+    engine = Engine.load(gemma_path, EngineSettings(n_ctx=512))
+    try:
+        turn = "<start_of_turn>user\nDescribe the film Alien as JSON.<end_of_turn>\n<start_of_turn>model\n"
+        prompt = engine.prompt_tokens([(turn, True)])
+        generation = engine.generate(prompt, sampling, max_tokens=60, grammar=grammar)
+        gate_text = "".join(event.text for event in generation)
+        reference = []
+        stream = engine._llm.generate(
+            prompt, temp=0.0, repeat_penalty=sampling.repeat_penalty, grammar=LlamaGrammar.from_string(grammar.text)
+        )
+        for token in stream:
+            if engine.is_end_of_generation(token) or len(reference) >= 60:
+                break
+            reference.append(token)
+        stream.close()
+    finally:
+        engine.close()
+    assert gate_text == engine.detokenize(reference)
+    assert validation_error(json.loads(gate_text), schema) is None
+    (gate,) = gates
+    assert gate.rejections > 0, "this reply should meet refusals (Gemma writes spaces the grammar bounds)"
+    assert gate.full_passes < gate.rejections / 2  # most refusals were settled among the top 256
