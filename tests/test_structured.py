@@ -368,13 +368,14 @@ def test_gate_matches_llama_cpp_grammar_sampler_at_temperature_0(smollm2_path):
     # (as llama-server); the grammar is what is compared here.
     sampling = replace(SamplingParams(), temperature=0.0, seed=1, repeat_penalty=1.0)
     texts = []
+    CAP = 160  # without the penalty the greedy reply is longer than the 60 tokens it took with it
     for lookup in (False, True):
         engine = Engine.load(smollm2_path, EngineSettings(n_ctx=512, lookup=lookup))
         try:
             prompt = engine.prompt_tokens(
                 [("<|im_start|>user\nThe film Alien, as JSON.<|im_end|>\n<|im_start|>assistant\n", True)]
             )
-            generation = engine.generate(GenerateRequest(prompt, sampling, max_tokens=60, grammar=grammar))
+            generation = engine.generate(GenerateRequest(prompt, sampling, max_tokens=CAP, grammar=grammar))
             texts.append("".join(event.text for event in generation))
             if not lookup:
                 reference = []
@@ -385,7 +386,7 @@ def test_gate_matches_llama_cpp_grammar_sampler_at_temperature_0(smollm2_path):
                     grammar=LlamaGrammar.from_string(grammar.text),
                 )
                 for token in stream:
-                    if engine.is_end_of_generation(token) or len(reference) >= 60:
+                    if engine.is_end_of_generation(token) or len(reference) >= CAP:
                         break
                     reference.append(token)
                 texts.append(engine.detokenize(reference))
