@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from llmchat import interrupts
+from llmchat.attachments import compose
 from llmchat.errors import ContextOverflowError, HistoryError, LlmchatError
 from llmchat.output import StreamPrinter, is_tty, notice
 from llmchat.slash import (
@@ -218,7 +219,14 @@ def quiet_terminal(stream: Any) -> Iterator[None]:
 
 class ChatUI:
     def __init__(
-        self, session: Any, *, show_stats: bool, markdown: bool, verbose: bool, persist_input: bool | None = None
+        self,
+        session: Any,
+        *,
+        show_stats: bool,
+        markdown: bool,
+        verbose: bool,
+        persist_input: bool | None = None,
+        attachments: tuple = (),
     ):
         from rich.console import Console
 
@@ -233,6 +241,7 @@ class ChatUI:
         self.console = Console(file=self.stdout, highlight=False)
         self.guard = CtrlCGuard()
         self.context = CommandContext(session=session, out=self.console, error=self.error, info=self.info)
+        self.context.attachments.extend(attachments)  # chat -f: pending for the first message
 
     # --- output -----------------------------------------------------------------------------
     def error(self, message: str) -> None:
@@ -317,9 +326,12 @@ class ChatUI:
         )
         observer = MarkdownObserver(printer, self.console) if self.markdown else printer
         committed: list[TurnResult] = []  # the turn, once it joined the conversation
+        attachments = tuple(self.context.attachments)  # /file: sent with this message, then cleared
         try:
             with interrupt_once(), quiet_terminal(sys.stdin):
-                result = session.turn(text, observer, on_commit=committed.append)
+                # Only a message that carries files passes them (a session without files is called as before).
+                extra = {"attachments": attachments} if attachments else {}
+                result = session.turn(compose(attachments, text), observer, on_commit=committed.append, **extra)
         except ContextOverflowError as err:
             # Raised before anything is generated: nothing changed; give the text back to edit.
             printer.abort()
@@ -342,6 +354,7 @@ class ChatUI:
         except BaseException:
             printer.abort()
             raise
+        self.context.attachments.clear()
         for line in result.notices:  # a trim, a failed save: the same notices as ask and batch
             (self.error if line.startswith("warning:") else self.info)(line)
         if result.error:  # structured output that is not what --schema asked (cut off, invalid)
@@ -353,6 +366,12 @@ class ChatUI:
 
     def run(self) -> None:
         self.welcome()
+        if self.context.attachments:  # chat -f: say what the files take before the first message
+            from llmchat.attachments import count_line, tokens_of
+
+            for attachment in self.context.attachments:
+                tokens, _ = tokens_of(self.session, attachment)
+                self.info(count_line(attachment, tokens, self.session.engine.n_ctx))
         self._prompt = self.build_prompt()
         pending = ""  # text put back into the prompt (a message that did not fit)
         while True:
@@ -377,6 +396,9 @@ class ChatUI:
                     break
                 if outcome.action is Action.CONTINUE:
                     continue
+                if outcome.action is Action.EDIT:
+                    pending = outcome.text or ""
+                    continue
                 line = outcome.text or ""
             else:
                 line = unescape_message(line)
@@ -384,11 +406,24 @@ class ChatUI:
 
 
 def run_interactive(
-    session: Any, *, show_stats: bool, markdown: bool, verbose: bool, persist_input: bool | None = None
+    session: Any,
+    *,
+    show_stats: bool,
+    markdown: bool,
+    verbose: bool,
+    persist_input: bool | None = None,
+    attachments: tuple = (),
 ) -> None:
     """The interactive chat on a terminal. Returns when the user exits (/exit, Ctrl-D, Ctrl-C twice).
 
     `persist_input`: keep typed lines in `paths.input_history_file()`; by default only when the
     conversation history is on, so `--no-history` leaves nothing typed on disk.
     """
-    ChatUI(session, show_stats=show_stats, markdown=markdown, verbose=verbose, persist_input=persist_input).run()
+    ChatUI(
+        session,
+        show_stats=show_stats,
+        markdown=markdown,
+        verbose=verbose,
+        persist_input=persist_input,
+        attachments=attachments,
+    ).run()

@@ -19,7 +19,21 @@ except ImportError:  # pragma: no cover - older Typer
     import click  # type: ignore[no-redef,unused-ignore]
 
 from llmchat import interrupts
-from llmchat.commands import ask, batch, bench, cache, chat, config, history, info, models, schema, template, tools
+from llmchat.commands import (
+    ask,
+    batch,
+    bench,
+    cache,
+    chat,
+    config,
+    history,
+    info,
+    models,
+    prompts,
+    schema,
+    template,
+    tools,
+)
 from llmchat.errors import ExitCode, LlmchatError
 
 EXIT_CODES_HELP = (
@@ -48,11 +62,12 @@ template_app.command("show")(template.show)
 template_app.command("render")(template.render)
 app.add_typer(template_app, name="template")
 
-history_app = typer.Typer(no_args_is_help=True, help="Saved conversations: list, show, export, rm.")
+history_app = typer.Typer(no_args_is_help=True, help="Saved conversations: list, show, export, rm, fork.")
 history_app.command("list")(history.list_command)
 history_app.command("show")(history.show_command)
 history_app.command("export")(history.export_command)
 history_app.command("rm")(history.rm_command)
+history_app.command("fork")(history.fork_command)
 app.add_typer(history_app, name="history")
 
 models_app = typer.Typer(
@@ -75,6 +90,11 @@ cache_app = typer.Typer(no_args_is_help=True, help="The KV cache on disk: list, 
 cache_app.command("list")(cache.list_command)
 cache_app.command("clear")(cache.clear_command)
 app.add_typer(cache_app, name="cache")
+
+prompts_app = typer.Typer(no_args_is_help=True, help="Saved prompts ([prompts.NAME] in the config): list, show.")
+prompts_app.command("list")(prompts.list_command)
+prompts_app.command("show")(prompts.show_command)
+app.add_typer(prompts_app, name="prompts")
 
 schema_app = typer.Typer(no_args_is_help=True, help="Structured output: see what a --schema holds the model to.")
 schema_app.command("show")(schema.show)

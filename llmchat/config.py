@@ -35,6 +35,9 @@ Example (`llmchat config path` prints where it lives):
 
     [mcp.time]                   # an MCP server over stdio; its tools are named time_TOOL
     command = "mcp-server-time"
+    [prompts.reviewer]           # a saved prompt: llmchat chat -p reviewer (llmchat.saved_prompts)
+    system = "You review Python code."
+    preset = "precise"
 
     [models.qwen]                # an alias: llmchat chat -m qwen
     path = "~/models/qwen2.5-1.5b-instruct-q4_k_m.gguf"
@@ -80,6 +83,7 @@ _TOP_LEVEL = {
     "schemas": dict,
     "tools": dict,  # [tools.NAME]: checked by llmchat.tools.command_tools when used
     "mcp": dict,  # [mcp.NAME]: checked by llmchat.tools.mcp_client when used
+    "prompts": dict,
 }
 _ALIAS_KEYS = {"path": str, "template": str, "ctx": int}
 _SERVER_KEYS = {
@@ -122,6 +126,8 @@ class Config:
     # Tools the model may call: [tools.NAME] commands and [mcp.NAME] servers (llmchat.tools).
     tools: dict[str, Any] = field(default_factory=dict)
     mcp: dict[str, Any] = field(default_factory=dict)
+    # Saved prompts for -p NAME / /prompt NAME: system, model, preset, sampling, schema (llmchat.saved_prompts).
+    prompts: dict[str, Any] = field(default_factory=dict)
 
     def alias_for_path(self, model_path: Path) -> dict[str, Any]:
         """Per-model settings for a file, whichever way it was named on the command line."""
@@ -173,6 +179,10 @@ def load_config(path: Path | None = None) -> Config:
             raise ConfigError(f'config file {path}: models.{alias} needs a path = "..." line')
     for name, settings in data.get("servers", {}).items():
         _check_server(path, name, settings)
+    if "prompts" in data:
+        from llmchat.saved_prompts import check_table
+
+        check_table(path, data["prompts"])
     for folder in data.get("model_dirs", []):
         _check_type(path, "each model_dirs entry", folder, str)
     flash_attn = data.get("flash_attn")

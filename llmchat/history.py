@@ -24,11 +24,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 from llmchat import paths
+from llmchat.attachments import prefix, typed_part
 from llmchat.errors import HistoryError, UsageError
 from llmchat.private_files import ensure_private_dir, private_umask, tighten, tightened_notice
+
+if TYPE_CHECKING:
+    from llmchat.attachments import Attachment
 
 T = TypeVar("T")
 
@@ -67,6 +71,10 @@ class StoredMessage:
     sampling: dict[str, Any] | None
     created_at: str
     reasoning: str | None = None  # a reasoning model's thinking (assistant messages)
+    # Files sent with a user message: path, size, sha256 each (their text is inside `content`,
+    # which is the message as the model saw it; `typed` is what the user wrote around them).
+    attachments: list[dict[str, Any]] = field(default_factory=list)
+    typed: str | None = None
 
 
 @dataclass
@@ -81,6 +89,11 @@ class StoredConversation:
     created_at: str
     updated_at: str
     messages: list[StoredMessage] = field(default_factory=list)
+    # Branches (/branch, /edit, `history fork`): the conversation this one was forked from, how
+    # many turns it shares with it, and the branches forked from this one, as (id, turns shared).
+    parent_id: str | None = None
+    branch_at: int | None = None
+    children: list[tuple[str, int]] = field(default_factory=list)
 
     def chat_messages(self) -> list[dict[str, str]]:
         """The messages to continue this chat with, system prompt first when there is one."""
@@ -98,6 +111,9 @@ class ConversationSummary:
     updated_at: str
     n_messages: int
     preview: str
+    parent_id: str | None = None  # a branch: forked from this conversation ...
+    branch_at: int | None = None  # ... sharing its first `branch_at` turns
+    children: int = 0  # branches forked from this one
 
 
 # --------------------------------------------------------------------------- ids and time
@@ -193,6 +209,37 @@ def m003_message_reasoning(db: sqlite3.Connection) -> None:
     # A reasoning model's thinking, apart from the reply in `content`: shown and exported, marked
     # as reasoning, but never sent back to the model with the conversation.
     db.execute("ALTER TABLE messages ADD COLUMN reasoning TEXT")
+
+
+@migration
+def m004_attachments(db: sqlite3.Connection) -> None:
+    # Files attached to a user message (llmchat.attachments): the message's `content` keeps the
+    # typed words; each file's text is kept here once, with what identifies it, and the message
+    # the model saw is rebuilt from both. Deleting the message (or its conversation) deletes them.
+    db.execute(
+        """
+        CREATE TABLE attachments (
+            id INTEGER PRIMARY KEY,
+            message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,
+            path TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            sha256 TEXT NOT NULL,
+            text TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE UNIQUE INDEX attachments_message_position ON attachments(message_id, position)")
+
+
+@migration
+def m005_branches(db: sqlite3.Connection) -> None:
+    # A branch (/branch N, /edit, `history fork ID --at N`) is a conversation of its own, holding a
+    # copy of the turns it shares, so it reads, continues and deletes like any other; these two
+    # columns only remember where it came from. Deleting the parent leaves its branches whole.
+    db.execute("ALTER TABLE conversations ADD COLUMN parent_id TEXT REFERENCES conversations(id) ON DELETE SET NULL")
+    db.execute("ALTER TABLE conversations ADD COLUMN branch_at INTEGER")
+    db.execute("CREATE INDEX conversations_parent ON conversations(parent_id)")
 
 
 def applied_migrations(db: sqlite3.Connection) -> set[str]:
@@ -478,13 +525,107 @@ class HistoryStore:
         stats: dict | None = None,
         sampling: dict | None = None,
         reasoning: str | None = None,
+        attachments: Sequence[Attachment] = (),
     ) -> None:
-        """Append a user message and its reply in one transaction: never half a turn."""
+        """Append a user message and its reply in one transaction: never half a turn. `user` is the
+        message as the model saw it; with `attachments`, the files it carries are stored apart."""
         messages = [
-            _NewMessage("user", user),
+            _NewMessage("user", user, attachments=tuple(attachments)),
             _NewMessage("assistant", assistant, interrupted, finish_reason, stats, sampling, reasoning),
         ]
         self._write(lambda db: _append(db, conversation_id, messages))
+
+    def fork(self, id_or_name: str, at: int, *, name: str | None = None) -> str:
+        """A new conversation that shares the first `at` turns (user messages with their replies)
+        of `id_or_name`: a copy of them, attachments included, with the same model, template,
+        system prompt and sampling. Returns its id. UsageError when `at` is out of range."""
+        if name is not None:
+            _check_name(name)
+        new = new_id()
+
+        def copy(db: sqlite3.Connection) -> None:
+            parent = _resolve(db, id_or_name)
+            users = [
+                seq
+                for (seq,) in db.execute(
+                    "SELECT seq FROM messages WHERE conversation_id = ? AND role = 'user' ORDER BY seq", (parent,)
+                )
+            ]
+            if not 0 <= at <= len(users):
+                raise UsageError(
+                    f"conversation {parent} has {len(users)} turns; the branch point must be 0..{len(users)}"
+                )
+            if name is not None:
+                _require_free_name(db, name)
+            end = users[at] if at < len(users) else None  # the first message not shared
+            now = utc_now()
+            db.execute(
+                "INSERT INTO conversations (id, name, model, model_path, template, system_prompt, sampling_json,"
+                " created_at, updated_at, parent_id, branch_at) SELECT ?, ?, model, model_path, template,"
+                " system_prompt, sampling_json, ?, ?, id, ? FROM conversations WHERE id = ?",
+                (new, name, now, now, at, parent),
+            )
+            shared = "conversation_id = ?" + ("" if end is None else " AND seq < ?")
+            arguments = (parent,) if end is None else (parent, end)
+            for (old_id,) in db.execute(f"SELECT id FROM messages WHERE {shared} ORDER BY seq", arguments).fetchall():
+                cursor = db.execute(
+                    "INSERT INTO messages (conversation_id, seq, role, content, interrupted, finish_reason,"
+                    " stats_json, sampling_json, created_at, reasoning) SELECT ?, seq, role, content, interrupted,"
+                    " finish_reason, stats_json, sampling_json, created_at, reasoning FROM messages WHERE id = ?",
+                    (new, old_id),
+                )
+                db.execute(
+                    "INSERT INTO attachments (message_id, position, path, size, sha256, text)"
+                    " SELECT ?, position, path, size, sha256, text FROM attachments WHERE message_id = ?",
+                    (cursor.lastrowid, old_id),
+                )
+
+        self._write(copy)
+        return new
+
+    def turn_attachments(self, conversation_id: str, turn: int) -> list[Attachment]:
+        """The files (text included) of the user message of turn `turn` (0-based), for /edit."""
+        from llmchat.attachments import Attachment
+
+        rows = self._read(
+            lambda db: db.execute(
+                "SELECT a.path, a.size, a.sha256, a.text FROM attachments a JOIN messages m ON m.id = a.message_id"
+                " WHERE m.id = (SELECT id FROM messages WHERE conversation_id = ? AND role = 'user'"
+                " ORDER BY seq LIMIT 1 OFFSET ?) ORDER BY a.position",
+                (conversation_id, turn),
+            ).fetchall()
+        )
+        return [Attachment(*row) for row in rows]
+
+    def family(self, id_or_name: str) -> list[ConversationSummary]:
+        """Every conversation in the tree `id_or_name` belongs to (from its root down), oldest first."""
+
+        def load(db: sqlite3.Connection) -> list[ConversationSummary]:
+            root = _resolve(db, id_or_name)
+            seen = {root}
+            while True:  # up to the root; `seen` guards against a cycle in a hand-edited database
+                row = db.execute("SELECT parent_id FROM conversations WHERE id = ?", (root,)).fetchone()
+                if row is None or row[0] is None or row[0] in seen:
+                    break
+                root = row[0]
+                seen.add(root)
+            members, frontier = [root], [root]
+            while frontier:
+                marks = ",".join("?" * len(frontier))
+                found = [
+                    r[0]
+                    for r in db.execute(f"SELECT id FROM conversations WHERE parent_id IN ({marks})", frontier)
+                    if r[0] not in members
+                ]
+                members += found
+                frontier = found
+            marks = ",".join("?" * len(members))
+            rows = db.execute(
+                _SUMMARY_SQL.format(where=f"WHERE c.id IN ({marks})") + " ORDER BY c.created_at, c.id", members
+            ).fetchall()
+            return [_summary(row) for row in rows]
+
+        return self._read(load)
 
     def delete_last_exchange(self, conversation_id: str) -> int:
         """For /undo: remove the trailing reply and the user message it answered; returns rows removed.
@@ -574,7 +715,16 @@ class HistoryStore:
             rows = db.execute(
                 f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? ORDER BY seq", (conversation_id,)
             ).fetchall()
-            return _conversation(header, rows)
+            conversation = _conversation(header, rows)
+            conversation.children = [
+                (child, at)
+                for child, at in db.execute(
+                    "SELECT id, branch_at FROM conversations WHERE parent_id = ? ORDER BY created_at, id",
+                    (conversation_id,),
+                )
+            ]
+            _attach_files(db, conversation)
+            return conversation
 
         return self._read(load)
 
@@ -584,20 +734,23 @@ class HistoryStore:
 
 # --------------------------------------------------------------------------- SQL helpers
 
-_HEADER_COLUMNS = "id, name, model, model_path, template, system_prompt, sampling_json, created_at, updated_at"
+_HEADER_COLUMNS = (
+    "id, name, model, model_path, template, system_prompt, sampling_json, created_at, updated_at, parent_id, branch_at"
+)
 _MESSAGE_COLUMNS = (
     "id, seq, role, content, interrupted, finish_reason, stats_json, sampling_json, created_at, reasoning"
 )
 
-_LIST_SQL = """
+_SUMMARY_SQL = """
 SELECT c.id, c.name, c.model, c.created_at, c.updated_at,
        (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id),
        (SELECT m.content FROM messages m WHERE m.conversation_id = c.id AND m.role = 'user'
-        ORDER BY m.seq LIMIT 1)
-FROM conversations c
-ORDER BY c.updated_at DESC, c.id DESC
-LIMIT ?
+        ORDER BY m.seq LIMIT 1),
+       c.parent_id, c.branch_at,
+       (SELECT COUNT(*) FROM conversations k WHERE k.parent_id = c.id)
+FROM conversations c {where}
 """
+_LIST_SQL = _SUMMARY_SQL.format(where="") + " ORDER BY c.updated_at DESC, c.id DESC LIMIT ?"
 
 
 @dataclass
@@ -609,6 +762,7 @@ class _NewMessage:
     stats: dict | None = None
     sampling: dict | None = None
     reasoning: str | None = None
+    attachments: tuple[Attachment, ...] = ()
 
 
 def _append(db: sqlite3.Connection, conversation_id: str, messages: list[_NewMessage]) -> list[int]:
@@ -628,6 +782,7 @@ def _append(db: sqlite3.Connection, conversation_id: str, messages: list[_NewMes
 def _insert_message(db: sqlite3.Connection, conversation_id: str, seq: int, message: _NewMessage, now: str) -> int:
     if message.role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}, not {message.role!r}")
+    content = typed_part(message.content, message.attachments)
     cursor = db.execute(
         "INSERT INTO messages (conversation_id, seq, role, content, interrupted, finish_reason,"
         " stats_json, sampling_json, created_at, reasoning) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -635,7 +790,7 @@ def _insert_message(db: sqlite3.Connection, conversation_id: str, seq: int, mess
             conversation_id,
             seq,
             message.role,
-            message.content,
+            content,
             int(bool(message.interrupted)),
             message.finish_reason,
             _to_json(message.stats),
@@ -645,6 +800,10 @@ def _insert_message(db: sqlite3.Connection, conversation_id: str, seq: int, mess
         ),
     )
     assert cursor.lastrowid is not None  # an INSERT always sets it
+    db.executemany(
+        "INSERT INTO attachments (message_id, position, path, size, sha256, text) VALUES (?, ?, ?, ?, ?, ?)",
+        [(cursor.lastrowid, i, a.path, a.size, a.sha256, a.text) for i, a in enumerate(message.attachments)],
+    )
     return cursor.lastrowid
 
 
@@ -722,8 +881,10 @@ def _unique_prefix(db: sqlite3.Connection, ref: str) -> str:
 
 
 def _summary(row: tuple) -> ConversationSummary:
-    conversation_id, name, model, created_at, updated_at, n_messages, first_user = row
-    return ConversationSummary(conversation_id, name, model, created_at, updated_at, n_messages, _preview(first_user))
+    conversation_id, name, model, created_at, updated_at, n_messages, first_user, parent, at, children = row
+    return ConversationSummary(
+        conversation_id, name, model, created_at, updated_at, n_messages, _preview(first_user), parent, at, children
+    )
 
 
 def _preview(text: str | None) -> str:
@@ -732,7 +893,8 @@ def _preview(text: str | None) -> str:
 
 
 def _conversation(header: tuple, message_rows: list[tuple]) -> StoredConversation:
-    cid, name, model, model_path, template, system_prompt, sampling_json, created_at, updated_at = header
+    cid, name, model, model_path, template, system_prompt, sampling_json, created_at, updated_at = header[:9]
+    parent_id, branch_at = header[9:11]
     return StoredConversation(
         id=cid,
         name=name,
@@ -744,7 +906,31 @@ def _conversation(header: tuple, message_rows: list[tuple]) -> StoredConversatio
         created_at=created_at,
         updated_at=updated_at,
         messages=[_message(row) for row in message_rows],
+        parent_id=parent_id,
+        branch_at=branch_at,
     )
+
+
+def _attach_files(db: sqlite3.Connection, conversation: StoredConversation) -> None:
+    """Give each message its attachments and rebuild the text the model saw (typed words kept apart)."""
+    from llmchat.attachments import Attachment
+
+    rows = db.execute(
+        "SELECT a.message_id, a.path, a.size, a.sha256, a.text FROM attachments a"
+        " JOIN messages m ON m.id = a.message_id WHERE m.conversation_id = ? ORDER BY a.message_id, a.position",
+        (conversation.id,),
+    ).fetchall()
+    if not rows:
+        return
+    by_message: dict[int, list[Attachment]] = {}
+    for message_id, path, size, sha256, text in rows:
+        by_message.setdefault(message_id, []).append(Attachment(path, size, sha256, text))
+    for message in conversation.messages:
+        files = by_message.get(message.id)
+        if files:
+            message.typed = message.content
+            message.content = prefix(files) + message.content
+            message.attachments = [a.describe() for a in files]
 
 
 def _message(row: tuple) -> StoredMessage:
@@ -815,6 +1001,10 @@ def _markdown_header(conv: StoredConversation) -> str:
         f"- **Created:** {conv.created_at}",
         f"- **Updated:** {conv.updated_at}",
     ]
+    if conv.parent_id is not None:
+        lines.append(f"- **Branch of:** `{conv.parent_id}` at turn {conv.branch_at} (shares turns 1..{conv.branch_at})")
+    for child, at in conv.children:
+        lines.append(f"- **Branch:** `{child}` at turn {at}")
     if conv.sampling:
         lines.append(f"- **Sampling:** {_key_values(conv.sampling)}")
     return "\n".join(lines) + "\n"
@@ -826,7 +1016,12 @@ def _markdown_message(message: StoredMessage) -> str:
         # Marked as reasoning, quoted apart from the answer that follows.
         quoted = "\n".join(f"> {line}" if line else ">" for line in message.reasoning.splitlines())
         lines += ["### Reasoning", "", quoted, "", "### Answer", ""]
-    lines += [message.content, ""]
+    for attached in message.attachments:  # marked, not dumped: the files' text is in `export --format json`
+        lines += [
+            f"> 📎 attached **{attached['path']}** ({attached['size']:,} bytes, sha256 `{attached['sha256'][:16]}…`)",
+            "",
+        ]
+    lines += [message.typed if message.typed is not None else message.content, ""]
     if message.interrupted:
         lines += ["> **[interrupted]** this reply was cut off before it finished.", ""]
     details = dict(message.stats)

@@ -17,6 +17,7 @@ from llmchat.models.resolve import ResolvedModel, resolve_model
 from llmchat.options import RunOptions
 from llmchat.output import is_tty, notice
 from llmchat.sampling import SamplingParams, build_sampling, preset_values
+from llmchat.saved_prompts import sampling_layers
 
 if TYPE_CHECKING:
     from llmchat.chat_template import ResolvedTemplate
@@ -191,6 +192,7 @@ def load_model(opts: RunOptions, *, n_ctx_override: int | None = None, announce:
         flags=sampling_flags(opts),
         stop=opts.stop,
         stop_loops=opts.loop_stop,
+        prompt_layers=sampling_layers(opts.saved_prompt, config),
     )
     from llmchat.models.kind import kind_of
 
@@ -267,6 +269,7 @@ def start_session(
             store.close()
         raise
     session.config = loaded.config
+    session.origins = dict(opts.origins)
     session.verbose = opts.verbose
     # The KV cache on disk holds the conversation: off wherever the history is off (--no-history).
     wanted = store is not None if disk_cache is None else disk_cache and loaded.config.history
@@ -382,6 +385,7 @@ def load_remote(opts: RunOptions, config: Config, spec: ServerSpec) -> Loaded:
         flags=sampling_flags(opts),
         stop=opts.stop,
         stop_loops=opts.loop_stop,
+        prompt_layers=sampling_layers(opts.saved_prompt, config),
     )
     return Loaded(config=config, model=model, engine=engine, sampling=sampling, trained_ctx=0)
 

@@ -43,6 +43,7 @@ class RunOptions:
     verbose: bool = False
     debug: bool = False
     # sampling
+    saved_prompt: Optional[str] = None  # -p NAME: a saved prompt, [prompts.NAME] (llmchat.saved_prompts)
     system: Optional[str] = None
     preset: Optional[str] = None
     temperature: Optional[float] = None
@@ -66,6 +67,8 @@ class RunOptions:
     schema_multi: bool = False
     output_format: Optional[str] = None
     grammar_file: Optional[Path] = None
+    # Not a flag: which values a saved prompt filled in, as (name, "prompt NAME"), for /show.
+    origins: tuple[tuple[str, str], ...] = ()
 
 
 _ENGINE_OPTIONS = {
@@ -201,6 +204,15 @@ _ENGINE_OPTIONS = {
 }
 
 _SAMPLING_OPTIONS = {
+    "saved_prompt": Annotated[
+        Optional[str],
+        typer.Option(
+            "--prompt",
+            "-p",
+            help="Apply a saved prompt from the config's [prompts.NAME]: its system prompt, model, preset, sampling and schema. Flags override it (llmchat prompts list).",
+            rich_help_panel=SAMPLING,
+        ),
+    ],
     "system": Annotated[Optional[str], typer.Option("--system", "-s", help="System prompt.", rich_help_panel=SAMPLING)],
     "preset": Annotated[
         Optional[str], typer.Option("--preset", help="precise | balanced | creative | code.", rich_help_panel=SAMPLING)
@@ -355,7 +367,12 @@ def model_command(*, sampling: bool = True) -> Callable:
             values = {name: kwargs.pop(name, None if name in _LISTS else defaults[name]) for name in shared}
             for name in _LISTS:
                 values[name] = tuple(values.get(name) or ())
-            return func(**kwargs, opts=RunOptions(**values))
+            opts = RunOptions(**values)
+            if opts.saved_prompt:
+                from llmchat.saved_prompts import apply_to_options
+
+                opts = apply_to_options(opts)
+            return func(**kwargs, opts=opts)
 
         wrapper.__signature__ = signature.replace(parameters=own + added)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in own + added}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from llmchat.errors import UsageError
 
@@ -137,8 +137,11 @@ def build_sampling(
     flags: Mapping[str, Any] | None = None,
     stop: tuple[str, ...] = (),
     stop_loops: bool = True,
+    prompt_layers: Sequence[tuple[str, Mapping[str, Any], str | None]] = (),
 ) -> SamplingParams:
-    """Layer the sources, lowest first: ours < model < config preset < config values < --preset < flags."""
+    """Layer the sources, lowest first: ours < model < config preset < config values < a saved
+    prompt's preset and values (`-p NAME`: `prompt_layers`, as (source, values, preset name)) <
+    --preset < flags."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
 
@@ -156,6 +159,9 @@ def build_sampling(
         preset_name = config_preset
         apply(preset_values(config_preset), f"config preset {config_preset}")
     apply({k: v for k, v in (config_values or {}).items() if k in SETTABLE}, "config")
+    for source, layer, layer_preset in prompt_layers:
+        preset_name = layer_preset or preset_name
+        apply(layer, source)
     if flag_preset:
         preset_name = flag_preset
         apply(preset_values(flag_preset), f"preset {flag_preset}")

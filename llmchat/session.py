@@ -40,6 +40,7 @@ from llmchat.turn.sink import ConversationFacts, TurnSink
 from llmchat.turn.stats import result_of
 
 if TYPE_CHECKING:
+    from llmchat.attachments import Attachment
     from llmchat.config import Config
     from llmchat.engine.grammar import Grammar
     from llmchat.engine.interface import ChatEngine, Prompt
@@ -88,6 +89,10 @@ class ChatSession:
     _markup: dict[int, bytes] = field(default_factory=dict)
     _close_ids: list[int] = field(default_factory=list)
     structured: StructuredOutput | None = None  # --schema / --format json / --grammar, for every turn
+    origins: dict[str, str] = field(default_factory=dict)  # values a saved prompt set (-p NAME), for /show
+    # /branch N and /edit: the conversation (id, turns shared) that the next saved turn forks from
+    # (llmchat.branches); the branch is created in the history with that turn, not before.
+    fork_from: tuple[str, int] | None = None
 
     # The sink's stores, as the commands and the chat UI name them.
     @property
@@ -290,6 +295,7 @@ class ChatSession:
         *,
         record: bool = True,
         on_commit: Callable[[TurnResult], object] | None = None,
+        attachments: tuple[Attachment, ...] = (),
     ) -> TurnResult:
         """Generate the reply to `user_text`. Ctrl-C stops generation and returns the partial reply,
         marked interrupted; it is kept in the conversation and history like any other. A failed
@@ -341,6 +347,7 @@ class ChatSession:
                 shown.close()
             fragments = [tracker.splitter.answer]
         result = self.finish(prepared, outcome, "".join(fragments), generation.seed, t_first_written, tracker=tracker)
+        result.attachments = tuple(attachments)
         self.commit(prepared, result, record=record)
         self.sink.save_kv(result)
         if on_commit is not None:
@@ -385,6 +392,8 @@ class ChatSession:
         )
         if result.reasoning:
             prepared.conversation.messages[-1]["reasoning"] = result.reasoning
+        if result.attachments:  # /edit gives them back with the typed words
+            prepared.conversation.messages[-2]["attachments"] = result.attachments
         if prepared.conversation is self.conversation:
             self.last_result = result
         if record:
@@ -395,7 +404,9 @@ class ChatSession:
                 system_prompt=self.conversation.system,
                 sampling=self.sampling.to_record(),
             )
-            self.sink.save(result, facts, self.sampling.to_record())
+            self.sink.save(result, facts, self.sampling.to_record(), fork_from=self.fork_from)
+            if self.conversation_id is not None:
+                self.fork_from = None
         result.conversation_id = self.conversation_id if record else None
 
     def check_message_size(self, user_text: str, budget: Budget | None = None) -> None:
@@ -413,6 +424,7 @@ class ChatSession:
         self.conversation = Conversation(system=self.conversation.system)
         self.conversation_id = None
         self.last_result = None
+        self.fork_from = None
 
     def load_conversation(self, stored: StoredConversation) -> None:
         """Continue a conversation from the history store."""
@@ -424,6 +436,7 @@ class ChatSession:
                     self.conversation.messages[-1]["reasoning"] = message.reasoning
         self.conversation_id = stored.id
         self.last_result = None
+        self.fork_from = None
 
     def set_sampling(self, sampling: SamplingParams) -> None:
         self.sampling = sampling

@@ -25,6 +25,7 @@ class Action(Enum):
     CONTINUE = "continue"  # back to the prompt
     EXIT = "exit"  # leave the chat
     TURN = "turn"  # send `Outcome.text` to the model
+    EDIT = "edit"  # put `Outcome.text` back at the prompt, to change and send (/edit)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class CommandContext:
     out: Any  # rich.console.Console on stdout
     error: Callable[[str], None]  # one line on stderr: errors and hints
     info: Callable[[str], None] = field(default=lambda message: None)  # one dim line on stderr: confirmations
+    attachments: list[Any] = field(default_factory=list)  # /file: llmchat.attachments.Attachment, for the next message
 
 
 # --------------------------------------------------------------------------- shared with the chat loop
@@ -198,7 +200,8 @@ def cmd_show(ctx: CommandContext, arg: str) -> Outcome:
     table.add_column()
     table.add_column(style="dim")
     info = session.engine.info
-    table.add_row("model", session.model_label, info.model_path)
+    origins = getattr(session, "origins", {})
+    table.add_row("model", session.model_label, _with_origin(info.model_path, origins.get("model")))
     table.add_row("template", template.name, f"from {template.source_detail or template.source}")
     table.add_row(
         "context",
@@ -215,14 +218,20 @@ def cmd_show(ctx: CommandContext, arg: str) -> Outcome:
             f"{disk.folder}, at most {disk.max_bytes / 1024**3:.1f} GiB" if disk is not None else "",
         )
     system = session.conversation.system
-    table.add_row("system", _one_line(system) if system else "(none)", "")
+    table.add_row("system", _one_line(system) if system else "(none)", origins.get("system", ""))
+    if origins.get("schema"):
+        table.add_row("schema", "the reply is held to a schema", origins["schema"])
+    count = f"{len(session.conversation.messages)} messages"
     if session.history is None:
         saved = "not saved (history off)"
+    elif session.conversation_id is None and getattr(session, "fork_from", None) is not None:
+        saved = f"branch of {session.fork_from[0]}"
+        count = f"shares turns 1..{session.fork_from[1]}; saved with its first reply; " + count
     elif session.conversation_id is None:
         saved = "not saved yet (saved after the first reply)"
     else:
         saved = session.conversation_id
-    table.add_row("conversation", saved, f"{len(session.conversation.messages)} messages")
+    table.add_row("conversation", saved, count)
     sampling = session.sampling
     table.add_row("sampling", f"preset {sampling.preset}", "")
     for name in SETTABLE:
@@ -231,6 +240,81 @@ def cmd_show(ctx: CommandContext, arg: str) -> Outcome:
         table.add_row("  stop", ", ".join(repr(s) for s in sampling.stop), "flag")
     table.add_row("  loop stop", "on" if sampling.stop_loops else "off", "--no-loop-stop turns it off")
     ctx.out.print(table, markup=False, highlight=False)
+    return CONTINUE
+
+
+def _with_origin(detail: str, origin: str | None) -> str:
+    return f"{detail} ({origin})" if origin else detail
+
+
+def cmd_prompt(ctx: CommandContext, arg: str) -> Outcome:
+    from llmchat.saved_prompts import apply_to_session
+
+    if not arg:
+        config = getattr(ctx.session, "config", None)
+        known = ", ".join(sorted(config.prompts)) if config is not None and config.prompts else "none yet"
+        ctx.error(f"usage: /prompt NAME (saved prompts: {known}; see llmchat prompts list)")
+        return CONTINUE
+    try:
+        lines = apply_to_session(ctx.session, arg)
+    except HistoryError as err:  # the system prompt is set; only its save failed
+        ctx.error(ctx.session.disable_history(err, "this chat goes on without saving to the history"))
+        return CONTINUE
+    except LlmchatError as err:
+        ctx.error(f"error: {err}")
+        return CONTINUE
+    for line in lines:
+        ctx.info(line)
+    return CONTINUE
+
+
+def cmd_file(ctx: CommandContext, arg: str) -> Outcome:
+    from llmchat.attachments import check_room, collect, count_line
+
+    if not arg:
+        ctx.error("usage: /file PATH (a file, a glob or a folder; Tab completes paths)")
+        return CONTINUE
+    try:
+        found = [a for a in collect([arg]) if a not in ctx.attachments]
+        # The room left counts the files already pending: together they must fit.
+        counts = check_room(ctx.session, [*ctx.attachments, *found])[len(ctx.attachments) :]
+    except LlmchatError as err:
+        ctx.error(f"error: {err}")
+        return CONTINUE
+    ctx.attachments.extend(found)
+    for attachment, count in zip(found, counts):
+        ctx.info(count_line(attachment, count, ctx.session.engine.n_ctx))
+    if found:
+        ctx.info("attached to your next message (/files lists them, /drop removes them)")
+    return CONTINUE
+
+
+def cmd_files(ctx: CommandContext, arg: str) -> Outcome:
+    from llmchat.attachments import count_line, tokens_of
+
+    if not ctx.attachments:
+        ctx.info("no files attached; /file PATH attaches one to the next message")
+        return CONTINUE
+    for attachment in ctx.attachments:
+        tokens, _ = tokens_of(ctx.session, attachment)
+        ctx.out.print(count_line(attachment, tokens, ctx.session.engine.n_ctx), markup=False, highlight=False)
+    return CONTINUE
+
+
+def cmd_drop(ctx: CommandContext, arg: str) -> Outcome:
+    if not ctx.attachments:
+        ctx.info("no files attached")
+        return CONTINUE
+    if not arg:
+        dropped = [a.path for a in ctx.attachments]
+        ctx.attachments.clear()
+    else:
+        dropped = [a.path for a in ctx.attachments if a.path == arg]
+        if not dropped:
+            ctx.error(f"{arg} is not attached; /files lists what is")
+            return CONTINUE
+        ctx.attachments[:] = [a for a in ctx.attachments if a.path != arg]
+    ctx.info("dropped " + ", ".join(dropped))
     return CONTINUE
 
 
@@ -264,6 +348,11 @@ def _drop_last_exchange(ctx: CommandContext) -> str | None:
     if len(messages) < 2 or messages[-2]["role"] != "user":
         return None
     user_text = messages[-2]["content"]
+    if getattr(session, "fork_from", None) is not None:  # a branch not saved yet: fork one turn earlier
+        from llmchat.branches import keep_turns, turn_starts
+
+        keep_turns(session, len(turn_starts(session.conversation)) - 1)
+        return user_text
     session.conversation.drop_last_exchange()
     if session.conversation_id is not None:
         _write_history(ctx, lambda store: store.delete_last_exchange(session.conversation_id))
@@ -286,6 +375,54 @@ def cmd_retry(ctx: CommandContext, arg: str) -> Outcome:
         ctx.error("nothing to retry: send a message first")
         return CONTINUE
     return Outcome(Action.TURN, user_text)
+
+
+def cmd_edit(ctx: CommandContext, arg: str) -> Outcome:
+    from llmchat.branches import keep_turns, last_user_turn, turn_starts
+
+    session = ctx.session
+    try:
+        last = last_user_turn(session)
+    except HistoryError as err:
+        ctx.error(f"error: {err}")
+        return CONTINUE
+    if last is None:
+        ctx.error("nothing to edit: send a message first")
+        return CONTINUE
+    typed, files = last
+    turns = len(turn_starts(session.conversation))
+    saved = session.conversation_id or (session.fork_from or (None,))[0]
+    keep_turns(session, turns - 1)
+    ctx.attachments[:] = list(files)  # the files it carried go with the edited message
+    if saved is not None and session.history is not None:
+        ctx.info(
+            f"editing turn {turns}: the old exchange stays in {saved}; sending starts a branch at turn {turns - 1}"
+        )
+    else:
+        ctx.info(f"editing turn {turns}")
+    return Outcome(Action.EDIT, typed)
+
+
+def cmd_branch(ctx: CommandContext, arg: str) -> Outcome:
+    from llmchat.branches import keep_turns, turn_starts
+
+    session = ctx.session
+    turns = len(turn_starts(session.conversation))
+    try:
+        at = int(arg) if arg else turns
+    except ValueError:
+        ctx.error(f"usage: /branch [N], N a turn number 0..{turns}, got {arg!r}")
+        return CONTINUE
+    if not 0 <= at <= turns:
+        ctx.error(f"this conversation has {turns} turns; /branch N takes 0..{turns}")
+        return CONTINUE
+    parent = session.conversation_id or (session.fork_from or (None,))[0]
+    keep_turns(session, at)
+    if parent is not None and session.history is not None:
+        ctx.info(f"new branch of {parent} sharing turns 1..{at}; it is saved with its first reply")
+    else:
+        ctx.info(f"kept turns 1..{at}; the rest is dropped (history is off, so nothing else keeps it)")
+    return CONTINUE
 
 
 def cmd_save(ctx: CommandContext, arg: str) -> Outcome:
@@ -407,11 +544,17 @@ COMMANDS: dict[str, Command] = _table(
         Command("/system", "[TEXT|--clear]", "show or set the system prompt", cmd_system),
         Command("/think", "", "a reasoning model thinks before it answers (its template's switch)", _thinking(True)),
         Command("/nothink", "", "a reasoning model answers without thinking, if its template can", _thinking(False)),
+        Command("/prompt", "NAME", "apply a saved prompt: system prompt, preset, sampling, schema", cmd_prompt),
+        Command("/file", "PATH", "attach a text file (a glob, a folder) to the next message", cmd_file),
+        Command("/files", "", "the files attached to the next message, with their tokens", cmd_files),
+        Command("/drop", "[PATH]", "remove an attached file (all of them without PATH)", cmd_drop),
         Command("/set", "KEY VALUE", f"change a setting: {', '.join(SETTABLE)}, preset", cmd_set),
         Command("/show", "", "model, template, context use, settings and where each came from", cmd_show),
         Command("/stats", "", "every number about the last reply", cmd_stats),
         Command("/retry", "", "regenerate the last reply", cmd_retry),
         Command("/undo", "", "remove the last message and its reply", cmd_undo),
+        Command("/edit", "", "change the last message and resend it; the old exchange stays as a branch", cmd_edit),
+        Command("/branch", "[N]", "a new conversation sharing turns 1..N (default: all) with this one", cmd_branch),
         Command("/save", "[NAME]", "name this conversation in the history", cmd_save),
         Command("/load", "NAME|ID", "continue a saved conversation", cmd_load),
         Command("/history", "[N]", "recent saved conversations", cmd_history),
@@ -461,6 +604,12 @@ class SlashCompleter(Completer):
                 return words[0], [(key, "setting") for key in (*SETTABLE, "preset") if key.startswith(words[0].lower())]
             if len(words) == 2 and words[0].lower() == "preset":
                 return words[1], [(p, _preset_meta(p)) for p in PRESETS if p.startswith(words[1].lower())]
+        if name == "/file":
+            return _path_candidates(rest)
+        if name == "/prompt":
+            config = getattr(self.session, "config", None)
+            names = sorted(config.prompts) if config is not None else []
+            return rest, [(n, "saved prompt") for n in names if n.startswith(rest)]
         if name == "/load":
             # The whole rest of the line is the reference: names may contain spaces.
             return rest, [(ref, meta) for ref, meta in self._saved() if ref.startswith(rest)]
@@ -480,6 +629,26 @@ class SlashCompleter(Completer):
                 found.append((summary.name, summary.preview))
             found.append((summary.id, summary.name or summary.preview))
         return found
+
+
+def _path_candidates(typed: str) -> tuple[str, list[tuple[str, str]]]:
+    """Completions of the last path component; folders end with a slash. Hidden names only when
+    the component starts with a dot."""
+    import os
+
+    folder, start = os.path.split(typed)
+    where = os.path.expanduser(folder) or "."
+    try:
+        names = sorted(os.listdir(where))
+    except OSError:
+        return start, []
+    found = []
+    for name in names:
+        if not name.startswith(start) or (name.startswith(".") and not start.startswith(".")):
+            continue
+        is_dir = os.path.isdir(os.path.join(where, name))
+        found.append((name + ("/" if is_dir else ""), "folder" if is_dir else "file"))
+    return start, found
 
 
 def _preset_meta(name: str) -> str:

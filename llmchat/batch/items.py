@@ -2,7 +2,8 @@
 
 A JSON item holds `id?`, `prompt` or `messages`, `system?` and optional sampling (`temperature`,
 `top_p`, `top_k`, `min_p`, `repeat_penalty`, `max_tokens`, `seed`, `stop`), and an optional `schema`
-of its own (a JSON Schema object, or a string as `--schema` takes it). Items without an id get
+of its own (a JSON Schema object, or a string as `--schema` takes it), and `files`: paths (globs,
+folders) attached before the prompt, relative to the input file's folder (llmchat.attachments). Items without an id get
 their 1-based line number. Duplicate ids are errors.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmchat.errors import UsageError
@@ -38,6 +40,7 @@ class BatchItem:
     stop: tuple[str, ...] | None = None
     structured: StructuredOutput | None = None  # the item's own `schema` (None: the run's --schema, if any)
     error: str | None = None  # the line could not be used
+    files: list[str] = field(default_factory=list)  # "files": paths relative to the input file's folder
 
 
 def id_key(value: Any) -> str:
@@ -132,10 +135,29 @@ def _fill_from_json(item: BatchItem, obj: dict) -> None:
         if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
             raise ValueError("'stop' must be a string or a list of strings")
         item.stop = tuple(s for s in stop if s)
+    if "files" in obj:
+        files = obj["files"]
+        if not isinstance(files, list) or not all(isinstance(f, str) and f and f != "-" for f in files):
+            raise ValueError("'files' must be a list of paths (relative to the input file's folder)")
+        item.files = list(files)
     if "schema" in obj:
         from llmchat.structured import item_structured
 
         item.structured = item_structured(obj["schema"])
+
+
+def attach_files(items: list[BatchItem], base: Path) -> None:
+    """Put each item's `files` before its message, wrapped with their paths; a file that cannot be
+    attached (missing, binary, not UTF-8) makes that item an error item, and the run goes on."""
+    from llmchat.attachments import collect, compose
+
+    for item in items:
+        if not item.files or item.error or item.user is None:
+            continue
+        try:
+            item.user = compose(tuple(collect(item.files, base=base)), item.user)
+        except UsageError as err:
+            item.error = f"line {item.line}: {err}"
 
 
 def _fill_messages(item: BatchItem, messages: Any) -> None:

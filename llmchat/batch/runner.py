@@ -34,7 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
-from llmchat.batch.items import BatchItem, id_key, parse_input
+from llmchat.batch.items import BatchItem, attach_files, id_key, parse_input
 from llmchat.batch.progress import Progress
 from llmchat.batch.sink import InOrder, RecordSink, read_done_ids
 from llmchat.conversation import Conversation
@@ -280,6 +280,7 @@ def run_batch(
 
     structured = from_options(opts)  # a bad --schema is a usage error before the model loads
     items = parse_input(read_input(input_path))
+    attach_files(items, Path.cwd() if input_path == "-" else Path(input_path).expanduser().resolve().parent)
     output = output.expanduser() if output is not None else None
 
     skipped = 0

@@ -9,10 +9,11 @@ from llmchat.errors import LlmchatError, UsageError
 from llmchat.options import RunOptions, model_command
 
 
-def read_prompt(argument: Optional[str]) -> str:
-    """The prompt from piped stdin, the argument, or both (stdin first: `cat notes | llmchat ask "summarise"`)."""
+def read_prompt(argument: Optional[str], *, from_stdin: bool = True, may_be_empty: bool = False) -> str:
+    """The prompt from piped stdin, the argument, or both (stdin first: `cat notes | llmchat ask "summarise"`).
+    `from_stdin=False`: stdin is a file (`-f -`), not the prompt; `may_be_empty`: files carry the message."""
     parts = []
-    if not sys.stdin.isatty():
+    if from_stdin and not sys.stdin.isatty():
         raw = sys.stdin.buffer.read()
         try:
             piped = raw.decode("utf-8")
@@ -31,7 +32,7 @@ def read_prompt(argument: Optional[str]) -> str:
     prompt = "\n\n".join(parts)
     if "\x00" in prompt:
         raise UsageError("the prompt contains NUL bytes (binary input?); pass text")
-    if not prompt.strip():
+    if not prompt.strip() and not may_be_empty:
         raise UsageError('empty prompt: pass it as an argument (llmchat ask "...") or pipe it on stdin')
     return prompt
 
@@ -57,10 +58,19 @@ def ask(
         typer.Option("--overflow", help="When the conversation outgrows the context: error | drop (oldest exchanges)."),
     ] = "error",
     no_history: Annotated[bool, typer.Option("--no-history", help="Do not save this exchange.")] = False,
+    files: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--file",
+            "-f",
+            help="Attach a text file, wrapped with its path (repeatable; - is stdin; a glob or folder: its text files, sorted).",
+        ),
+    ] = None,
     *,
     opts: RunOptions,
 ) -> None:
     """One prompt, one streamed reply on stdout."""
+    from llmchat.attachments import STDIN, check_room, collect
     from llmchat.commands.turns import check_overflow, continue_conversation, run_turn
     from llmchat.loading import start_session
     from llmchat.output import StreamPrinter, is_tty, write_json
@@ -68,13 +78,16 @@ def ask(
     from llmchat.turn.policy import INVALID_REPLY_EXIT
 
     check_overflow(overflow)
-    text = read_prompt(prompt)
+    # Files first: a binary or non-UTF-8 file is refused before the model loads.
+    attachments = tuple(collect(files or ()))
+    text = read_prompt(prompt, from_stdin=STDIN not in (files or ()), may_be_empty=bool(attachments))
     structured = from_options(opts)  # a bad schema is a usage error before the model loads
     session = start_session(opts, overflow=overflow, with_history=not no_history)
     try:
         session.hold_to(structured)
         if continue_last or cid:
             continue_conversation(session, cid or "last")
+        check_room(session, attachments, text)  # a file too big for the room left: exit 2, nothing sent
         on_terminal = is_tty(sys.stderr)
         show_stats = on_terminal if stats is None else stats
         printer = StreamPrinter(
@@ -83,7 +96,7 @@ def ask(
             echo_text=not json_output,
             mark_interrupted=False,  # `main` reports the interruption in its one line
         )
-        result = run_turn(session, text, printer)
+        result = run_turn(session, text, printer, attachments)
         if json_output:
             write_json(result.to_record())
         if result.interrupted:

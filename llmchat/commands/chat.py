@@ -9,6 +9,7 @@ from llmchat.errors import UsageError
 from llmchat.options import RunOptions, model_command
 
 if TYPE_CHECKING:
+    from llmchat.attachments import Attachment
     from llmchat.session import ChatSession
 
 
@@ -31,21 +32,34 @@ def chat(
         typer.Option("--overflow", help="When the conversation outgrows the context: drop (oldest exchanges) | error."),
     ] = "drop",
     no_history: Annotated[bool, typer.Option("--no-history", help="Do not save this conversation.")] = False,
+    files: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--file",
+            "-f",
+            help="Attach a text file to the first message (repeatable; a glob or folder: its text files). In the chat: /file PATH.",
+        ),
+    ] = None,
     *,
     opts: RunOptions = RunOptions(),
 ) -> None:
     """Chat: interactive on a terminal; with piped stdin, one message per line and one reply per turn."""
+    from llmchat.attachments import STDIN, check_room, collect
     from llmchat.commands.turns import check_overflow, continue_conversation
     from llmchat.loading import start_session
     from llmchat.structured import from_options
 
     check_overflow(overflow)
+    if STDIN in (files or ()):
+        raise UsageError("chat reads its messages from stdin; -f - is for ask (attach a file by its path)")
+    attachments = tuple(collect(files or ()))  # a binary or non-UTF-8 file: exit 2 before the model loads
     structured = from_options(opts)  # a bad --schema is a usage error before the model loads
     session = start_session(opts, overflow=overflow, with_history=not no_history)
     try:
         session.hold_to(structured)
         if resume:
             continue_conversation(session, resume)
+        check_room(session, attachments)  # a file too big for the room left: exit 2, nothing sent
         interactive = sys.stdin.isatty() and not json_output
         if interactive:
             from llmchat.chat_ui import run_interactive
@@ -56,18 +70,23 @@ def chat(
                 show_stats=(config.stats if config else True) if stats is None else stats,
                 markdown=(config.markdown if config else False) if markdown is None else markdown,
                 verbose=opts.verbose,
+                attachments=attachments,
             )
         else:
-            exit_code = run_scripted_chat(session, json_output=json_output, show_stats=bool(stats))
+            exit_code = run_scripted_chat(
+                session, json_output=json_output, show_stats=bool(stats), attachments=attachments
+            )
             if exit_code:
                 raise typer.Exit(exit_code)
     finally:
         session.close()
 
 
-def run_scripted_chat(session: "ChatSession", *, json_output: bool, show_stats: bool) -> int:
+def run_scripted_chat(
+    session: "ChatSession", *, json_output: bool, show_stats: bool, attachments: "tuple[Attachment, ...]" = ()
+) -> int:
     """One user message per stdin line; each reply on stdout (or one JSON record per turn, with
-    the turn number as its id)."""
+    the turn number as its id). `attachments` (-f) go with the first message."""
     from llmchat.commands.turns import run_turn
     from llmchat.errors import ContextOverflowError
     from llmchat.output import StreamPrinter, notice, write_json
@@ -89,7 +108,8 @@ def run_scripted_chat(session: "ChatSession", *, json_output: bool, show_stats: 
         try:
             if bad_input:
                 raise UsageError(bad_input)
-            result = run_turn(session, message, printer)
+            result = run_turn(session, message, printer, attachments)
+            attachments = ()
         except (ContextOverflowError, UsageError) as err:
             # The session goes on: this message is reported and skipped, nothing else is lost.
             notice(f"llmchat: error: turn {turn_number}: {err}")

@@ -86,8 +86,21 @@ def _print_summaries_table(summaries: list) -> None:
 
     # A pipe is not 80 columns wide: don't clip what a script may grep or cut.
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 1000)
-    headers = ("ID", "Name", "Model", "Updated (UTC)", "Msgs")
-    rows = [(s.id, s.name or "", s.model, _short_time(s.updated_at), str(s.n_messages)) for s in summaries]
+    headers: tuple[str, ...] = ("ID", "Name", "Model", "Updated (UTC)", "Msgs", "Branch of", "Branches")
+    rows: list[tuple[str, ...]] = [
+        (
+            s.id,
+            s.name or "",
+            s.model,
+            _short_time(s.updated_at),
+            str(s.n_messages),
+            f"{s.parent_id} @{s.branch_at}" if s.parent_id else "",
+            str(s.children) if s.children else "",
+        )
+        for s in summaries
+    ]
+    if not any(s.parent_id or s.children for s in summaries):  # no branches: no columns for them
+        headers, rows = headers[:5], [row[:5] for row in rows]
     fixed_width = sum(max(len(text) for text in column) for column in zip(headers, *rows))
     gaps = 2 * len(headers)  # two spaces between columns, the preview included
     preview_width = min(console.width - fixed_width - gaps, max(len(s.preview) for s in summaries))
@@ -95,7 +108,7 @@ def _print_summaries_table(summaries: list) -> None:
     table = Table(box=None, header_style="bold", pad_edge=False)
     for header in headers:
         # Ids are what the other commands take: no column may wrap or clip them.
-        table.add_column(header, no_wrap=True, justify="right" if header == "Msgs" else "left")
+        table.add_column(header, no_wrap=True, justify="right" if header in ("Msgs", "Branches") else "left")
     # Only the preview gives way on a narrow terminal, and goes when there is no room left.
     show_preview = preview_width >= 12
     if show_preview:
@@ -120,13 +133,45 @@ def show_command(
     conv = _load(ref)
     if as_json:
         typer.echo(export_json(conv), nl=False)
-    elif sys.stdout.isatty():
+        return
+    if sys.stdout.isatty():
         from rich.console import Console
         from rich.markdown import Markdown
 
         Console().print(Markdown(export_markdown(conv)))
     else:
         typer.echo(export_markdown(conv), nl=False)
+    if conv.parent_id is not None or conv.children:
+        _print_tree(conv.id)
+
+
+def _print_tree(conversation_id: str) -> None:
+    """The branches this conversation belongs to, drawn as a tree (llmchat.branches)."""
+    from llmchat.branches import draw_tree
+
+    store = _open_store()
+    if store is None:
+        return
+    with store:
+        family = store.family(conversation_id)
+    typer.echo("\n## Branches\n")
+    for line in draw_tree(family, current=conversation_id):
+        typer.echo(line)
+
+
+def fork_command(
+    ref: str = typer.Argument(..., metavar="ID", help="Conversation id, unique id prefix, name, or 'last'."),
+    at: int = typer.Option(..., "--at", help="Share turns 1..N with the new branch (0: only the system prompt)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Name the new branch."),
+) -> None:
+    """Start a branch: a new conversation sharing turns 1..N with ID. Prints its id; continue it
+    with `llmchat ask -c --cid NEWID "..."` or `llmchat chat --resume NEWID`."""
+    store = _open_store(reading=False)
+    if store is None:
+        raise _no_history_error(ref)
+    with store:
+        branch = store.fork(ref, at, name=name)
+    typer.echo(branch)
 
 
 def export_command(
@@ -226,7 +271,9 @@ def rm_command(
             return
         # Delete by the resolved full id: "last" may name another conversation by now.
         wal_cleared = store.delete(conv.id)
-    _remove_copies(conv.id, {m.content for m in conv.messages if m.role == "user"}, wal_cleared)
+    _remove_copies(
+        conv.id, {m.typed if m.typed is not None else m.content for m in conv.messages if m.role == "user"}, wal_cleared
+    )
     typer.echo(f"Deleted conversation {conv.id}.")
 
 

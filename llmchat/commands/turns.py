@@ -11,6 +11,7 @@ from llmchat.errors import UsageError
 from llmchat.output import notice
 
 if TYPE_CHECKING:
+    from llmchat.attachments import Attachment
     from llmchat.output import StreamPrinter
     from llmchat.session import ChatSession, TurnResult
 
@@ -22,11 +23,19 @@ def check_overflow(value: str) -> None:
         raise UsageError(f"--overflow must be drop or error, got {value!r}")
 
 
-def run_turn(session: ChatSession, text: str, printer: StreamPrinter) -> TurnResult:
+def run_turn(
+    session: ChatSession, text: str, printer: StreamPrinter, attachments: tuple[Attachment, ...] = ()
+) -> TurnResult:
     """One turn with a live display; the display is restored whatever happens, and the turn's
-    notices (a trim, a failed save) are shown once, after the reply."""
+    notices (a trim, a failed save) are shown once, after the reply. `attachments`: files sent
+    before `text` (llmchat.attachments)."""
+    from llmchat.attachments import compose
+
     try:
-        result = session.turn(text, printer)
+        if attachments:
+            result = session.turn(compose(attachments, text), printer, attachments=attachments)
+        else:
+            result = session.turn(text, printer)
     except BaseException:
         printer.abort()
         raise

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from llmchat.attachments import Attachment
     from llmchat.metrics import TurnStats
 
 
@@ -26,6 +27,7 @@ class TurnResult:
     parsed: Any = None  # structured output: the reply's decoded JSON, once it validated
     error: str | None = None  # structured output: why the reply is not what was asked (invalid, cut off)
     token_ids: list[int] | None = None  # the reply as sampled, when they spell it exactly (not in records)
+    attachments: tuple[Attachment, ...] = ()  # files sent inside `user` (llmchat.attachments; not in records)
 
     @property
     def interrupted(self) -> bool:

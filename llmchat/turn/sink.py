@@ -35,11 +35,21 @@ class TurnSink:
         self.kv_store = kv_store
         self.conversation_id: str | None = None
 
-    def save(self, result: TurnResult, facts: ConversationFacts, sampling: dict[str, Any]) -> None:
-        """Write the turn to the history (a conversation is created with its first turn)."""
+    def save(
+        self,
+        result: TurnResult,
+        facts: ConversationFacts,
+        sampling: dict[str, Any],
+        *,
+        fork_from: tuple[str, int] | None = None,
+    ) -> None:
+        """Write the turn to the history (a conversation is created with its first turn; with
+        `fork_from`, as a branch of that conversation sharing that many turns: llmchat.branches)."""
         if self.history is None:
             return
         try:
+            if self.conversation_id is None and fork_from is not None:
+                self.conversation_id = self.history.fork(*fork_from)
             if self.conversation_id is None:
                 self.conversation_id = self.history.new_conversation(
                     model=facts.model,
@@ -57,6 +67,7 @@ class TurnSink:
                 stats=result.stats.to_dict(),
                 sampling=sampling | {"seed": result.seed},
                 reasoning=result.reasoning,
+                attachments=result.attachments,
             )
             result.saved = True
         except HistoryError as err:

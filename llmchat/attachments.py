@@ -1,0 +1,239 @@
+"""Files attached to a message: `-f PATH` on ask and chat, `/file PATH` in chat, `"files"` in a batch item.
+
+Each file reaches the model inside the user message, before the typed text, in one format:
+
+    <file path="src/app.py">
+    ...the file's text...
+    </file>
+
+    the typed message
+
+Blocks are separated by one blank line, in the order the files were given (a glob or a folder in
+sorted order). Putting files in the message itself, rather than in a side channel, is what keeps
+them in the KV cache: the next turn re-renders the same text and reuses it, and `--resume` sees
+exactly what the model saw. The history keeps each attachment's path, size, SHA-256 and text apart
+from the typed words (llmchat.history), and rebuilds the message with `compose`.
+
+Refused with one line (exit 2), before anything is sent or saved: a binary file (a NUL byte in its
+first 8 KiB), a file that is not UTF-8 (the first bad byte's offset is named), and a file bigger
+than the room left in the context.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+
+from llmchat.errors import UsageError
+
+if TYPE_CHECKING:
+    from llmchat.session import ChatSession
+
+BINARY_SNIFF_BYTES = 8192  # as git and grep do: a NUL byte near the start means binary
+# A hard bound on what is read at all: a file this big needs millions of tokens, more than any
+# context; refusing it before reading keeps a stray `-f /var/log/big.log` from eating the memory.
+MAX_FILE_BYTES = 64 * 1024 * 1024
+GLOB_CHARS = "*?["
+STDIN = "-"
+
+
+@dataclass(frozen=True)
+class Attachment:
+    path: str  # as the user named it (a glob or folder member: as found); "<stdin>" for -
+    size: int  # bytes
+    sha256: str
+    text: str
+
+    @property
+    def block(self) -> str:
+        """The attachment as the model sees it."""
+        return wrap(self.path, self.text)
+
+    def describe(self) -> dict[str, object]:
+        return {"path": self.path, "size": self.size, "sha256": self.sha256}
+
+
+def wrap(path: str, text: str) -> str:
+    body = text if text.endswith("\n") or not text else text + "\n"
+    return f'<file path="{path.replace(chr(34), "%22")}">\n{body}</file>'
+
+
+def prefix(attachments: Sequence[Attachment]) -> str:
+    """What comes before the typed text in a message that carries `attachments`."""
+    return "".join(a.block + "\n\n" for a in attachments)
+
+
+def compose(attachments: Sequence[Attachment], typed: str) -> str:
+    """The user message the model sees: each file's block, then the typed text."""
+    return prefix(attachments) + typed if attachments else typed
+
+
+def typed_part(content: str, attachments: Sequence[Attachment]) -> str:
+    """The typed words of a composed message (the inverse of `compose`)."""
+    head = prefix(attachments)
+    return content[len(head) :] if attachments and content.startswith(head) else content
+
+
+# --------------------------------------------------------------------------- reading files
+
+
+def from_bytes(path: str, data: bytes) -> Attachment:
+    """One attachment, or UsageError for binary or non-UTF-8 content."""
+    if b"\x00" in data[:BINARY_SNIFF_BYTES]:
+        raise UsageError(f"{path} is a binary file; attach text files only")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UsageError(
+            f"{path} is not UTF-8 text (first bad byte at offset {err.start:,}); convert it first, e.g. with iconv"
+        ) from None
+    if "\x00" in text:
+        raise UsageError(f"{path} contains NUL bytes (binary?); attach text files only")
+    return Attachment(path=path, size=len(data), sha256=hashlib.sha256(data).hexdigest(), text=text)
+
+
+def _read(path: Path, shown: str) -> bytes:
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise UsageError(
+                f"{shown} is {size:,} bytes, more than any context holds; attach a smaller file or a part of it"
+            )
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{shown}: no such file; check the path") from None
+    except PermissionError:
+        raise UsageError(f"{shown} is not readable; check its permissions") from None
+    except IsADirectoryError:
+        raise UsageError(f"{shown} is a folder") from None
+
+
+def _folder_files(folder: Path) -> list[Path]:
+    """The files under `folder`, in a stable (sorted) order, hidden files and folders left out."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found += [Path(root) / name for name in sorted(files) if not name.startswith(".")]
+    return found
+
+
+def _is_text(data: bytes) -> bool:
+    if b"\x00" in data[:BINARY_SNIFF_BYTES]:
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def collect(
+    specs: Iterable[str], *, base: Path | None = None, read_stdin: Callable[[], bytes] | None = None
+) -> list[Attachment]:
+    """The attachments named by `specs`: paths, `-` (stdin), globs and folders (their text files,
+    sorted; binary and non-UTF-8 members are skipped, as `grep -r` does). Relative paths are taken
+    from `base` (the batch input's folder), else the current folder. A file named twice is
+    attached once. UsageError for the first file that cannot be attached."""
+    attachments: list[Attachment] = []
+    seen: set[str] = set()
+
+    def add(attachment: Attachment, key: str) -> None:
+        if key not in seen:
+            seen.add(key)
+            attachments.append(attachment)
+
+    for spec in specs:
+        if spec == STDIN:
+            data = read_stdin() if read_stdin is not None else sys.stdin.buffer.read()
+            add(from_bytes("<stdin>", data), STDIN)
+            continue
+        root = base or Path.cwd()
+        expanded = os.path.expanduser(spec)
+        path = Path(expanded) if os.path.isabs(expanded) else root / expanded
+        if any(char in spec for char in GLOB_CHARS) and not path.exists():
+            matches = sorted(Path(m) for m in glob.glob(str(path), recursive=True))
+            if not matches:
+                raise UsageError(f"no file matches {spec}; check the pattern")
+            members = [f for m in matches for f in (_folder_files(m) if m.is_dir() else [m])]
+            for member in members:
+                data = _read(member, str(member))
+                if _is_text(data):
+                    add(from_bytes(_display(member, root, spec), data), str(member.resolve()))
+            continue
+        if path.is_dir():
+            members = _folder_files(path)
+            texts = 0
+            for member in members:
+                data = _read(member, str(member))
+                if _is_text(data):
+                    texts += 1
+                    add(from_bytes(_display(member, root, spec), data), str(member.resolve()))
+            if not texts:
+                raise UsageError(f"{spec} holds no text files; attach files, not an empty or binary folder")
+            continue
+        add(from_bytes(spec, _read(path, spec)), str(path.resolve()))
+    return attachments
+
+
+def _display(member: Path, root: Path, spec: str) -> str:
+    if os.path.isabs(os.path.expanduser(spec)):
+        return str(member)
+    try:
+        return str(member.relative_to(root))
+    except ValueError:
+        return str(member)
+
+
+# --------------------------------------------------------------------------- the context
+
+
+def tokens_of(session: ChatSession, attachment: Attachment, *, room: int | None = None) -> tuple[int, bool]:
+    """The tokens an attachment takes in the prompt, and whether that is exact. With `room`, a
+    file certainly bigger than it (by the engine's lower bound) is not tokenized at all: a 2 MB
+    file would take seconds; its count is then that lower bound."""
+    block = attachment.block + "\n\n"
+    if room is not None:
+        at_least = session.engine.min_tokens(block)
+        if at_least is not None and at_least > room:
+            return at_least, False
+    return len(session.engine.tokenize(block, special=False)), True
+
+
+def room_left(session: ChatSession, typed: str = "") -> int:
+    """Prompt tokens still free: the prompt limit, less the conversation and the typed message."""
+    budget = session.budget()
+    used = session.context_used()
+    if not used:  # an empty conversation still has its template's frame (and maybe a system prompt)
+        used = len(session.tokenize_messages(session.conversation.prompt_messages(""), add_generation_prompt=True))
+    if typed:
+        used += len(session.engine.tokenize(typed, special=False))
+    return budget.prompt_limit - used
+
+
+def check_room(session: ChatSession, attachments: Sequence[Attachment], typed: str = "") -> list[int]:
+    """Each attachment's tokens; UsageError (exit 2) naming the first file that does not fit in the
+    room left, before anything is sent."""
+    room = room_left(session, typed)
+    counts = []
+    for attachment in attachments:
+        count, exact = tokens_of(session, attachment, room=room)
+        if count > room:
+            budget = session.budget()
+            raise UsageError(
+                f"{attachment.path} ({attachment.size:,} bytes, {'' if exact else 'at least '}{count:,} tokens) "
+                f"does not fit: {max(room, 0):,} tokens are left in the context of {budget.n_ctx:,} "
+                f"({budget.reply_reserve:,} kept for the reply); raise --ctx or attach less"
+            )
+        room -= count
+        counts.append(count)
+    return counts
+
+
+def count_line(attachment: Attachment, tokens: int, n_ctx: int) -> str:
+    """`notes.txt: 1,234 tokens (15% of the context)`"""
+    return f"{attachment.path}: {tokens:,} tokens ({tokens / n_ctx:.0%} of the context)"
