@@ -184,12 +184,12 @@ class Engine:
     def load(cls, model_path: Path, settings: EngineSettings) -> "Engine":
         logs.install(settings.verbose)
         notices: list[str] = []
-        # Flash attention is on by default. Besides being faster on CPU (+11-16% pp/tg on SmolLM2,
-        # -5% pp on Gemma 3: bench/results/engine.md), llama.cpp's CPU flash-attention kernel
-        # computes each query row the same way whatever the batch holds, so a token's logits do
-        # not depend on how it was batched. Without it, verifying 9 drafted tokens in one pass
-        # differs from decoding them one by one by up to 0.9 in the logits, enough to flip a
-        # near-tie: --lookup and --draft-model would change greedy replies from the first tokens.
+        # `auto` picks flash attention per backend (engine.calibrate): off on the CPU, where
+        # llama-bench prefills faster without it at every chat depth; on with GPU offload; and on
+        # with --lookup and --draft-model: llama.cpp's CPU flash-attention kernel computes each
+        # query row the same way whatever the batch holds, while without it verifying 9 drafted
+        # tokens in one pass differs from decoding them one by one by up to 0.9 in the logits,
+        # enough to flip a near-tie and change a greedy reply.
         # (One limit remains: once the cache holds more than 256 tokens, a lone query row takes a
         # kernel that splits the cache across threads and rounds differently; see README.)
         # The option values were checked once, before loading (llmchat.loading.validate_options).

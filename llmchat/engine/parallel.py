@@ -13,9 +13,10 @@ How it works:
   accumulates over the cache cells in cell order, and in one shared (unified) buffer a recycled
   sequence lands in the holes other sequences left, out of position order: half of the greedy
   replies then drifted at some near-tie (8 of 16 in a test), while with one stream per sequence
-  all 16 matched, at the same tokens/s (190 vs 185-193). (Flash attention is needed too, and
-  past 256 cached tokens llama.cpp's kernel for a lone query row rounds differently from the one
-  for several rows: see bench/results/engine.md.)
+  all 16 matched, at the same tokens/s (190 vs 185-193). (With flash attention off, the CPU
+  default, 8 of 8 greedy items up to 128 tokens matched too; with it on, past 256 cached tokens
+  llama.cpp's kernel for a lone query row rounds differently from the one for several rows: see
+  bench/results/engine.md.)
 - Each slot (sequence id 0..N-1) holds one item. Every step builds one batch: the last sampled token
   of each decoding slot, then chunks of pending prompt tokens of the slots still prefilling, up to
   `n_batch` tokens. So a new item's prefill rides along with the others' decode tokens.
