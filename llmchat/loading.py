@@ -157,6 +157,7 @@ def load_model(opts: RunOptions, *, n_ctx_override: int | None = None, announce:
             device=opts.device,
             gpu_layers=opts.gpu_layers,
             drafting=opts.lookup or opts.draft_model is not None,
+            batched=opts.parallel > 1,
             threads=opts.threads,
         )
         flash_attn, fa_why = picked.flash_attn, picked.why

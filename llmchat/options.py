@@ -35,6 +35,7 @@ class RunOptions:
     mmap: bool = True
     mlock: bool = False
     lookup: bool = False
+    parallel: int = 1  # batch --parallel: sequences decoded together (flash attention auto: on above 1)
     kv_shift: bool = True
     draft_model: Optional[Path] = None
     server: Optional[str] = None  # a llama-server or OpenAI-compatible URL (llmchat.engine.remote)

@@ -325,7 +325,9 @@ def test_parallel_greedy_replies_match_serial_ones(cli, tmp_path):
     items.write_text(jsonl(*({"id": t, "prompt": f"Write two sentences about {t}."} for t in topics)))
     replies = {}
     for parallel in ("1", "4"):
-        result = cli("batch", str(items), "--parallel", parallel, "--max-tokens", "40", *GREEDY)
+        # Flash attention on for both: --parallel turns it on (engine.calibrate), and the serial
+        # reference must use the same attention kernel.
+        result = cli("batch", str(items), "--parallel", parallel, "--max-tokens", "40", "--flash-attn", "on", *GREEDY)
         assert result.returncode == 0, result.stderr
         replies[parallel] = {r["id"]: r["reply"] for r in records(result.stdout)}
     assert len(replies["1"]) == len(topics) and all(replies["1"].values())

@@ -17,7 +17,9 @@ import sys
 import numpy as np
 import pytest
 
-GREEDY = ("--temperature", "0", "--seed", "1", "--max-tokens", "64", "--no-history", "--json")
+# Flash attention on for both sides: drafting turns it on (engine.calibrate), and a plain run must
+# use the same attention kernel to be the reference.
+GREEDY = ("--temperature", "0", "--seed", "1", "--max-tokens", "64", "--no-history", "--json", "--flash-attn", "on")
 SUBPROCESS_TIMEOUT_S = 300  # a guard against a hung child, not an assertion
 
 PROMPTS = {

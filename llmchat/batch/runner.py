@@ -307,7 +307,7 @@ def run_batch(
 
     # Before the output is opened: a model that fails to load clobbers nothing. A batch is not a
     # conversation, so nothing goes to the history store.
-    session = start_session(opts, overflow="error", with_history=False, disk_cache=True)
+    session = start_session(replace(opts, parallel=parallel), overflow="error", with_history=False, disk_cache=True)
     sink = None
     try:
         session.hold_to(structured)

@@ -9,6 +9,8 @@ Rules, first match wins:
    way whatever the batch holds, so verifying drafted tokens in one pass gives the greedy reply of
    decoding them one by one (up to 256 cached tokens; see the README's determinism note). Without
    it a drafted run's greedy reply drifted from plain decoding's (tests/test_speculative.py).
+   The same for `batch --parallel N` (N > 1): with it off, 3 of 12 greedy items differed from
+   `--parallel 1` (tests/test_batch.py), with it on none do.
 4. the CPU, measured: `llmchat bench --calibrate -m MODEL` times a 36-token prefill from an empty
    cache and at a deep cache (1,024 tokens), and single-token decode at that depth, with flash
    attention on and off, and stores the faster setting for this model file and machine. Both
@@ -139,6 +141,7 @@ def choose(
     gpu_layers: int | None,
     drafting: bool,
     threads: int | None,
+    batched: bool = False,
 ) -> Choice:
     """What `--flash-attn auto` picks, and why (shown by --verbose, /show, info and --json stats)."""
     import llama_cpp
@@ -151,6 +154,8 @@ def choose(
         return Choice(True, "auto: layers offloaded to the GPU (llama.cpp's own auto turns it on there)")
     if drafting:
         return Choice(True, "auto: drafting needs it, to verify drafted tokens exactly as one-by-one decoding would")
+    if batched:
+        return Choice(True, "auto: --parallel needs it, for each item's greedy reply to be the one it gets alone")
     measured = load_calibration(model_path, threads or physical_cores())
     if measured is not None:
         return Choice(measured.flash_attn, f"auto: {measured.reason()}")

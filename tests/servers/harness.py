@@ -154,7 +154,7 @@ def start_llama_server(
         "-np", str(slots),
         "-t", str(threads),
         "--no-webui",
-        "-fa", "on",  # as llmchat's local engine loads models (the same numerics, the same greedy replies)
+        "-fa", "off",  # as llmchat's local engine loads models on the CPU (the same numerics, the same greedy replies)
         *(extra or []),
     ]  # fmt: skip
     server = _start("llama-server", argv, port, log_dir)
