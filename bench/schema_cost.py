@@ -84,8 +84,10 @@ def run_once(engine, prompt, sampling, mode, grammar, max_tokens, gates):
         n = len(ids)
         span = (times[-1] - times[0]) if n > 1 else 0.0
     else:
+        from llmchat.engine.interface import GenerateRequest
+
         generation = engine.generate(
-            prompt, sampling, max_tokens=max_tokens, grammar=grammar if mode == "schema" else None
+            GenerateRequest(prompt, sampling, max_tokens=max_tokens, grammar=grammar if mode == "schema" else None)
         )
         text = "".join(event.text for event in generation)
         outcome = generation.outcome

@@ -21,7 +21,7 @@ from __future__ import annotations
 import signal
 import sys
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from llmchat import interrupts
 from llmchat.attachments import compose
@@ -35,6 +35,9 @@ from llmchat.slash import (
     is_command,
     unescape_message,
 )
+
+if TYPE_CHECKING:
+    from llmchat.turn.record import TurnResult
 
 EXIT_HINT = "press Ctrl-C again or Ctrl-D to exit"
 PROMPT = "> "
@@ -322,13 +325,13 @@ class ChatUI:
             echo_text=not self.markdown,
         )
         observer = MarkdownObserver(printer, self.console) if self.markdown else printer
-        before = session.last_result
+        committed: list[TurnResult] = []  # the turn, once it joined the conversation
         attachments = tuple(self.context.attachments)  # /file: sent with this message, then cleared
         try:
             with interrupt_once(), quiet_terminal(sys.stdin):
                 # Only a message that carries files passes them (a session without files is called as before).
                 extra = {"attachments": attachments} if attachments else {}
-                result = session.turn(compose(attachments, text), observer, **extra)
+                result = session.turn(compose(attachments, text), observer, on_commit=committed.append, **extra)
         except ContextOverflowError as err:
             # Raised before anything is generated: nothing changed; give the text back to edit.
             printer.abort()
@@ -339,15 +342,15 @@ class ChatUI:
             # one line, and the chat goes on with the message back at the prompt.
             printer.abort()
             self.error(f"error: {err}")
-            return text if session.last_result is before else ""
+            return "" if committed else text
         except KeyboardInterrupt:
             # Ctrl-C outside the decode loop: before generation (nothing sent: give the text back)
             # or while the finished reply was being shown.
             printer.abort()
-            if session.last_result is before:
+            if not committed:
                 self.info("[interrupted]")
                 return text
-            result = session.last_result
+            result = committed[0]
         except BaseException:
             printer.abort()
             raise

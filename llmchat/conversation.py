@@ -12,9 +12,12 @@ re-prefilling everything) on every turn.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from llmchat.errors import ContextOverflowError
+
+if TYPE_CHECKING:
+    from llmchat.engine.interface import Prompt
 
 TRIM_TARGET = 0.65
 
@@ -90,7 +93,7 @@ def default_reply_reserve(n_ctx: int, max_tokens: int | None) -> int:
 
 @dataclass(frozen=True)
 class FitResult:
-    prompt_tokens: list[int]
+    prompt_tokens: Prompt  # token ids, or messages with their count (an engine that renders its template)
     messages_dropped: int = 0
     tokens_dropped: int = 0
 
@@ -99,7 +102,7 @@ def fit_to_context(
     conversation: Conversation,
     user_text: str,
     budget: Budget,
-    tokenize_messages: Callable[[list[dict]], list[int]],
+    tokenize_messages: Callable[[list[dict]], Prompt],
     *,
     overflow: str = "drop",
 ) -> FitResult:
@@ -140,9 +143,9 @@ def fit_to_context(
     # The fewest exchanges dropped that reach the target. The prompt only shrinks as more are
     # dropped, so a binary search finds it with log2(n) renders instead of one per exchange
     # (each render and tokenize of a long conversation costs ~10 ms, on the turn that trims).
-    prompts: dict[int, list[int]] = {}
+    prompts: dict[int, Prompt] = {}
 
-    def prompt_from(index: int) -> list[int]:
+    def prompt_from(index: int) -> Prompt:
         if index not in prompts:
             prompts[index] = tokenize_messages(conversation.prompt_messages(user_text, start=starts[index]))
         return prompts[index]

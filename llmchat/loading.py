@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from llmchat.config import Config, load_config
 from llmchat.errors import UsageError
@@ -259,8 +259,8 @@ def start_session(
             overflow=overflow,
             history=store,
         )
-        if getattr(loaded.engine, "renders_template", False):
-            session.template = server_rendered_template(str(getattr(loaded.engine, "template_detail", "the server")))
+        if loaded.engine.caps.renders_template:
+            session.template = server_rendered_template(loaded.engine.info.template_detail or "the server")
         session.configure_reasoning(
             ReasoningSettings.from_options(opts, loaded.config), say=lambda line: notice(f"warning: {line}")
         )
@@ -280,15 +280,14 @@ def start_session(
     return session
 
 
-def open_kv_store(engine: object, config: Config) -> KVStore | None:
-    """The KV cache on disk for a local engine (a server keeps its own cache)."""
-    from llmchat.engine import Engine
-
-    if not isinstance(engine, Engine):
+def open_kv_store(engine: ChatEngine, config: Config) -> KVStore | None:
+    """The KV cache on disk, for an engine that has one (a server keeps its own cache)."""
+    if not engine.caps.disk_cache:
         return None
     from llmchat.engine.kv_store import KVStore
 
-    return KVStore(engine, max_bytes=config.prompt_cache_max_bytes, warn=notice)
+    # caps.disk_cache: the local engine, the only one whose KV state llmchat can read and write.
+    return KVStore(cast("Engine", engine), max_bytes=config.prompt_cache_max_bytes, warn=notice)
 
 
 # --- remote engines (--server, or a configured [servers.NAME]) -----------------------------------------
@@ -353,7 +352,7 @@ def load_remote(opts: RunOptions, config: Config, spec: ServerSpec) -> Loaded:
             engine = connect(spec)
     else:
         engine = connect(spec)
-    if engine.renders_template and opts.template is not None:
+    if engine.caps.renders_template and opts.template is not None:
         engine.close()
         raise UsageError(
             f"--template: {spec.shown_url} renders its own chat template (OpenAI-compatible API); "
@@ -361,7 +360,7 @@ def load_remote(opts: RunOptions, config: Config, spec: ServerSpec) -> Loaded:
         )
     if opts.ctx is not None:
         # A window within the server's: the server's own is the hard limit where it is known.
-        limit = engine.n_ctx if getattr(engine, "ctx_known", True) else opts.ctx
+        limit = engine.n_ctx if engine.ctx_known else opts.ctx
         if opts.ctx > limit:
             notice(f"warning: --ctx {opts.ctx} is above the server's {limit} tokens per request; using {limit}")
         engine.n_ctx = min(opts.ctx, limit)

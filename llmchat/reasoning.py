@@ -136,6 +136,7 @@ class ThinkingSplitter:
 
     def __init__(self, fmt: ReasoningFormat, *, start_in_thinking: bool = False):
         self.fmt = fmt
+        self.start_in_thinking = start_in_thinking
         self._pending = ""
         self._at_start = not start_in_thinking  # only whitespace so far: a <think> here opens thinking
         self._strip_answer = False  # drop the whitespace a template puts after the close tag
@@ -321,6 +322,11 @@ class ThinkingTracker:
     def fed(self) -> bool:
         """Whether any reply text has been seen (a tracker a decoding loop never fed is unused)."""
         return self._fed
+
+    def restart(self) -> None:
+        """Forget every text fed so far: the reply starts again (a retried server request)."""
+        fresh = ThinkingSplitter(self.splitter.fmt, start_in_thinking=self.splitter.start_in_thinking)
+        self.__dict__.update(ThinkingTracker(fresh, budget=self.budget, close_ids=self.close_ids).__dict__)
 
     def feed(self, text: str, generated: int, now: float) -> list[Segment]:
         self._fed = True

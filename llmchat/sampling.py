@@ -44,7 +44,7 @@ class SamplingParams:
     top_k: int = 40
     min_p: float = 0.05
     repeat_penalty: float = 1.1
-    max_tokens: int | None = None  # None: the budget decides (about a quarter of the context)
+    max_tokens: int | None = None  # None: the default reply cap (llmchat.turn.policy), or where the context ends
     seed: int | None = None  # None: a fresh random seed per reply
     stop: tuple[str, ...] = ()
     stop_loops: bool = True  # end a reply that repeats itself (llmchat.stopping.LoopDetector)

@@ -199,29 +199,19 @@ def cmd_show(ctx: CommandContext, arg: str) -> Outcome:
     table.add_column(style="bold", no_wrap=True)
     table.add_column()
     table.add_column(style="dim")
+    info = session.engine.info
     origins = getattr(session, "origins", {})
-    model_where = str(getattr(session.engine, "model_path", ""))
-    table.add_row("model", session.model_label, _with_origin(model_where, origins.get("model")))
+    table.add_row("model", session.model_label, _with_origin(info.model_path, origins.get("model")))
     table.add_row("template", template.name, f"from {template.source_detail or template.source}")
     table.add_row(
         "context",
         f"{used:,} / {limit:,} tokens used",
         f"prompts up to {budget.prompt_limit:,}, {budget.reply_reserve:,} kept for the reply",
     )
-    settings = getattr(session.engine, "settings", None)
-    if getattr(session.engine, "remote", False):
-        for line in getattr(session.engine, "notices", []):
-            table.add_row("server", line, "the server decides its own engine settings")
-    elif settings is not None:
-        drafting = "prompt lookup" if settings.lookup else ("draft model" if settings.draft_model else "no drafting")
-        table.add_row(
-            "engine",
-            f"flash attention {'on' if settings.flash_attn else 'off'}, KV {settings.kv_type}",
-            f"{getattr(session.engine, 'threads', '?')} threads, {drafting}",
-        )
-        if getattr(settings, "flash_attn_why", ""):
-            table.add_row("", f"flash attention {'on' if settings.flash_attn else 'off'}", settings.flash_attn_why)
-        disk = getattr(session, "kv_store", None)
+    for row in info.rows:  # the engine's own: flash attention, threads, drafting; or the server's
+        table.add_row(*row)
+    if session.engine.caps.disk_cache:
+        disk = session.kv_store
         table.add_row(
             "KV on disk",
             "on" if disk is not None else "off",

@@ -149,12 +149,19 @@ def test_closed_stdout_exits_quietly(tmp_path):
     import subprocess
     import sys
 
-    proc = subprocess.run(
-        f"{sys.executable} -m llmchat ask --no-history --temperature 0 --max-tokens 200 'Tell me a long story.' | head -c 20",
-        shell=True,
-        capture_output=True,
+    # What `| head -c 20` does: read 20 bytes, then close the pipe while the reply still streams.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmchat", "ask", "--no-history", "--temperature", "0", "--max-tokens", "200"]
+        + ["--no-loop-stop", "Tell me a long story."],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         env=dict(os.environ),
-        timeout=300,
     )
-    assert len(proc.stdout) <= 20
-    assert b"Traceback" not in proc.stderr and b"BrokenPipe" not in proc.stderr
+    assert proc.stdout is not None and proc.stderr is not None
+    head = proc.stdout.read(20)
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    proc.wait(timeout=300)
+    assert len(head) == 20  # the reply was streaming when the reader left
+    assert proc.returncode == 141, stderr  # 128 + SIGPIPE, as a shell reports a writer whose pipe closed
+    assert b"Traceback" not in stderr and b"BrokenPipe" not in stderr

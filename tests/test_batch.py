@@ -271,7 +271,8 @@ def test_parallel_decoder_with_one_sequence_matches_serial_generation(smollm2_pa
     """The parallel decoder's sampler chain, stop rules and prefix reuse are those of Engine.generate:
     with one sequence the tokens are identical (several sequences: the next test)."""
     from llmchat.batch.runner import BatchRunner
-    from llmchat.engine.parallel import ParallelDecoder, ParallelItem, context_per_sequence
+    from llmchat.engine.interface import GenerateRequest, QueuedRequest
+    from llmchat.engine.parallel import ParallelDecoder, context_per_sequence
     from llmchat.loading import start_session
     from llmchat.options import RunOptions
 
@@ -285,14 +286,14 @@ def test_parallel_decoder_with_one_sequence_matches_serial_generation(smollm2_pa
         stops = tuple(session.template.stop_strings)
         serial = []
         for p in prepared:
-            generation = engine.generate(p.prompt, p.sampling, max_tokens=16, stop_strings=stops)
+            generation = engine.generate(GenerateRequest(p.prompt, p.sampling, max_tokens=16, stop_strings=stops))
             text = "".join(event.text for event in generation)
             serial.append((generation.outcome.generated_ids, text))
         results = {}
         per_seq = context_per_sequence(max(len(p.prompt) for p in prepared) + 16, engine.n_ctx)
         decoder = ParallelDecoder(engine, 1, per_seq)
         decoder.run(
-            (ParallelItem(i, p.prompt, p.sampling, 16, stops) for i, p in enumerate(prepared)),
+            (QueuedRequest(i, GenerateRequest(p.prompt, p.sampling, 16, stops)) for i, p in enumerate(prepared)),
             lambda r: results.__setitem__(r.key, r),
         )
         assert [(results[i].outcome.generated_ids, results[i].text) for i in range(len(prepared))] == serial

@@ -473,7 +473,7 @@ class FakeSession:
         self.last_result = None
         self.conversation = Conversation()
 
-    def turn(self, text, observer):
+    def turn(self, text, observer, *, on_commit=None):
         self.sent.append(text)
         reply = self.reply if self.reply is not None else f"echo: {text}"
         observer.prefill_started(5, 0, 2048)
@@ -483,6 +483,8 @@ class FakeSession:
         self.last_result = TurnResult(
             user=text, reply=reply, finish_reason="stop", stats=TurnStats(generated_tokens=2), seed=1
         )
+        if on_commit is not None:
+            on_commit(self.last_result)
         observer.finished(self.last_result)
         return self.last_result
 
@@ -541,10 +543,10 @@ def test_an_error_in_one_turn_keeps_the_chat_and_the_text(capsys):
     from llmchat.errors import TemplateError
 
     class Refusing(FakeSession):
-        def turn(self, text, observer):
+        def turn(self, text, observer, *, on_commit=None):
             if text.startswith("bad"):
                 raise TemplateError("the template refused this conversation")
-            return super().turn(text, observer)
+            return super().turn(text, observer, on_commit=on_commit)
 
     fake = Refusing()
     # The refused text comes back to the prompt, so " fixed" extends it (still refused: it starts with
@@ -613,7 +615,8 @@ def test_split_command():
 
 
 def _spawn_chat(home: Path, *extra: str, history: bool = False):
-    pexpect = pytest.importorskip("pexpect")
+    import pexpect  # a declared test dependency (pyproject.toml): missing, the test fails
+
     env = dict(
         os.environ, LLMCHAT_HOME=str(home), TERM="xterm-256color", PROMPT_TOOLKIT_NO_CPR="1", COLUMNS="100", LINES="30"
     )

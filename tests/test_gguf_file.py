@@ -281,6 +281,7 @@ def test_directory(tmp_path: Path) -> None:
     assert_one_line_model_error(tmp_path, "is a directory", "pass the .gguf file")
 
 
+@pytest.mark.root
 def test_permission_denied(small_gguf: Path) -> None:
     small_gguf.chmod(0)
     try:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from llmchat.engine.interface import GenerateRequest
 from llmchat.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, seed=1)
@@ -48,7 +49,7 @@ def user(text: str) -> tuple[str, str]:
 
 
 def reply(engine, prompt: list[int], n: int = 12) -> list[int]:
-    generation = engine.generate(prompt, GREEDY, max_tokens=n)
+    generation = engine.generate(GenerateRequest(prompt, GREEDY, max_tokens=n))
     for _ in generation:
         pass
     return generation.outcome.generated_ids
@@ -81,7 +82,7 @@ def test_restored_cache_continues_exactly_as_the_cache_in_memory(engine, tmp_pat
     restored = kv.restore(second)
     assert restored is not None and restored.tokens == len(evaluated)
     assert engine.cached_prefix(second) == len(evaluated)
-    generation = engine.generate(second, GREEDY, max_tokens=12)
+    generation = engine.generate(GenerateRequest(second, GREEDY, max_tokens=12))
     for _ in generation:
         pass
     assert generation.outcome.cached_tokens == len(evaluated)
@@ -108,7 +109,7 @@ def test_a_shorter_shared_prefix_is_restored_and_cut_back(engine, tmp_path):
     restored = kv.restore(other)
     assert restored is not None and restored.tokens == shared
     assert engine.evaluated_tokens() == other[: restored.tokens]
-    generation = engine.generate(other, GREEDY, max_tokens=4)
+    generation = engine.generate(GenerateRequest(other, GREEDY, max_tokens=4))
     for _ in generation:
         pass
     assert generation.outcome.cached_tokens == restored.tokens
@@ -225,7 +226,7 @@ def test_damaged_files_are_skipped_with_one_notice_and_deleted(engine, tmp_path,
     assert not path.exists()
     assert engine._llm.n_tokens == 0
     # The turn goes on with a full prefill.
-    generation = engine.generate(next_prompt, GREEDY, max_tokens=2)
+    generation = engine.generate(GenerateRequest(next_prompt, GREEDY, max_tokens=2))
     for _ in generation:
         pass
     assert generation.outcome.cached_tokens == 0 and generation.outcome.generated_tokens == 2

@@ -29,7 +29,7 @@ from llmchat.reasoning import (
     starts_in_thinking,
     thinking_variables,
 )
-from llmchat.session import RECORD_KEYS, TurnResult, error_record
+from llmchat.session import TurnResult, error_record
 
 TEMPLATES = Path(__file__).parent / "data" / "templates"
 QWEN3 = TEMPLATES / "Qwen-Qwen3-0.6B.jinja"
@@ -273,8 +273,7 @@ def test_record_keys_are_the_same_for_results_and_errors():
     from llmchat.metrics import TurnStats
 
     result = TurnResult("q", "a", "stop", TurnStats(), 1, reasoning="r")
-    assert tuple(result.to_record(1)) == RECORD_KEYS
-    assert tuple(error_record(1, "bad")) == RECORD_KEYS
+    assert tuple(result.to_record(1)) == tuple(error_record(1, "bad"))
     assert result.to_record()["reasoning"] == "r" and error_record(1, "x")["reasoning"] is None
 
 
@@ -395,7 +394,7 @@ def test_ask_json_acceptance_and_no_reasoning_on_stdout_by_default(cli, smollm2_
     done = cli("ask", "--json", "--thinking-budget", "32", *common, question)
     assert done.returncode == 0, done.stderr
     record = json.loads(done.stdout)
-    assert set(record) == set(RECORD_KEYS)
+    assert set(record) == set(error_record(None, ""))
     assert record["reasoning"] and record["reply"], record
     assert not THINK_TAG.search(record["reply"])
     stats = record["stats"]
@@ -414,7 +413,8 @@ def test_ask_json_acceptance_and_no_reasoning_on_stdout_by_default(cli, smollm2_
 
 def test_budget_in_parallel_decoding_matches_the_serial_rules(loaded):
     """batch --parallel decodes with ParallelDecoder; a prepared turn's tracker steers each slot."""
-    from llmchat.engine.parallel import ParallelDecoder, ParallelItem
+    from llmchat.engine.interface import QueuedRequest
+    from llmchat.engine.parallel import ParallelDecoder
 
     budget = 8
     session, _ = _session(loaded, R1, ReasoningSettings(budget=budget))
@@ -426,12 +426,7 @@ def test_budget_in_parallel_decoding_matches_the_serial_rules(loaded):
         p = prepared[done.key]
         results[done.key] = session.finish(p, done.outcome, done.text, done.seed, t_submit=done.t_submit)
 
-    items = [
-        ParallelItem(
-            i, p.prompt, p.sampling, p.sampling.max_tokens, p.stop_strings, steering=p.tracker, markup=p.markup
-        )
-        for i, p in prepared.items()
-    ]
+    items = [QueuedRequest(i, session.request_for(p)) for i, p in prepared.items()]
     ParallelDecoder(loaded.engine, 2, 1024).run(items, on_done)
     for result in results.values():
         assert result.reasoning and result.reply.strip() and not THINK_TAG.search(result.reply), result

@@ -187,6 +187,56 @@ def test_a_stream_cut_mid_reply_is_a_server_error(cli, stand_in):
     assert "Partial" in result.stdout  # what was streamed reached the reader
 
 
+# Run `llmchat ARGS` in a fresh interpreter and write, at exit, which heavy libraries it imported.
+_IMPORTS_AT_EXIT = """
+import atexit, json, runpy, sys
+report = sys.argv.pop(1)
+def _report():
+    with open(report, "w") as out:
+        json.dump(sorted({m.split(".")[0] for m in sys.modules} & {"llama_cpp", "numpy"}), out)
+atexit.register(_report)
+sys.argv[0] = "llmchat"
+runpy.run_module("llmchat", run_name="__main__")
+"""
+
+
+def test_ask_with_a_server_never_loads_llama_cpp_or_numpy(stand_in, isolated_home, tmp_path):
+    """A remote engine needs neither library: `--server` must not pay for loading them."""
+    import subprocess
+    import sys
+
+    stand_in.routes[("GET", "/v1/models")] = openai_models()
+    stand_in.routes[("POST", "/v1/chat/completions")] = lambda r: [delta("Hi"), delta(finish="stop"), "[DONE]"]
+    report = tmp_path / "imports.json"
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTS_AT_EXIT, str(report), "ask", "--server", stand_in.url, "--json", "hi"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["reply"] == "Hi"
+    assert json.loads(report.read_text()) == []
+
+
+def test_a_thinking_budget_on_a_server_that_cannot_steer_says_so_once(cli, stand_in):
+    stand_in.routes[("GET", "/v1/models")] = openai_models()
+    stand_in.routes[("POST", "/v1/chat/completions")] = lambda r: [delta("Hi"), delta(finish="stop"), "[DONE]"]
+    result = cli("ask", "--server", stand_in.url, "--thinking-budget", "8", "--no-history", "hi")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "Hi"
+    warnings = [line for line in result.stderr.splitlines() if "--thinking-budget" in line]
+    assert len(warnings) == 1 and "not token ids" in warnings[0], result.stderr
+
+
+def test_a_schema_on_a_server_that_takes_no_grammar_is_a_usage_error(cli, stand_in):
+    stand_in.routes[("GET", "/v1/models")] = openai_models()
+    result = cli("ask", "--server", stand_in.url, "--format", "json", "--no-history", "hi")
+    assert result.returncode == 2, result.stderr
+    line = one_error_line(result.stderr)
+    assert "takes no grammar" in line and "llama-server" in line
+
+
 def test_api_key_comes_from_the_named_variable_and_is_never_shown(cli, stand_in, isolated_home):
     def models(request: dict[str, Any]) -> Any:
         if request["headers"].get("Authorization") != f"Bearer {MARKER_KEY}":
@@ -327,8 +377,9 @@ def llama_server(smollm2_path, server_logs):
 
 @pytest.mark.server
 def test_llama_server_ask_matches_the_local_engine(cli, llama_server, smollm2_path):
-    # --repeat-penalty 1: llama-server penalises generated tokens only, llama-cpp-python the prompt too.
-    args = ("--json", "--temp", "0", "--repeat-penalty", "1", "-n", "24", "--no-history", "Name three colours.")
+    # The default repeat penalty: its window (the last 64 tokens, prompt included) is the same on both
+    # sides (tests/test_server_parity.py compares whole records, loops, budgets and schemas).
+    args = ("--json", "--temp", "0", "-n", "24", "--no-history", "Name three colours.")
     local = cli("ask", "-m", str(smollm2_path), *args)
     remote = cli("ask", "--server", llama_server.url, *args)
     assert local.returncode == 0, local.stderr

@@ -8,11 +8,36 @@ Real engine, real SmolLM2 (the `smollm2_path` fixture marks these `model`).
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
-from llmchat.session import RECORD_KEYS, error_record
+from llmchat.session import error_record
 from llmchat.stopping import LoopDetector
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def documented_record_keys() -> tuple[str, ...]:
+    """The record's keys as the README's "The JSON record" table lists them, in order: the contract
+    the records are checked against (not a copy of the code's own list)."""
+    section = README.read_text(encoding="utf-8").split("## The JSON record", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    return tuple(key for row in rows for key in re.findall(r"`([a-z_]+)`", row))
+
+
+RECORD_KEYS = documented_record_keys()
+
+
+def test_the_record_builders_give_the_documented_keys():
+    from llmchat.metrics import TurnStats
+    from llmchat.session import TurnResult
+
+    assert RECORD_KEYS[:3] == ("id", "reply", "reasoning") and "parsed" in RECORD_KEYS
+    assert tuple(TurnResult("q", "a", "stop", TurnStats(), 1).to_record(1)) == RECORD_KEYS
+    assert tuple(error_record(1, "bad")) == RECORD_KEYS
+
 
 GREEDY = ("--temperature", "0", "--seed", "1", "--no-history")
 

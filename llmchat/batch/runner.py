@@ -10,17 +10,19 @@ Output: one JSON line per item, in input order: the turn record every mode print
 interrupted run leaves complete lines only and `--resume` can pick up where it stopped (a trailing
 partial line from a crash is truncated away first).
 
-Two paths, the same prompts and sampling rules:
-- serial (`--parallel 1`): every item is a fresh conversation run through `ChatSession.turn`, the
-  one generation path of `ask` and `chat`. The engine keeps its KV cache from item to item, so a
-  system prompt shared by consecutive items is prefilled once (llama.cpp prefix reuse).
-- parallel (`--parallel N`): each item is prepared by `ChatSession.prepare` and finished by
-  `ChatSession.finish`, exactly as a serial turn; only the decoding differs:
-  `engine.parallel.ParallelDecoder` decodes N items at once in one context, with the same sampler
-  chain and reply rules (`engine.reply.ReplyAssembler`). Records are emitted in input order.
+One road, whatever N (`--parallel`) and the engine: every item is its own conversation, passed to
+`ChatSession.prepare` (the session is never changed); each prepared turn becomes the request a
+serial turn would decode (`ChatSession.request_for`), and each decoded sequence is finished by
+`ChatSession.finish`, exactly as a serial turn. Only the scheduler's backend differs with N: one
+sequence at a time through `engine.generate` (N = 1: the engine keeps its KV cache from item to
+item, so a system prompt shared by consecutive items is prefilled once, and the KV cache on disk
+restores it), N sequences in one local context (`engine.parallel.ParallelDecoder`), or N concurrent
+streams to a server, retried when it is busy (`engine.remote.streams.ConcurrentStreams`). Every
+backend runs the same reply rules and steering per sequence (`engine.driver.SequenceState`).
+Records are emitted in input order.
 
-Every item's reply is bounded: its `max_tokens`, else `--max-tokens`, else the reply reserve
-`ask` keeps (min(1024, ctx/4)); a runaway item cannot hold the batch for the whole window.
+Every item's reply is bounded: its `max_tokens`, else `--max-tokens`, else the default reply cap
+every mode uses (llmchat.turn.policy); a runaway item cannot hold the batch for the whole window.
 
 A batch is not a conversation: nothing is written to the history store.
 """
@@ -30,26 +32,36 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
 from llmchat.batch.items import BatchItem, attach_files, id_key, parse_input
 from llmchat.batch.progress import Progress
 from llmchat.batch.sink import InOrder, RecordSink, read_done_ids
-from llmchat.conversation import Conversation, default_reply_reserve
+from llmchat.conversation import Conversation
+from llmchat.engine.driver import SerialDecoder
+from llmchat.engine.interface import QueuedRequest, prompt_ids
 from llmchat.errors import LlmchatError, UsageError
 from llmchat.options import RunOptions
 from llmchat.output import notice
-from llmchat.session import error_record
+from llmchat.turn.policy import reply_cap
+from llmchat.turn.record import error_record
 
 if TYPE_CHECKING:
+    from llmchat.engine.core import Engine
     from llmchat.engine.parallel import ParallelDecoder
+    from llmchat.engine.remote.llama_server import LlamaServerEngine
+    from llmchat.engine.remote.openai_compat import OpenAICompatEngine
+    from llmchat.engine.remote.streams import ConcurrentStreams
+
+    Decoder = SerialDecoder | ParallelDecoder | ConcurrentStreams
     from llmchat.engine.reply import GenerationOutcome
     from llmchat.sampling import SamplingParams
-    from llmchat.session import ChatSession, PreparedTurn, TurnResult
+    from llmchat.session import ChatSession, PreparedTurn
 
 
 class DecodedSequence(Protocol):
-    """A sequence decoded alongside others: `ParallelResult` (one context) or `StreamResult` (a server)."""
+    """One decoded sequence: `DecodedResult` (one at a time), `ParallelResult` (one context) or
+    `StreamResult` (a server)."""
 
     @property
     def key(self) -> Any: ...
@@ -90,14 +102,12 @@ class BatchRunner:
         self.system = session.conversation.system
         self.structured = session.structured  # the run's --schema; an item's own schema replaces it
         self.skipped = 0  # items already in the output (--resume), for the summary
+        self._saves_kv = False  # items decode in the engine's own context: the disk cache follows them
 
-    # --- shared by both paths ---------------------------------------------------------------------
     def sampling_for(self, item: BatchItem) -> SamplingParams:
         sampling = replace(self.base_sampling, **item.overrides) if item.overrides else self.base_sampling
         if item.stop is not None:
             sampling = replace(sampling, stop=item.stop)
-        if sampling.max_tokens is None:
-            sampling = replace(sampling, max_tokens=default_reply_reserve(self.engine.n_ctx, None))
         return sampling
 
     def conversation_for(self, item: BatchItem) -> Conversation:
@@ -106,8 +116,11 @@ class BatchRunner:
 
     def prepare(self, item: BatchItem) -> PreparedTurn:
         """The item as a turn of its own conversation: `ChatSession.prepare`, as for ask and chat.
-        Raises LlmchatError when it cannot fit (a batch never trims an item's messages)."""
+        Raises LlmchatError when it cannot fit (a batch never trims an item's messages), or when the
+        engine cannot take the item's own schema."""
         assert item.user is not None
+        if item.structured is not None:
+            self.engine.check_grammar(item.structured.grammar)
         return self.session.prepare(
             item.user,
             conversation=self.conversation_for(item),
@@ -125,10 +138,7 @@ class BatchRunner:
         interrupted = False
         progress.start()
         try:
-            if self.parallel > 1:
-                self._run_parallel(items, writer, progress)
-            else:
-                self._run_serial(items, writer, progress)
+            self._run(items, writer, progress)
         except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM raised as SystemExit by cli
             interrupted = True
             raise
@@ -147,43 +157,8 @@ class BatchRunner:
         )
         progress.item_done(False)
 
-    def _done(
-        self, item: BatchItem, result: TurnResult, writer: InOrder, progress: Progress, *, count_tokens: bool = True
-    ) -> None:
-        writer.put(item.index, result.to_record(item.id))
-        # A reply that fails its schema (cut off, invalid) is a failed item: its record says why.
-        progress.item_done(result.error is None, result.stats.generated_tokens, count_tokens=count_tokens)
-
-    # --- serial: one item at a time, through ChatSession.turn -------------------------------------
-    def _run_serial(self, items: list[BatchItem], writer: InOrder, progress: Progress) -> None:
-        session = self.session
-        for item in items:
-            if item.error:
-                self._fail(item, item.error, writer, progress)
-                continue
-            assert item.user is not None
-            session.conversation = self.conversation_for(item)
-            session.conversation_id = None
-            session.set_sampling(self.sampling_for(item))
-            session.overflow = "error"
-            try:
-                session.hold_to(item.structured or self.structured)
-                result = self._serial_turn(item)
-            except LlmchatError as err:
-                self._fail(item, str(err), writer, progress)
-                continue
-            except (ValueError, RuntimeError) as err:  # llama.cpp refusing a prompt
-                self._fail(item, f"generation failed: {err}", writer, progress)
-                continue
-            if result.interrupted:
-                # Not written: a partial reply is not an answer, and --resume will redo this item.
-                raise KeyboardInterrupt
-            self._done(item, result, writer, progress)
-
-    # --- parallel: several items decoded together; prepared and finished as the serial path ------
-    def _run_parallel(self, items: list[BatchItem], writer: InOrder, progress: Progress) -> None:
-        from llmchat.engine.parallel import ParallelDecoder, ParallelItem, context_per_sequence
-
+    # --- one road: prepare every item, decode N at a time, finish each as a serial turn ------------
+    def _run(self, items: list[BatchItem], writer: InOrder, progress: Progress) -> None:
         ready: dict[int, tuple[BatchItem, PreparedTurn]] = {}
         for item in items:
             if item.error:
@@ -195,52 +170,55 @@ class BatchRunner:
                 self._fail(item, str(err), writer, progress)
         if not ready:
             return
-        if getattr(self.engine, "remote", False):
-            self._run_streams(ready, writer, progress)
-            return
-        needed = max(len(p.prompt) + (p.sampling.max_tokens or 0) for _, p in ready.values())
-        per_seq = context_per_sequence(needed, self.engine.n_ctx)
+        decoder = self._decoder(ready)
         tokens_before = progress.tokens
 
-        on_done = self._finisher(ready, writer, progress)
+        def on_step(running: Decoder) -> None:
+            progress.set_tokens(tokens_before + running.generated_total)
 
-        def on_step(decoder: ParallelDecoder) -> None:
-            progress.set_tokens(tokens_before + decoder.generated_total)
+        work = [QueuedRequest(index, self.session.request_for(p)) for index, (_, p) in ready.items()]
+        decoder.run(work, self._finisher(ready, writer, progress), on_step)
+        if self.verbose:
+            notice(decoder.summary())
 
-        decoder = ParallelDecoder(
-            self.engine, min(self.parallel, len(ready)), per_seq, n_batch=self.engine.settings.batch_size
-        )
-        work = [
-            ParallelItem(
-                key=index,
-                prompt=p.prompt,
-                sampling=p.sampling,
-                max_tokens=p.sampling.max_tokens,
-                stop_strings=p.stop_strings,
-                steering=p.tracker,
-                markup=p.markup,
-                grammar=grammar,
-                grammar_after=after,
-            )
-            for index, (_, p) in ready.items()
-            for grammar, after in [self.session.grammar_for(p)]
-        ]
+    def _decoder(self, ready: dict[int, tuple[BatchItem, PreparedTurn]]) -> Decoder:
+        """The scheduler's backend for N = --parallel sequences at once: a server's concurrent
+        streams (retried when busy), several sequences in one local context, or one at a time."""
+        engine = self.engine
+        n = min(self.parallel, len(ready))
+        if engine.caps.remote:
+            from llmchat.engine.remote.streams import ConcurrentStreams
+
+            streams = ConcurrentStreams(cast("LlamaServerEngine | OpenAICompatEngine", engine), n)
+            if self.verbose:
+                notice(f"parallel: {streams.n} concurrent streams to the server")
+            return streams
+        if n == 1:
+            self._saves_kv = self.session.kv_store is not None
+            return SerialDecoder(engine, on_start=lambda item: self._restore(ready[item.key][1]))
+        from llmchat.engine.parallel import ParallelDecoder, context_per_sequence
+
+        needed = max(len(p.prompt) + reply_cap(p.sampling) for _, p in ready.values())
+        per_seq = context_per_sequence(needed, engine.n_ctx)
+        # Not remote and N > 1: the local engine, whose context ParallelDecoder shares.
+        decoder = ParallelDecoder(cast("Engine", engine), n, per_seq, n_batch=engine.batch_size)
         if self.verbose:
             notice(
                 f"parallel: {decoder.n_seq} sequences x {per_seq} tokens in one context, batches of {decoder.n_batch}"
             )
-        decoder.run(work, on_done, on_step)
-        if self.verbose:
-            notice(
-                f"parallel: {decoder.steps} decode steps; prompt tokens: {decoder.prompt_evaluated} evaluated, "
-                f"{decoder.prompt_reused} reused from the KV cache (shared prefixes)"
-            )
+        return decoder
+
+    def _restore(self, prepared: PreparedTurn) -> None:
+        """One item at a time: the KV cache on disk may hold its prefix (a shared system prompt)."""
+        store = self.session.kv_store
+        if store is not None:
+            prepared.restored = store.restore(prompt_ids(prepared.prompt))
 
     def _finisher(
         self, ready: dict[int, tuple[BatchItem, PreparedTurn]], writer: InOrder, progress: Progress
     ) -> Callable[[DecodedSequence], None]:
-        """What happens to a sequence that several were decoded with (in one context or as
-        concurrent streams): finished by `ChatSession.finish`, as a serial turn, then written."""
+        """What happens to each decoded sequence: finished by `ChatSession.finish`, as a serial
+        turn, then written (in input order)."""
 
         def on_done(done: DecodedSequence) -> None:
             item, prepared = ready.pop(done.key)
@@ -248,48 +226,13 @@ class BatchRunner:
                 self._fail(item, done.error, writer, progress)
                 return
             result = self.session.finish(prepared, done.outcome, done.text, done.seed, t_submit=done.t_submit)
-            self._done(item, result, writer, progress, count_tokens=False)
+            if self._saves_kv:
+                self.session.sink.save_kv(result)  # the next process restores what this item prefilled
+            writer.put(item.index, result.to_record(item.id))
+            # A reply that fails its schema (cut off, invalid) is a failed item: its record says why.
+            progress.item_done(result.error is None, result.stats.generated_tokens, count_tokens=False)
 
         return on_done
-
-    # --- against a server: the same items as N concurrent streams (llmchat.engine.remote.streams) --------
-    def _serial_turn(self, item: BatchItem) -> TurnResult:
-        """One item through `ChatSession.turn`; against a server, a busy answer (429, 503) or a dropped
-        connection is retried with backoff. Nothing is written until the item is done."""
-        assert item.user is not None
-        user = item.user
-        if not getattr(self.engine, "remote", False):
-            return self.session.turn(user, record=False)
-        from llmchat.engine.remote.streams import with_retries
-
-        def attempt() -> TurnResult:
-            self.session.conversation = self.conversation_for(item)  # a failed try added nothing
-            return self.session.turn(user, record=False)
-
-        return with_retries(attempt)
-
-    def _run_streams(
-        self, ready: dict[int, tuple[BatchItem, PreparedTurn]], writer: InOrder, progress: Progress
-    ) -> None:
-        from llmchat.engine.remote.streams import ConcurrentStreams, StreamItem
-
-        streams = ConcurrentStreams(self.engine, min(self.parallel, len(ready)))  # type: ignore[arg-type]
-        tokens_before = progress.tokens
-
-        on_done = self._finisher(ready, writer, progress)
-
-        def on_step(running: ConcurrentStreams) -> None:
-            progress.set_tokens(tokens_before + running.generated_total)
-
-        work = [
-            StreamItem(index, p.prompt, p.sampling, p.sampling.max_tokens, p.stop_strings)
-            for index, (_, p) in ready.items()
-        ]
-        if self.verbose:
-            notice(f"parallel: {streams.n} concurrent streams to the server")
-        streams.run(work, on_done, on_step)
-        if self.verbose and streams.retries:
-            notice(f"parallel: {streams.retries} requests retried (server busy or connection dropped)")
 
 
 # --- entry ------------------------------------------------------------------------------------------

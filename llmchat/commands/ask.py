@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from llmchat.errors import ExitCode, LlmchatError, UsageError
+from llmchat.errors import LlmchatError, UsageError
 from llmchat.options import RunOptions, model_command
 
 
@@ -75,6 +75,7 @@ def ask(
     from llmchat.loading import start_session
     from llmchat.output import StreamPrinter, is_tty, write_json
     from llmchat.structured import from_options
+    from llmchat.turn.policy import INVALID_REPLY_EXIT
 
     check_overflow(overflow)
     # Files first: a binary or non-UTF-8 file is refused before the model loads.
@@ -100,7 +101,7 @@ def ask(
             write_json(result.to_record())
         if result.interrupted:
             raise KeyboardInterrupt
-        if result.error is not None:
-            raise LlmchatError(result.error, exit_code=ExitCode.OUTPUT)
+        if result.error is not None:  # the policy every mode follows (llmchat.turn.policy)
+            raise LlmchatError(result.error, exit_code=INVALID_REPLY_EXIT)
     finally:
         session.close()

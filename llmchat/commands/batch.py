@@ -47,7 +47,7 @@ def batch(
 
     A bad line or an item that cannot fit the context gets an error record and the run goes on.
     Each item is a fresh conversation; a batch is not saved to the history. Replies are bounded by
-    max_tokens (default: the reply reserve, min(1024, ctx/4)).
+    max_tokens (default: 2,048 tokens, as in ask and chat).
     """
     import sys
 

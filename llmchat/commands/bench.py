@@ -7,12 +7,15 @@ The model is loaded with the same options as `ask` and `chat` (--threads, --flas
 --batch-size, --device ...), so the numbers describe the engine you chat with.
 """
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
 from llmchat.errors import UsageError
 from llmchat.options import RunOptions, model_command
+
+if TYPE_CHECKING:
+    from llmchat.engine import Engine
 
 MAX_TOKENS = 1 << 20
 
@@ -62,12 +65,12 @@ def bench(
     import sys
 
     # Like llama-bench, the context holds exactly the test unless --ctx says otherwise.
-    from llmchat.engine import Engine
     from llmchat.loading import load_model
 
     loaded = load_model(opts, n_ctx_override=opts.ctx or max(n_prompt + n_gen, 64))
     engine = loaded.engine
-    assert isinstance(engine, Engine)  # bench --server is refused before loading
+    assert not engine.caps.remote  # bench --server is refused before loading
+    engine = cast("Engine", engine)
     try:
         from llmchat.engine import bench as engine_bench
 

@@ -90,7 +90,8 @@ def run_scripted_chat(
     from llmchat.commands.turns import run_turn
     from llmchat.errors import ContextOverflowError
     from llmchat.output import StreamPrinter, notice, write_json
-    from llmchat.session import error_record
+    from llmchat.turn.policy import INVALID_REPLY_EXIT, invalid_reply_line
+    from llmchat.turn.record import error_record
 
     exit_code = 0
     turn_number = 0
@@ -119,7 +120,11 @@ def run_scripted_chat(
                 )
             continue
         if json_output:
-            write_json(result.to_record(turn_number))
+            write_json(result.to_record(turn_number))  # its `error` says why a structured reply is invalid
+        if result.error is not None:
+            # The same policy as every mode (llmchat.turn.policy): said here, exit 5 at the end.
+            notice(invalid_reply_line(result.error, turn_number))
+            exit_code = exit_code or int(INVALID_REPLY_EXIT)
         if result.interrupted:
             raise KeyboardInterrupt
     return exit_code

@@ -1,10 +1,31 @@
 """The engine: the only package that imports llama_cpp.
 
-Everything else speaks to `Engine` (load, tokenize, stream tokens with timings) so that the rest
-of the tool does not depend on llama-cpp-python's API, and importing llmchat stays cheap: this
-package is imported only by commands that load a model.
+Everything else speaks to an engine through `llmchat.engine.interface` (load, tokenize, stream
+tokens with timings) so that the rest of the tool does not depend on llama-cpp-python's API.
+Importing this package is cheap: `Engine` and its kin load llama_cpp (and numpy) only when first
+named, so a remote engine (llmchat.engine.remote) and the pure modules here (interface, driver,
+reply, prompt_pieces) load neither.
 """
 
-from llmchat.engine.core import Engine, EngineSettings, Generation, GenerationOutcome, TokenEvent, physical_cores
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from llmchat.engine.core import Engine, EngineSettings, Generation, TokenEvent, physical_cores
+    from llmchat.engine.reply import GenerationOutcome
 
 __all__ = ["Engine", "EngineSettings", "Generation", "GenerationOutcome", "TokenEvent", "physical_cores"]
+
+
+def __getattr__(name: str) -> Any:
+    """`from llmchat.engine import Engine`: the local engine, loaded on first use (PEP 562)."""
+    if name == "GenerationOutcome":
+        from llmchat.engine.reply import GenerationOutcome
+
+        return GenerationOutcome
+    if name in __all__:
+        from llmchat.engine import core
+
+        return getattr(core, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

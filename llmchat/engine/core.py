@@ -11,11 +11,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generator, Iterator, Mapping, Sequence
+from typing import Any, Generator, Iterator, Sequence
 
 import llama_cpp
 import numpy as np
@@ -23,18 +22,19 @@ import numpy as np
 from llmchat import interrupts
 from llmchat.engine import logs
 from llmchat.engine.drafting import CountingDrafter, DraftingLlama, DraftModelDrafter, PromptLookupDrafter
+from llmchat.engine.driver import SequenceState, common_prefix
 from llmchat.engine.grammar import Grammar
-from llmchat.engine.loop_exit import LoopExit
+from llmchat.engine.interface import EngineCaps, EngineInfo, GenerateRequest, prompt_ids
 from llmchat.engine.prompt_pieces import PromptPiece, tokens_for_pieces
-from llmchat.engine.reply import GenerationOutcome, ReplyAssembler, Steering
 from llmchat.errors import ModelError, UsageError
-from llmchat.sampling import SamplingParams
 
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
 DEFAULT_MAX_CTX = 8192
 # Token attributes of markup tokens (<|im_end|>, <end_of_turn>): control or user-defined specials.
 _CONTROL_ATTRS = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
-# How far back llama-cpp-python's repeat penalty looks (Llama(last_n_tokens_size=64), its default).
+# How far back the repeat penalty looks: llama-server's default `repeat_last_n` (and llama-cpp-python's
+# `last_n_tokens_size`). Like llama-server, the window runs over the prompt and the reply together
+# (engine.sampler), so one greedy prompt gives the same reply in this process and on a server.
 _PENALTY_LAST_N = 64
 
 
@@ -126,7 +126,30 @@ def _gpu_layers(settings: EngineSettings) -> int:
 class Engine:
     """One loaded model and its context. Load once per session; generate many times."""
 
-    takes_grammar = True  # generate(grammar=...) holds the reply to it (engine.grammar)
+    @property
+    def caps(self) -> EngineCaps:
+        return EngineCaps(
+            grammar=True, kv_shift=self.settings.kv_shift, disk_cache=True, renders_template=False, token_ids=True
+        )
+
+    @property
+    def info(self) -> EngineInfo:
+        settings = self.settings
+        drafting = "prompt lookup" if settings.lookup else ("draft model" if settings.draft_model else "no drafting")
+        flash = f"flash attention {'on' if settings.flash_attn else 'off'}"
+        rows = [("engine", f"{flash}, KV {settings.kv_type}", f"{self.threads} threads, {drafting}")]
+        if settings.flash_attn_why:
+            rows.append(("", flash, settings.flash_attn_why))
+        return EngineInfo(
+            model_path=str(self.model_path),
+            rows=tuple(rows),
+            flash_attn=settings.flash_attn,
+            flash_attn_why=settings.flash_attn_why or None,
+        )
+
+    @property
+    def batch_size(self) -> int:
+        return self.settings.batch_size
 
     def check_grammar(self, grammar: Grammar) -> None:
         """UsageError unless llama.cpp can parse `grammar` for this model's vocabulary."""
@@ -295,12 +318,7 @@ class Engine:
     # --- generation ----------------------------------------------------------------------------
     def cached_prefix(self, prompt: Sequence[int]) -> int:
         """How many leading prompt tokens are already in the KV cache (what `generate` will reuse)."""
-        evaluated = self._llm._input_ids[: self._llm.n_tokens]
-        common = 0
-        for cached, new in zip(evaluated, prompt):
-            if cached != new:
-                break
-            common += 1
+        common = common_prefix(self._llm._input_ids[: self._llm.n_tokens], prompt)
         # With nothing new to evaluate, the last token is replayed to refresh the logits.
         return min(common, max(len(prompt) - 1, 0))
 
@@ -386,111 +404,61 @@ class Engine:
         llm._requires_eval = True
         return True
 
-    def generate(
-        self,
-        prompt: Sequence[int],
-        sampling: SamplingParams,
-        *,
-        max_tokens: int | None,
-        stop_strings: Sequence[str] = (),
-        steering: Steering | None = None,
-        markup: Mapping[int, bytes] | None = None,
-        grammar: Grammar | None = None,
-        grammar_after: str | None = None,
-    ) -> "Generation":
-        """`steering`: asked between tokens for tokens to force in (a thinking budget);
-        `markup`: control tokens shown as their text (reasoning markers; see engine.reply);
-        `grammar`: the reply is held to it (engine.grammar), from the start or, with
-        `grammar_after`, from the first token after that text (the end of a thinking block)."""
-        generation = Generation(self, list(prompt), sampling, max_tokens, tuple(stop_strings) + tuple(sampling.stop))
-        generation.steering = steering
-        generation.markup = markup
-        generation.grammar = grammar
-        generation.grammar_after = grammar_after
-        return generation
+    def generate(self, request: GenerateRequest, *, feeds_steering: bool = False) -> "Generation":
+        """Stream the reply to `request` (token ids: the local engine renders no template).
+        `feeds_steering`: give the reply text to the thinking budget here (nobody reads the events)."""
+        return Generation(self, request, feeds_steering=feeds_steering)
 
 
 class Generation:
     """An iterator of TokenEvents; `outcome` is complete once iteration ends (or is abandoned)."""
 
-    def __init__(
-        self,
-        engine: Engine,
-        prompt: list[int],
-        sampling: SamplingParams,
-        max_tokens: int | None,
-        stops: tuple[str, ...],
-    ):
+    def __init__(self, engine: Engine, request: GenerateRequest, *, feeds_steering: bool = False):
         self.engine = engine
-        self.prompt = prompt
-        self.sampling = sampling
-        self.max_tokens = max_tokens
-        self.stops = stops
-        self.outcome = GenerationOutcome(prompt_tokens=len(prompt))
-        self.seed = sampling.seed if sampling.seed is not None else random.randrange(1, 2**31)
-        self.steering: Steering | None = None
-        self.markup: Mapping[int, bytes] | None = None
-        self.grammar: Grammar | None = None
-        self.grammar_after: str | None = None
-        self._loop_exit: LoopExit | None = None
+        self.request = request
+        self.prompt = list(prompt_ids(request.prompt))
+        self.state = SequenceState(engine, request, engine.n_ctx, feeds_steering=feeds_steering)
+        self.outcome = self.state.outcome
+        self.seed = self.state.seed
 
     def __iter__(self) -> Iterator[TokenEvent]:
-        engine, llm, outcome = self.engine, self.engine._llm, self.outcome
-        room = engine.n_ctx - len(self.prompt)
-        limit = room if self.max_tokens is None else min(self.max_tokens, room)
-        reply = ReplyAssembler(
-            engine,
-            outcome,
-            limit=limit,
-            stop_strings=self.stops,
-            markup=self.markup,
-            stop_loops=self.sampling.stop_loops,
-        )
-        self._loop_exit = reply.loop_exit  # the grammar gate steers out of loops through it
+        engine, state, outcome = self.engine, self.state, self.outcome
         outcome.cached_tokens = engine.cached_prefix(self.prompt)
-        # The library's seed is fixed by default, which makes every run identical even at
-        # temperature 1; a fresh seed per call unless the user gave one.
-        llm.set_seed(self.seed)
-        outcome.t_start = time.perf_counter()
-        outcome.finish_reason = "interrupted"  # until we know better
-        params = self.sampling
+        engine._llm.set_seed(self.seed)
         if engine._drafter is not None:
-            engine._drafter.start_reply(len(self.prompt), params.repeat_penalty)
+            engine._drafter.start_reply(len(self.prompt), self.request.sampling.repeat_penalty)
+        if not state.start(time.perf_counter()):
+            return
         stream = self._stream(self.prompt)
         try:
-            if limit <= 0:
-                outcome.finish_reason = "length"
-                return
             while True:
                 forced: Sequence[int] = ()
                 for token in stream:
-                    if self.steering is not None and engine.is_end_of_generation(token):
-                        forced = self.steering.forced_tokens(outcome.generated_tokens, ending=True)
-                        if forced:
-                            break  # the end token is dropped: the forced ones take its place
-                    text = reply.add(token, time.perf_counter())
-                    if text:
-                        yield TokenEvent(text, token)
-                    if reply.done:
+                    step = state.on_token(token, time.perf_counter())
+                    if step.text:
+                        yield TokenEvent(step.text, -1 if step.dropped else token)
+                    if step.dropped:
+                        forced = step.forced  # the end token is dropped: the forced ones take its place
                         break
-                    forced = self.steering.forced_tokens(outcome.generated_tokens) if self.steering else ()
-                    if forced:
+                    if state.done:
+                        break
+                    # Asked after the caller has seen the token's text (it feeds the steering).
+                    step = state.steer(time.perf_counter())
+                    if step.forced:
+                        if step.text:
+                            yield TokenEvent(step.text, -1)
+                        forced = step.forced
                         break
                 else:
-                    reply.end_of_stream()
-                if not forced:
+                    state.end_of_stream()
+                if not forced or state.done:
                     break
                 # Forced tokens (the end of a thinking block): the model continues from prompt +
                 # reply so far + them. `Llama.generate` keeps the matching KV prefix, so only the
                 # last sampled token and the forced ones are evaluated.
                 stream.close()
-                text = reply.force(forced, time.perf_counter())
-                if text:
-                    yield TokenEvent(text, -1)
-                if reply.done:
-                    break
                 stream = self._stream(self.prompt + outcome.generated_ids)
-            tail = reply.tail()
+            tail = state.tail()
             if tail:
                 yield TokenEvent(tail, -1)
         finally:
@@ -502,40 +470,31 @@ class Generation:
                 )
 
     def _stream(self, tokens: list[int]) -> Generator[int, Any, None]:
-        params = self.sampling
-        stream = self.engine._llm.generate(
-            tokens,
-            top_k=params.top_k,
-            top_p=params.top_p,
-            min_p=params.min_p,
-            temp=params.temperature,
-            repeat_penalty=params.repeat_penalty,
-        )
-        return stream if self.grammar is None else self._under_grammar(stream, tokens)
-
-    def _under_grammar(self, stream: Generator[int, Any, None], tokens: list[int]) -> Generator[int, Any, None]:
-        """`stream`, sampled through the chain of `sampler_chain` with the grammar in it.
+        """`Llama.generate` over `tokens`, sampled through llmchat's own chain (engine.parallel's
+        `sampler_chain`): the repeat penalty's window then holds the prompt's last tokens too, as
+        on llama-server, and a grammar gate when the request has one.
 
         `Llama.generate` builds its sampler with `self._init_sampler(...)` when it starts (at the
         first token) and samples every token through it, drafted positions included: so a drafted
-        token is kept only when it equals the token the grammar allowed. (The library's own
+        token is kept only when it equals the token the chain picked. (The library's own
         `grammar=` would put llama.cpp's full-vocabulary grammar sampler in the chain instead.)"""
-        from llmchat.engine.parallel import sampler_chain
+        from llmchat.engine.parallel import grammar_start, sampler_chain
 
         llm = self.engine._llm
-        after = self.grammar_after
-        so_far = llm.detokenize(tokens[len(self.prompt) :], special=True).decode("utf-8", errors="replace")
-        if after is not None and after in so_far:
-            after = None  # a restarted stream (forced tokens) already past the end of thinking
+        request = self.request
+        stream = llm.generate(tokens)
+        # A restarted stream (forced tokens) may be past the end of thinking already.
+        after = grammar_start(llm, request.grammar_after, tokens[len(self.prompt) :])
         chain = sampler_chain(
             llm._model.vocab,
             llm._n_vocab,
             llm.last_n_tokens_size,
-            self.sampling,
+            request.sampling,
             self.seed,
-            self.grammar,
+            request.grammar,
             start_after=after,
-            loop_exit=self._loop_exit,
+            history=tokens,
+            loop_exit=self.state.reply.loop_exit,
         )
         sampler = _ChainSampler(chain)
         llm._init_sampler = lambda **_: sampler  # an instance attribute, removed below

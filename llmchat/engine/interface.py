@@ -2,21 +2,108 @@
 
 Two kinds of engine stand behind it: `Engine` (llama.cpp in this process, llmchat.engine.core) and
 the remote engines (llmchat.engine.remote: a llama.cpp server, or any OpenAI-compatible server).
-`ChatSession` (llmchat.session), the chat UI and batch speak only to this surface, so a turn runs
-the same road whichever engine answers it. Nothing here imports llama_cpp or httpx: both engines
-are checked against these protocols by mypy without loading either.
+The session, the chat UI and batch speak only to this surface, so a turn runs the same road
+whichever engine answers it. What an engine can do is one typed value (`caps`), what `/show` and
+`--verbose` say about it another (`info`): nobody asks an engine what it is, a field says it.
+
+Nothing here imports llama_cpp, numpy or httpx: both engines are checked against these protocols
+by mypy without loading either.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
-    from pathlib import Path
 
-    from llmchat.engine.reply import GenerationOutcome, Steering
+    from llmchat.engine.grammar import Grammar
+    from llmchat.engine.prompt_pieces import PromptPiece
+    from llmchat.engine.reply import GenerationOutcome, ThinkingSteering
     from llmchat.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class EngineCaps:
+    """What an engine can do. Every caller that once probed an engine reads one of these fields."""
+
+    grammar: bool  # `GenerateRequest.grammar` holds the reply to it (--schema, --format, --grammar)
+    kv_shift: bool  # `shift_out_dropped` moves the kept cache after a trim instead of prefilling it
+    disk_cache: bool  # the KV cache can be saved to and restored from disk (llmchat.engine.kv_store)
+    renders_template: bool  # the engine renders the chat template itself: prompts are `ChatMessages`
+    # Replies come back as token ids, so the reply rules run on them (loop stop, thinking budget)
+    # and an earlier reply goes back to the model as the ids it was sampled as.
+    token_ids: bool
+    remote: bool = False  # another process decodes: retries apply, and it owns its own settings
+    slots: int = 0  # server slots a batch may pin one worker each to (0: the server picks)
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What `/show` and `--verbose` say about an engine, and the stats' engine fields."""
+
+    model_path: str  # what the history records as the model's location
+    # (label, value, detail) rows for `/show`, in order.
+    rows: tuple[tuple[str, str, str], ...] = ()
+    flash_attn: bool | None = None  # None: the server decides
+    flash_attn_why: str | None = None  # how `--flash-attn auto` decided; None when set by hand
+    template_detail: str = ""  # who renders the chat template, where the engine does (caps.renders_template)
+
+
+@dataclass(frozen=True)
+class ChatMessages:
+    """The prompt of an engine that renders its own template: the messages to send, and how many
+    tokens they count (what budgets read, as `len`)."""
+
+    messages: list[dict[str, str]]
+    add_generation_prompt: bool
+    count: int
+
+    def __len__(self) -> int:
+        return self.count
+
+
+# A prompt is token ids, or messages for a server that renders its own template (caps.renders_template).
+Prompt = Union[list[int], ChatMessages]
+
+
+def prompt_ids(prompt: Prompt) -> list[int]:
+    """The token ids of a prompt; a messages prompt has none to compare or cache."""
+    return [] if isinstance(prompt, ChatMessages) else prompt
+
+
+@dataclass
+class GenerateRequest:
+    """One sequence to decode: everything `generate` needs, as one value.
+
+    `steering`: asked between tokens for tokens to force in (a thinking budget); `markup`: control
+    tokens shown as their text (reasoning markers; see engine.reply); `grammar`: the reply is held
+    to it, from the start or, with `grammar_after`, from the first token after that text (the end
+    of a thinking block); `slot`: a server slot (None: the engine's pinned one; -1: any)."""
+
+    prompt: Prompt
+    sampling: SamplingParams
+    max_tokens: int | None = None
+    stop_strings: tuple[str, ...] = ()
+    steering: ThinkingSteering | None = None
+    markup: Mapping[int, bytes] | None = None
+    grammar: Grammar | None = None
+    grammar_after: str | None = None
+    slot: int | None = None
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        """The template's stop strings and the sampling's own."""
+        return tuple(self.stop_strings) + tuple(self.sampling.stop)
+
+
+@dataclass
+class QueuedRequest:
+    """A request decoded alongside others; `key` is the caller's handle, returned untouched."""
+
+    key: Any
+    request: GenerateRequest
 
 
 class TokenLike(Protocol):
@@ -38,22 +125,14 @@ class GenerationLike(Protocol):
     def __iter__(self) -> Iterator[TokenLike]: ...
 
 
-class SettingsLike(Protocol):
-    """The engine settings the session and batch read."""
-
-    @property
-    def kv_shift(self) -> bool: ...
-    @property
-    def batch_size(self) -> int: ...
-
-
 class ChatEngine(Protocol):
-    """A loaded model that can tokenize a rendered prompt and stream a reply to it.
-
-    Grammars (`generate(grammar=...)`, structured output) are local only: the session asks for them
-    only from an engine whose `takes_grammar` is true."""
+    """A loaded model that can tokenize a rendered prompt and stream a reply to it."""
 
     # Read-only here (properties), so each engine may keep them as plain attributes of its own types.
+    @property
+    def caps(self) -> EngineCaps: ...
+    @property
+    def info(self) -> EngineInfo: ...
     @property
     def n_ctx(self) -> int: ...  # the context window of one sequence (for a server: one slot's)
     @property
@@ -63,32 +142,21 @@ class ChatEngine(Protocol):
     @property
     def eos_text(self) -> str: ...
     @property
-    def model_path(self) -> Path | str: ...  # what the history records as the model's location
-    @property
     def notices(self) -> list[str]: ...  # lines for --verbose
     @property
-    def settings(self) -> SettingsLike: ...
+    def batch_size(self) -> int: ...  # tokens per decode step (batch --parallel)
 
     def has_single_token(self, text: str) -> bool: ...
     def tokenize(self, text: str, *, special: bool) -> list[int]: ...
     def detokenize(self, tokens: Sequence[int]) -> str: ...
-    # pieces: (text, trusted) or (text, trusted, reply_ids): see Engine.prompt_tokens
-    def prompt_tokens(
-        self, pieces: Sequence[tuple[str, bool] | tuple[str, bool, Sequence[int] | None]]
-    ) -> list[int]: ...
+    def prompt_tokens(self, pieces: Sequence[PromptPiece]) -> Prompt: ...
     def min_tokens(self, text: str) -> int | None: ...
     def cached_prefix(self, prompt: Sequence[int]) -> int: ...
     def shift_out_dropped(self, prompt: Sequence[int]) -> int: ...
-    def generate(
-        self,
-        prompt: Sequence[int],
-        sampling: SamplingParams,
-        *,
-        max_tokens: int | None,
-        stop_strings: Sequence[str] = (),
-        steering: Steering | None = None,
-        markup: Mapping[int, bytes] | None = None,
-    ) -> GenerationLike: ...
+    def check_grammar(self, grammar: Grammar) -> None: ...
+    # feeds_steering: the engine gives the reply text to `request.steering` itself (batch: nobody
+    # reads the events); otherwise whoever reads the events feeds it.
+    def generate(self, request: GenerateRequest, *, feeds_steering: bool = False) -> GenerationLike: ...
     def close(self) -> None: ...
 
 

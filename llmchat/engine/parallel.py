@@ -38,38 +38,27 @@ prefilled in full.
 
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import llama_cpp
 
 from llmchat.engine import logs
+from llmchat.engine.driver import SequenceState, common_prefix
 from llmchat.engine.grammar import Grammar, constrained
+from llmchat.engine.interface import QueuedRequest, prompt_ids
 from llmchat.engine.loop_exit import LoopExit
-from llmchat.engine.reply import GenerationOutcome, ReplyAssembler, ThinkingSteering
+from llmchat.engine.reply import GenerationOutcome
 from llmchat.errors import ModelError, UsageError
 from llmchat.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from llmchat.engine.core import Engine
 
 # A new item waits for another slot's prefill only when that saves at least this many tokens.
 MIN_WAIT_GAIN = 4
 KV_ROUND = 256
-
-
-@dataclass
-class ParallelItem:
-    """One prompt to complete. `key` is the caller's handle, returned untouched in the result."""
-
-    key: Any
-    prompt: Sequence[int]
-    sampling: SamplingParams
-    max_tokens: int | None = None
-    stop_strings: tuple[str, ...] = ()
-    grammar: Grammar | None = None  # the reply is held to it (each slot keeps its own state)
-    grammar_after: str | None = None  # ... from the first token after this text (the end of thinking)
-    steering: ThinkingSteering | None = None  # a thinking budget (llmchat.reasoning.ThinkingTracker)
-    markup: Mapping[int, bytes] | None = None  # control tokens shown as text (reasoning markers)
 
 
 @dataclass
@@ -90,15 +79,14 @@ class _Slot:
 
     def __init__(self, seq_id: int):
         self.seq_id = seq_id
-        self.item: ParallelItem | None = None
+        self.item: QueuedRequest | None = None
         self.cache: list[int] = []  # tokens whose KV this sequence holds, positions 0..len-1
         self.pending: list[int] = []  # prompt tokens still to evaluate
         self.waiting_on: tuple[_Slot, int] | None = None  # (source slot, prefix length) to copy first
         self.next_token: int | None = None  # sampled, to be evaluated next step
         self.sampler = None
         self.result: ParallelResult | None = None
-        self.reply: ReplyAssembler | None = None
-        self.fragments: list[str] = []
+        self.state: SequenceState | None = None  # the item's reply rules, steering, seed and limit
         self.batch_index = -1  # where this slot's logits are in the current batch
 
     @property
@@ -120,16 +108,23 @@ def sampler_chain(
     grammar: Grammar | None = None,
     *,
     start_after: str | None = None,
+    history: Sequence[int] = (),
     loop_exit: LoopExit | None = None,
 ) -> Any:
     """The chain `Llama._init_sampler` builds: repetition penalty, then greedy at temperature 0, else
     top-k / typical / top-p / min-p / temperature / dist(seed). With a grammar, the samplers after
     the penalties run inside a `GrammarGate` (engine.grammar), which holds the pick to the grammar
-    and steers out of loops the reply rules report through `loop_exit`."""
+    and steers out of loops the reply rules report through `loop_exit`.
+
+    `history`: the tokens before the first one sampled (the prompt, and a reply so far). Their last
+    `penalty_last_n` go into the repeat penalty's window, as llama-server does (it accepts every
+    prompt token into its sampler), while llama-cpp-python's own chain starts empty: with the
+    default penalty the same greedy prompt then gave another reply in this process than on a
+    server. Only the penalty sampler sees them; a grammar's state starts at the reply."""
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-    llama_cpp.llama_sampler_chain_add(
-        chain, llama_cpp.llama_sampler_init_penalties(n_vocab, penalty_last_n, sampling.repeat_penalty, 0.0, 0.0)
-    )
+    penalties = llama_cpp.llama_sampler_init_penalties(n_vocab, penalty_last_n, sampling.repeat_penalty, 0.0, 0.0)
+    llama_cpp.llama_sampler_chain_add(chain, penalties)
+    remember(chain, history[max(0, len(history) - penalty_last_n) :] if penalty_last_n > 0 else ())
     temperature = sampling.temperature
     rest = constrained(chain, vocab, grammar, start_after=start_after, greedy=temperature == 0, loop_exit=loop_exit)
     add = lambda sampler: llama_cpp.llama_sampler_chain_add(rest, sampler)  # noqa: E731
@@ -147,13 +142,21 @@ def sampler_chain(
     return chain
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+def grammar_start(llm: llama_cpp.Llama, after: str | None, reply: Sequence[int]) -> str | None:
+    """The text after which a grammar applies, or None once the reply so far already holds it (a
+    chain made again after forced tokens closed the thinking block: the grammar applies now)."""
+    if after is None or not reply:
+        return after
+    so_far = llm.detokenize(list(reply), special=True).decode("utf-8", errors="replace")
+    return None if after in so_far else after
+
+
+def remember(chain: Any, tokens: Sequence[int]) -> None:
+    """Put `tokens` into the repeat penalty's window of a `sampler_chain` (its first sampler) without
+    sampling them: prompt tokens, or tokens forced into the reply."""
+    penalties = llama_cpp.llama_sampler_chain_get(chain, 0)
+    for token in tokens:
+        llama_cpp.llama_sampler_accept(penalties, int(token))
 
 
 class ParallelDecoder:
@@ -163,7 +166,7 @@ class ParallelDecoder:
     called as each item finishes (out of input order). The context is freed when `run` returns.
     """
 
-    def __init__(self, engine: Any, n_seq: int, n_ctx_per_seq: int, *, n_batch: int | None = None):
+    def __init__(self, engine: Engine, n_seq: int, n_ctx_per_seq: int, *, n_batch: int | None = None):
         if n_seq < 1:
             raise UsageError(f"--parallel must be at least 1, got {n_seq}")
         self.engine = engine
@@ -175,7 +178,7 @@ class ParallelDecoder:
         self._model = model
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
-        self.penalty_last_n = int(getattr(llm, "last_n_tokens_size", 64))
+        self.penalty_last_n = int(llm.last_n_tokens_size)
         self.can_share = not (llama_cpp.llama_model_is_recurrent(model) or llama_cpp.llama_model_is_hybrid(model))
         self.generated_total = 0
         self.prompt_evaluated = 0  # prompt tokens actually run through the model
@@ -184,6 +187,12 @@ class ParallelDecoder:
         self._ctx = None
         self._batch = None
         self._mem = None
+
+    def summary(self) -> str:
+        return (
+            f"parallel: {self.steps} decode steps; prompt tokens: {self.prompt_evaluated} evaluated, "
+            f"{self.prompt_reused} reused from the KV cache (shared prefixes)"
+        )
 
     # --- resources -----------------------------------------------------------------------------
     def _open(self) -> None:
@@ -225,36 +234,33 @@ class ParallelDecoder:
             llama_cpp.llama_sampler_free(slot.sampler)
             slot.sampler = None
 
-    def _make_sampler(
-        self,
-        sampling: SamplingParams,
-        seed: int,
-        grammar: Grammar | None = None,
-        grammar_after: str | None = None,
-        loop_exit: LoopExit | None = None,
-    ):
-        """The chain `Llama._init_sampler` builds, so that one item samples as `Engine.generate` would;
-        each slot gets its own, and so its own grammar state."""
+    def _make_sampler(self, state: SequenceState, prompt: Sequence[int]):
+        """The chain `Engine.generate` samples through, so that one item samples as it would alone;
+        each slot gets its own, and so its own grammar state. After forced tokens a new one is made
+        over the prompt and the reply so far, as `Engine.generate` restarts its stream."""
+        request = state.request
+        reply = state.outcome.generated_ids
         return sampler_chain(
             self._vocab,
             self.n_vocab,
             self.penalty_last_n,
-            sampling,
-            seed,
-            grammar,
-            start_after=grammar_after,
-            loop_exit=loop_exit,
+            request.sampling,
+            state.seed,
+            request.grammar,
+            start_after=grammar_start(self.engine._llm, request.grammar_after, reply),
+            history=list(prompt) + reply,
+            loop_exit=state.reply.loop_exit,
         )
 
     # --- the loop ------------------------------------------------------------------------------
     def run(
         self,
-        items: Iterable[ParallelItem],
+        items: Iterable[QueuedRequest],
         on_done: Callable[[ParallelResult], None],
         on_step: Callable[["ParallelDecoder"], None] | None = None,
     ) -> None:
         """Decode every item; `on_done` gets each result as it finishes; `on_step` after each decode."""
-        queue: Iterator[ParallelItem] = iter(items)
+        queue: Iterator[QueuedRequest] = iter(items)
         slots = [_Slot(i) for i in range(self.n_seq)]
         self._open()
         try:
@@ -271,7 +277,7 @@ class ParallelDecoder:
         finally:
             self._close(slots)
 
-    def _admit(self, slots: list[_Slot], queue: Iterator[ParallelItem], on_done: Callable) -> bool:
+    def _admit(self, slots: list[_Slot], queue: Iterator[QueuedRequest], on_done: Callable) -> bool:
         """Give every free slot the next item. Returns True once the queue is exhausted."""
         for slot in slots:
             while not slot.busy:
@@ -281,12 +287,13 @@ class ParallelDecoder:
                 self._start(slot, item, slots, on_done)
         return False
 
-    def _start(self, slot: _Slot, item: ParallelItem, slots: list[_Slot], on_done: Callable) -> None:
-        prompt = list(item.prompt)
-        seed = item.sampling.seed if item.sampling.seed is not None else random.randrange(1, 2**31)
+    def _start(self, slot: _Slot, item: QueuedRequest, slots: list[_Slot], on_done: Callable) -> None:
+        prompt = list(prompt_ids(item.request.prompt))
         now = time.perf_counter()
-        outcome = GenerationOutcome(prompt_tokens=len(prompt), t_start=now)
-        result = ParallelResult(key=item.key, outcome=outcome, seed=seed, t_submit=now)
+        state = SequenceState(self.engine, item.request, self.n_ctx_per_seq, feeds_steering=True)
+        outcome = state.outcome
+        outcome.t_start = now
+        result = ParallelResult(key=item.key, outcome=outcome, seed=state.seed, t_submit=now)
         if not prompt or len(prompt) >= self.n_ctx_per_seq:
             outcome.finish_reason = "error"
             result.error = (
@@ -297,23 +304,16 @@ class ParallelDecoder:
             result.t_done = now
             on_done(result)
             return
-        room = self.n_ctx_per_seq - len(prompt)
+        if not state.start(now):  # no room for a single token
+            result.t_done = now
+            on_done(result)
+            return
         slot.item = item
         slot.result = result
-        limit = room if item.max_tokens is None else min(item.max_tokens, room)
-        stops = tuple(item.stop_strings) + tuple(item.sampling.stop)
-        slot.reply = reply = ReplyAssembler(
-            self.engine,
-            outcome,
-            limit=limit,
-            stop_strings=stops,
-            markup=item.markup,
-            stop_loops=item.sampling.stop_loops,
-        )
-        slot.fragments = []
+        slot.state = state
         slot.next_token = None
         slot.waiting_on = None
-        slot.sampler = self._make_sampler(item.sampling, seed, item.grammar, item.grammar_after, reply.loop_exit)
+        slot.sampler = self._make_sampler(state, prompt)
 
         if not self.can_share:
             self._clear(slot)
@@ -440,44 +440,33 @@ class ParallelDecoder:
         self._resolve_waits(slots)
 
     def _on_token(self, slot: _Slot, token: int, now: float, on_done: Callable) -> None:
-        """The shared reply rules (`ReplyAssembler`): EOG ends (not counted), stop strings, the limit."""
-        reply = slot.reply
-        assert reply is not None, "a busy slot has its reply"
-        steering = slot.item.steering if slot.item is not None else None
-        before = reply.outcome.generated_tokens
-        forced: Sequence[int] = ()
-        if steering is not None and self.engine.is_end_of_generation(token):
-            forced = steering.forced_tokens(before, ending=True)  # the end token is dropped for them
-        dropped = bool(forced)
-        text = "" if dropped else reply.add(token, now)
-        self._show(slot, steering, text, now)
-        if steering is not None and not forced and not reply.done:
-            forced = steering.forced_tokens(reply.outcome.generated_tokens)
-        if forced:
+        """The shared reply rules and steering (`SequenceState`): EOG ends (not counted), stop
+        strings, the loop stop, the limit, a thinking budget's forced close."""
+        state = slot.state
+        assert state is not None, "a busy slot has its state"
+        before = state.outcome.generated_tokens
+        step = state.on_token(token, now)
+        if not step.dropped and not state.done:
+            step = state.steer(now)
+        if step.forced:
             # Forced tokens (the end of a thinking block) are evaluated after the sampled one, as a
-            # short prefill of this sequence; the next token is sampled after them.
-            self._show(slot, steering, reply.force(forced, now), now)
+            # short prefill of this sequence; the next token is sampled after them. They join the
+            # penalty window as a restarted stream's prompt would (`Engine.generate`).
             slot.next_token = None
-            slot.pending = ([] if dropped else [token]) + list(forced)
-        self.generated_total += reply.outcome.generated_tokens - before
-        if reply.done:
+            slot.pending = ([] if step.dropped else [token]) + list(step.forced)
+            self._free_sampler(slot)
+            slot.sampler = self._make_sampler(state, prompt_ids(state.request.prompt))
+        self.generated_total += state.outcome.generated_tokens - before
+        if state.done:
             self._finish(slot, now, on_done)
-        elif not forced:
+        elif not step.forced:
             slot.next_token = token
 
-    def _show(self, slot: _Slot, steering: ThinkingSteering | None, text: str, now: float) -> None:
-        if text:
-            slot.fragments.append(text)
-            if steering is not None:
-                steering.feed(text, slot.reply.outcome.generated_tokens if slot.reply else 0, now)
-
     def _finish(self, slot: _Slot, now: float, on_done: Callable) -> None:
-        result, reply = slot.result, slot.reply
-        assert result is not None and reply is not None  # only a busy slot finishes
-        tail = reply.tail()
-        if tail:
-            slot.fragments.append(tail)
-        result.text = "".join(slot.fragments)
+        result, state = slot.result, slot.state
+        assert result is not None and state is not None  # only a busy slot finishes
+        state.tail()
+        result.text = state.text()
         result.t_done = now
         self._release(slot)
         on_done(result)
@@ -487,7 +476,7 @@ class ParallelDecoder:
         assert result is not None  # only a busy slot fails
         result.outcome.finish_reason = "error"
         result.error = message
-        result.text = "".join(slot.fragments)
+        result.text = slot.state.text() if slot.state is not None else ""
         result.t_done = now
         self._clear(slot)
         self._release(slot)
@@ -498,11 +487,10 @@ class ParallelDecoder:
         self._free_sampler(slot)
         slot.item = None
         slot.result = None
-        slot.reply = None
+        slot.state = None
         slot.pending = []
         slot.next_token = None
         slot.waiting_on = None
-        slot.fragments = []
 
 
 def context_per_sequence(needed: int, limit: int) -> int:

@@ -1,8 +1,9 @@
 """The rules that turn one sequence's sampled tokens into a reply, and decide when it ends.
 
-One `ReplyAssembler` per sequence, used by both decoding loops: `Generation` (one sequence through
-`Llama.generate`) and `ParallelDecoder` (several sequences in one context). Only how tokens are
-produced differs between the two; what a token means is decided here, once:
+One `ReplyAssembler` per sequence, held by its `SequenceState` (llmchat.engine.driver) in every
+decoding loop: `Generation` (one sequence through `Llama.generate`), `ParallelDecoder` (several
+sequences in one context) and `ServerGeneration` (a llama-server stream of token ids). Only how
+tokens are produced differs; what a token means is decided here, once:
 - an end-of-generation token ends the reply and is not counted or shown;
 - text is decoded incrementally (a multi-byte character may span tokens) and passed through the
   stop-string matcher, which holds back a possible partial stop string;
@@ -45,6 +46,7 @@ class ThinkingSteering(Steering, Protocol):
     the serial one leaves that to its caller, which reads the same text from the events)."""
 
     def feed(self, text: str, generated: int, now: float) -> object: ...
+    def restart(self) -> None: ...  # forget what was fed: the reply starts again (a retry)
 
 
 @dataclass
@@ -63,6 +65,9 @@ class GenerationOutcome:
     draft_accepted: int = 0
     loop_steered: int = 0  # loops closed under a grammar instead of ending the reply (engine.loop_exit)
     generated_ids: list[int] = field(default_factory=list)
+    # A server's own timings (llama-server's `timings`: prompt_ms, cache_n, predicted_per_second...);
+    # None for a local reply, or a server that sends none.
+    server: dict[str, float] | None = None
 
 
 class ReplyAssembler:
@@ -91,8 +96,9 @@ class ReplyAssembler:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.done = False
 
-    def add(self, token: int, now: float) -> str:
-        """Account for one sampled token. Sets `done` (and the finish reason) when the reply ends."""
+    def add(self, token: int, now: float, piece: bytes | None = None) -> str:
+        """Account for one sampled token. Sets `done` (and the finish reason) when the reply ends.
+        `piece`: the token's text as its source gave it (a server's stream), instead of the vocabulary's."""
         interrupts.raise_pending()  # a Ctrl-C that landed in one of llama.cpp's callbacks meanwhile
         outcome = self.outcome
         if outcome.t_first_token is None:
@@ -105,7 +111,8 @@ class ReplyAssembler:
         outcome.t_last_token = now
         outcome.generated_tokens += 1
         outcome.generated_ids.append(token)
-        piece = self.markup.get(token)
+        if piece is None:
+            piece = self.markup.get(token)
         text = self.stops.feed(self._decoder.decode(self.vocab.token_bytes(token) if piece is None else piece))
         if self.stops.stopped:
             self._end("stop")

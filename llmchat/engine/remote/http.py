@@ -12,7 +12,7 @@ in the Authorization header.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from llmchat.engine.remote.failures import from_status, from_transport, stream_error
@@ -103,7 +103,7 @@ class ServerClient:
                 "URL for this kind of server?"
             ) from None
 
-    def stream_events(self, path: str, payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    def stream_events(self, path: str, payload: dict[str, Any]) -> Generator[dict[str, Any], None, None]:
         """POST `payload` and yield each SSE `data:` object until `[DONE]` or the end of the stream.
 
         Closing the generator (the consumer stops early, Ctrl-C) closes the connection, which tells

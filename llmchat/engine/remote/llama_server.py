@@ -20,43 +20,28 @@ server runs with a unified KV cache), not the server's `-c`.
 from __future__ import annotations
 
 import os
-import random
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmchat.engine.driver import SequenceState, common_prefix
+from llmchat.engine.interface import EngineCaps, EngineInfo, GenerateRequest, prompt_ids
 from llmchat.engine.prompt_pieces import PromptPiece, tokens_for_pieces
 from llmchat.engine.reply import GenerationOutcome
 from llmchat.errors import ServerError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
+    from llmchat.engine.grammar import Grammar
     from llmchat.engine.remote import ServerSpec
     from llmchat.engine.remote.http import ServerClient
-    from llmchat.engine.reply import Steering
-    from llmchat.sampling import SamplingParams
 
-# llama-cpp-python's repeat-penalty window (Llama(last_n_tokens_size=64)), so a server reply is
-# sampled with the same penalty as a local one.
+# The repeat penalty's window: llama-server's default, the same as the local engine's (engine.core).
+# The server runs it over the prompt and the reply, and so does the local engine now.
 PENALTY_LAST_N = 64
 # Tokenizations kept: the pieces of a few long conversations. Past this the cache starts afresh.
 _TOKENIZE_CACHE_MAX = 8192
-
-
-@dataclass(frozen=True)
-class RemoteSettings:
-    """The engine settings the session and batch read, for a server (which owns its own)."""
-
-    kv_shift: bool = False  # the server shifts its own cache; llmchat cannot move it
-    batch_size: int = 512
-    lookup: bool = False
-    draft_model: Path | None = None
-    # Read by `/show`; the server decides both (its own -fa and -ctk/-ctv flags).
-    flash_attn: bool = False
-    kv_type: str = "as the server chose"
 
 
 @dataclass
@@ -69,11 +54,10 @@ class RemoteToken:
 
 @dataclass
 class RemoteOutcome(GenerationOutcome):
-    """A `GenerationOutcome` plus what the server measured itself (None when it sends no timings):
-    `prompt_ms`, `prompt_n` (tokens it evaluated), `cache_n` (reused), `predicted_ms`,
-    `predicted_n`, `predicted_per_second`."""
+    """A `GenerationOutcome` plus the server slot that decoded it. (`server`, in the base class,
+    holds what the server measured itself: `prompt_ms`, `prompt_n` (tokens it evaluated), `cache_n`
+    (reused), `predicted_ms`, `predicted_n`, `predicted_per_second`.)"""
 
-    server: dict[str, float] | None = None
     slot: int | None = None
 
 
@@ -113,14 +97,24 @@ def read_props(client: ServerClient) -> ServerFacts:
 class LlamaServerEngine:
     """A llama-server as a `ChatEngine` (llmchat.engine.interface)."""
 
-    remote = True
-    renders_template = False  # llmchat renders it (the server only tokenizes and decodes)
+    batch_size = 512  # the server batches by itself
+    ctx_known = True  # /props says the slot's context
 
     def __init__(self, client: ServerClient, spec: ServerSpec, facts: ServerFacts, metadata: dict[str, str]):
         self.client = client
         self.spec = spec
         self.facts = facts
-        self.settings = RemoteSettings()
+        # llmchat renders the template; the server takes token ids and a GBNF grammar, and returns
+        # the reply's ids, so every reply rule runs on them. It shifts its own cache, if at all.
+        self.caps = EngineCaps(
+            grammar=True,
+            kv_shift=False,
+            disk_cache=False,
+            renders_template=False,
+            token_ids=True,
+            remote=True,
+            slots=facts.total_slots,
+        )
         self.n_ctx = facts.n_ctx
         self.metadata = metadata
         self.bos_text = facts.bos_token
@@ -128,8 +122,13 @@ class LlamaServerEngine:
         self.model_path = f"{spec.shown_url} ({facts.model_path})" if facts.model_path else spec.shown_url
         self.threads = "server"
         self.notices: list[str] = []
+        # What the server answered once, kept: tokenizations, single-token checks, control tokens,
+        # pieces of single tokens, and the end-of-generation tokens seen ending a reply.
         self._tokens: dict[tuple[str, bool], list[int]] = {}
         self._single: dict[str, bool] = {}
+        self._control: dict[int, bool] = {}
+        self._pieces: dict[int, bytes] = {}
+        self.end_tokens: set[int] = set()
         self.bos_id, self.add_bos = self._bos()
         self.slot = self._choose_slot()
         self._slot_tokens: list[int] = []  # what the pinned slot's cache holds, as far as llmchat knows
@@ -157,6 +156,14 @@ class LlamaServerEngine:
             f"server: template and BOS/EOS from {source}; prompts tokenized by the server, sent as token ids",
         ]
         return engine
+
+    @property
+    def info(self) -> EngineInfo:
+        rows = tuple(("server", line, "the server decides its own engine settings") for line in self.notices)
+        return EngineInfo(model_path=self.model_path, rows=rows)
+
+    def check_grammar(self, grammar: Grammar) -> None:
+        """The server parses the grammar with each request and refuses a bad one there (one line)."""
 
     def close(self) -> None:
         self.client.close()
@@ -215,9 +222,28 @@ class LlamaServerEngine:
         return tokens_for_pieces(self, pieces)
 
     def is_control(self, token_id: int) -> bool:
-        """A control token: its text is that single token when special tokens are parsed, and not otherwise."""
-        piece = self.detokenize([token_id])
-        return self.tokenize(piece, special=True) == [token_id] and self.tokenize(piece, special=False) != [token_id]
+        """A control token: its text is that single token when special tokens are parsed, and not
+        otherwise. Asked once per token: every render asks it again for each earlier reply."""
+        known = self._control.get(token_id)
+        if known is None:
+            piece = self.detokenize([token_id])
+            known = self.tokenize(piece, special=True) == [token_id] and self.tokenize(piece, special=False) != [
+                token_id
+            ]
+            self._control[token_id] = known
+        return known
+
+    # --- the vocabulary the reply rules read (engine.reply.Vocabulary) -----------------------------
+    def is_end_of_generation(self, token_id: int) -> bool:
+        """Known once a reply has ended with it (the stream's last token when `stop_type` is eos)."""
+        return token_id in self.end_tokens
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """A token's text, for a token the stream gave without one (a forced token)."""
+        piece = self._pieces.get(token_id)
+        if piece is None:
+            piece = self._pieces[token_id] = self.detokenize([token_id]).encode("utf-8")
+        return piece
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         reply = self.client.post_json("/detokenize", {"tokens": [int(t) for t in tokens]})
@@ -230,62 +256,45 @@ class LlamaServerEngine:
     def cached_prefix(self, prompt: Sequence[int]) -> int:
         """How much of `prompt` the pinned slot should still hold (the server's own count arrives
         with the reply's timings, as `cached_tokens`)."""
-        common = 0
-        for held, new in zip(self._slot_tokens, prompt):
-            if held != new:
-                break
-            common += 1
-        return min(common, max(len(prompt) - 1, 0))
+        return min(common_prefix(self._slot_tokens, prompt), max(len(prompt) - 1, 0))
 
     def shift_out_dropped(self, prompt: Sequence[int]) -> int:
-        return 0  # the server keeps its own cache; `settings.kv_shift` is off so this is not called
+        return 0  # the server keeps its own cache; `caps.kv_shift` is off so this is not called
 
     # --- generation --------------------------------------------------------------------------------
-    def generate(
-        self,
-        prompt: Sequence[int],
-        sampling: SamplingParams,
-        *,
-        max_tokens: int | None,
-        stop_strings: Sequence[str] = (),
-        steering: Steering | None = None,
-        markup: Mapping[int, bytes] | None = None,
-        slot: int | None = None,
-    ) -> ServerGeneration:
-        """Stream a reply. `slot`: the server slot (default: this session's pinned one; -1: any).
-
-        `steering` (a thinking budget's forced tokens) and `markup` cannot act on a server, which
-        samples by itself; a thinking budget is not enforced remotely."""
-        return ServerGeneration(
-            self, list(prompt), sampling, max_tokens, tuple(stop_strings) + tuple(sampling.stop), slot
-        )
+    def generate(self, request: GenerateRequest, *, feeds_steering: bool = False) -> ServerGeneration:
+        """Stream the reply to `request` (its `slot`: None for this session's pinned one, -1 for any).
+        `feeds_steering`: the stream gives the reply text to the thinking budget itself (batch)."""
+        return ServerGeneration(self, request, feeds_steering=feeds_steering)
 
 
 class ServerGeneration:
-    """An iterator of `RemoteToken`s; `outcome` is complete once iteration ends (or is abandoned)."""
+    """An iterator of `RemoteToken`s; `outcome` is complete once iteration ends (or is abandoned).
 
-    def __init__(
-        self,
-        engine: LlamaServerEngine,
-        prompt: list[int],
-        sampling: SamplingParams,
-        max_tokens: int | None,
-        stops: tuple[str, ...],
-        slot: int | None,
-    ):
+    The server samples; the reply rules run here on the token ids it returns (`SequenceState`), as
+    for a local reply: the loop stop ends the stream, and a thinking budget that is spent ends it
+    too, then continues with the forced close through a new request whose prompt is the old one
+    plus the reply so far (`cache_prompt` keeps all of it: only the close is prefilled). A grammar
+    that applies after the thinking block starts the same way, once the block has closed."""
+
+    def __init__(self, engine: LlamaServerEngine, request: GenerateRequest, *, feeds_steering: bool = False):
         self.engine = engine
-        self.prompt = prompt
-        self.sampling = sampling
-        self.max_tokens = max_tokens
-        self.stops = stops
-        self.slot = engine.slot if slot is None else slot
-        self.outcome = RemoteOutcome(prompt_tokens=len(prompt), slot=self.slot)
-        self.seed = sampling.seed if sampling.seed is not None else random.randrange(1, 2**31)
+        self.request = request
+        self.prompt = list(prompt_ids(request.prompt))
+        self.slot = engine.slot if request.slot is None else request.slot
+        self.outcome = RemoteOutcome(prompt_tokens=len(self.prompt), slot=self.slot)
+        self.state = SequenceState(engine, request, engine.n_ctx, self.outcome, feeds_steering=feeds_steering)
+        self.seed = self.state.seed
+        self._held: int | None = None  # a token streamed without text: an end token, or held back
+        self._ids_complete = True  # every sampled token came with its id (see `_reply_ids`)
+        self._received = 0  # token ids received in the current request
+        self._dropped = False  # the last token was an end token replaced by a thinking block's close
+        self._final_seen = False  # the current request's last event (`stop`) has arrived
 
-    def payload(self, limit: int) -> dict[str, Any]:
-        params = self.sampling
-        return {
-            "prompt": self.prompt,  # token ids: the server adds no BOS of its own to these
+    def payload(self, prompt: list[int], limit: int, grammar: Grammar | None) -> dict[str, Any]:
+        params = self.request.sampling
+        body: dict[str, Any] = {
+            "prompt": prompt,  # token ids: the server adds no BOS of its own to these
             "stream": True,
             "cache_prompt": True,
             "id_slot": self.slot,
@@ -297,47 +306,65 @@ class ServerGeneration:
             "repeat_penalty": params.repeat_penalty,
             "repeat_last_n": PENALTY_LAST_N,
             "seed": self.seed,
-            "stop": list(self.stops),
+            "stop": list(self.request.stops),
             "return_tokens": True,
         }
+        if grammar is not None:
+            body["grammar"] = grammar.text
+        return body
 
     def __iter__(self) -> Iterator[RemoteToken]:
-        engine, outcome = self.engine, self.outcome
-        room = engine.n_ctx - len(self.prompt)
-        limit = room if self.max_tokens is None else min(self.max_tokens, room)
+        engine, state, outcome = self.engine, self.state, self.outcome
         pinned = self.slot == engine.slot
         outcome.cached_tokens = engine.cached_prefix(self.prompt) if pinned else 0
-        outcome.t_start = time.perf_counter()
-        outcome.finish_reason = "interrupted"  # until the server says how it ended
-        if limit <= 0:
-            outcome.finish_reason = "length"
+        if not state.start(time.perf_counter()):
             return
-        finished = False
+        request = self.request
+        after = request.grammar_after if request.grammar is not None else None
         try:
-            for event in engine.client.stream_events("/completion", self.payload(limit)):
-                now = time.perf_counter()
-                tokens = [int(t) for t in event.get("tokens") or []]
-                text = event.get("content") or ""
-                if tokens and outcome.t_first_token is None:
-                    outcome.t_first_token = now
-                outcome.generated_ids += tokens
-                if text:
-                    if outcome.t_first_shown is None:
-                        outcome.t_first_shown = now
-                    outcome.t_last_token = now
-                if event.get("stop"):
-                    finished = True
-                    self._final(event, now)
-                else:
-                    outcome.generated_tokens = int(event.get("tokens_predicted") or len(outcome.generated_ids))
-                if text:
-                    yield RemoteToken(text, tokens[-1] if tokens else -1)
-            if not finished:
-                raise ServerError(
-                    f"{engine.spec.shown_url} ended the stream before the reply was finished (after "
-                    f"{outcome.generated_tokens} tokens); check the server's log, then try again",
-                    retriable=True,
-                )
+            while True:
+                grammar = request.grammar if after is None else None
+                prompt = self.prompt + self._reply_ids()
+                limit = state.limit - outcome.generated_tokens
+                restart = False
+                self._received = 0
+                self._final_seen = False
+                events = engine.client.stream_events("/completion", self.payload(prompt, limit, grammar))
+                try:
+                    for event in events:
+                        yield from self._event(event)
+                        if state.done:
+                            if self._final_seen or outcome.finish_reason not in ("stop", "length"):
+                                break  # ended here (the loop stop): the closed connection stops the server
+                            continue  # the server ends there too: its last event brings its timings
+                        if self._dropped:
+                            restart = True  # the close replaced an end token: continue after it
+                            break
+                        step = state.steer(time.perf_counter())
+                        if step.forced:
+                            if step.text:
+                                yield RemoteToken(step.text, -1)
+                            restart = True
+                            break
+                        if after is not None and after in state.text():
+                            after = None  # the thinking block closed: the grammar applies from here
+                            restart = True
+                            break
+                finally:
+                    events.close()  # a reply ended here: the server stops at the closed connection
+                if not restart:
+                    if not state.done:
+                        raise ServerError(
+                            f"{engine.spec.shown_url} ended the stream before the reply was finished (after "
+                            f"{outcome.generated_tokens} tokens); check the server's log, then try again",
+                            retriable=True,
+                        )
+                    break
+                if state.done:
+                    break
+            tail = state.tail()
+            if tail:
+                yield RemoteToken(tail, -1)
         finally:
             if pinned:
                 # What the slot holds now: the prompt and the reply so far (the server stops at the
@@ -345,21 +372,61 @@ class ServerGeneration:
                 engine._slot_tokens = self.prompt + outcome.generated_ids
             engine.last_outcome = outcome
 
+    def _reply_ids(self) -> list[int]:
+        """The reply so far as token ids, for a request that continues it. The server's stream
+        leaves out the id of a token that ends inside a UTF-8 character (it sends nothing until the
+        character is whole); then the reply's text is tokenized instead."""
+        ids = self.outcome.generated_ids
+        if self._ids_complete or not ids:
+            return list(ids)
+        return self.engine.tokenize(self.engine.detokenize(ids), special=True)
+
+    def _event(self, event: dict[str, Any]) -> Iterator[RemoteToken]:
+        """One streamed event through the reply rules. A token that came without text may be the
+        end token; it is judged when the next event says whether the reply ended there."""
+        engine = self.engine
+        now = time.perf_counter()
+        self._dropped = False
+        tokens = [int(t) for t in event.get("tokens") or []]
+        text = str(event.get("content") or "")
+        final = bool(event.get("stop"))
+        if final and event.get("stop_type") == "eos" and self._held is not None:
+            engine.end_tokens.add(self._held)
+        if self._held is not None:
+            held, self._held = self._held, None
+            yield from self._token(held, b"", now)
+        self._received += len(tokens)
+        predicted = event.get("tokens_predicted")
+        if isinstance(predicted, int) and predicted > self._received:
+            self._ids_complete = False  # a token ended inside a character: its id never came
+        for index, token in enumerate(tokens):
+            last = index == len(tokens) - 1
+            if last and not text and not final and token not in engine.end_tokens:
+                self._held = token  # no text: perhaps the end token (the next event tells)
+                break
+            yield from self._token(token, text.encode("utf-8") if last else b"", now)
+        if final:
+            self._final_seen = True
+            self._final(event, now)
+
+    def _token(self, token: int, piece: bytes, now: float) -> Iterator[RemoteToken]:
+        if self.state.done or self._dropped:
+            return
+        step = self.state.on_token(token, now, piece)
+        if step.dropped:
+            self._dropped = True  # an end token inside a budgeted thinking block: the close instead
+        if step.text:
+            yield RemoteToken(step.text, -1 if step.dropped else token)
+
     def _final(self, event: dict[str, Any], now: float) -> None:
-        outcome = self.outcome
-        stop_type = event.get("stop_type")
-        outcome.finish_reason = "length" if stop_type == "limit" else "stop"
+        """The server ended the reply itself (an end token, a stop string, its limit)."""
+        state, outcome = self.state, self.outcome
+        if not state.done and not self._dropped:
+            state.end_of_stream()
+            outcome.finish_reason = "length" if event.get("stop_type") == "limit" else "stop"
         timings = event.get("timings")
         if isinstance(timings, dict):
             outcome.server = {k: float(v) for k, v in timings.items() if isinstance(v, (int, float))}
             outcome.cached_tokens = int(timings.get("cache_n", outcome.cached_tokens))
-            outcome.generated_tokens = int(timings.get("predicted_n", outcome.generated_tokens))
-        else:
-            outcome.generated_tokens = int(event.get("tokens_predicted") or len(outcome.generated_ids))
-        if stop_type == "eos" and outcome.generated_ids:
-            # The server streams and counts the end-of-generation token; the local engine does
-            # neither (engine.reply), and the reply's ids must spell the reply for exact reuse.
-            outcome.generated_ids.pop()
-            outcome.generated_tokens = max(0, outcome.generated_tokens - 1)
         if outcome.t_last_token is None and outcome.generated_tokens:
             outcome.t_last_token = now

@@ -2,9 +2,9 @@
 
 Such a server renders the chat template itself, so llmchat sends messages, not token ids:
 - the session still "renders" a prompt, with a stand-in template that writes the messages as JSON
-  (`SERVER_TEMPLATE`); `prompt_tokens` reads them back into a `ChatPrompt`, a list as long as the
-  prompt's token count (each id is a placeholder), which carries the messages. So budgeting and
-  trimming run unchanged against the server's limit. The count is exact where the server can
+  (`SERVER_TEMPLATE`); `prompt_tokens` reads them back into `ChatMessages` (llmchat.engine.interface),
+  the messages and their token count, which is what budgeting and trimming read (`len`): they run
+  unchanged against the server's limit. The count is exact where the server can
   count a chat (vLLM's `POST /tokenize` with messages), counted per message where it can count
   text (llama_cpp.server's `/extras/tokenize/count`), and otherwise estimated on the high side;
 - replies stream from `POST /v1/chat/completions` with `stream_options.include_usage` (and vLLM's
@@ -19,27 +19,30 @@ Such a server renders the chat template itself, so llmchat sends messages, not t
 from __future__ import annotations
 
 import json
-import random
 import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from llmchat.engine.driver import draw_seed, reply_limit
+from llmchat.engine.interface import ChatMessages, EngineCaps, EngineInfo, GenerateRequest
 from llmchat.engine.prompt_pieces import PromptPiece
-from llmchat.engine.remote.llama_server import RemoteOutcome, RemoteSettings, RemoteToken
-from llmchat.errors import ServerError
+from llmchat.engine.remote.llama_server import RemoteOutcome, RemoteToken
+from llmchat.errors import ServerError, UsageError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
+    from llmchat.engine.grammar import Grammar
     from llmchat.engine.remote import ServerSpec
     from llmchat.engine.remote.http import ServerClient
-    from llmchat.engine.reply import Steering
-    from llmchat.sampling import SamplingParams
 
 # The stand-in chat template: the messages as JSON, for the server to render (see the docstring).
 SERVER_TEMPLATE = '{{ {"messages": messages, "add_generation_prompt": add_generation_prompt} | tojson }}'
 # When the server does not say its context: Ollama's default window, and a common serving size.
 ASSUMED_CTX = 4096
+# Said once per session (--verbose, and as a warning when --thinking-budget asks for what it cannot do).
+STEERING_NOTICE = (
+    "server: an OpenAI-compatible server returns text, not token ids: the loop stop and --thinking-budget "
+    "cannot act on its replies (llama-server can)"
+)
 # Per-message overhead of chat markup (role markers, separators) when counting message by message.
 _MESSAGE_OVERHEAD = 8
 # Ways to ask for usage in a stream, best first; the first the server accepts is kept.
@@ -50,28 +53,22 @@ _STREAM_OPTIONS: tuple[dict[str, Any] | None, ...] = (
 )
 
 
-class ChatPrompt(list[int]):
-    """A prompt for a server that renders its own template: `messages` to send, and, as the list
-    itself, one placeholder id per counted token (its length is what budgets read)."""
-
-    def __init__(self, messages: list[dict[str, str]], add_generation_prompt: bool, count: int):
-        super().__init__([0] * count)
-        self.messages = messages
-        self.add_generation_prompt = add_generation_prompt
-
-
 class OpenAICompatEngine:
-    """An OpenAI-compatible server as a `ChatEngine` (llmchat.engine.interface)."""
+    """An OpenAI-compatible server as a `ChatEngine` (llmchat.engine.interface).
 
-    remote = True
-    renders_template = True
+    It renders its own template and returns text, not token ids: no grammar, and none of the reply
+    rules that read ids (the loop stop, a thinking budget) can act on it (`STEERING_NOTICE`)."""
+
+    caps = EngineCaps(
+        grammar=False, kv_shift=False, disk_cache=False, renders_template=True, token_ids=False, remote=True
+    )
+    batch_size = 512  # the server batches by itself
 
     def __init__(self, client: ServerClient, spec: ServerSpec, *, kind: str, model: str, n_ctx: int, ctx_known: bool):
         self.client = client
         self.spec = spec
         self.kind = kind
         self.model = model
-        self.settings = RemoteSettings()
         self.n_ctx = n_ctx
         self.ctx_known = ctx_known
         self.metadata: dict[str, str] = {"general.name": model}
@@ -108,11 +105,23 @@ class OpenAICompatEngine:
         engine = cls(client, spec, kind=kind, model=model, n_ctx=n_ctx or ASSUMED_CTX, ctx_known=n_ctx is not None)
         engine.notices.append(f"server: {spec.shown_url} ({kind}, OpenAI-compatible), model {model}")
         engine.notices.append(f"server: the server renders the chat template ({engine.template_detail})")
+        engine.notices.append(STEERING_NOTICE)
         if n_ctx is None:
             engine.notices.append(
                 f"server: the context size is not reported; assuming {ASSUMED_CTX} tokens (set it with --ctx)"
             )
         return engine
+
+    @property
+    def info(self) -> EngineInfo:
+        rows = tuple(("server", line, "the server decides its own engine settings") for line in self.notices)
+        return EngineInfo(model_path=self.model_path, rows=rows, template_detail=self.template_detail)
+
+    def check_grammar(self, grammar: Grammar) -> None:
+        raise UsageError(
+            f"{grammar.source.split(' ')[0]}: {self.spec.shown_url} is an OpenAI-compatible server, which takes no "
+            "grammar; use a local model or llama-server"
+        )
 
     def close(self) -> None:
         self.client.close()
@@ -145,12 +154,12 @@ class OpenAICompatEngine:
     def shift_out_dropped(self, prompt: Sequence[int]) -> int:
         return 0
 
-    def prompt_tokens(self, pieces: Sequence[PromptPiece]) -> ChatPrompt:
+    def prompt_tokens(self, pieces: Sequence[PromptPiece]) -> ChatMessages:
         """The messages the stand-in template wrote, with their token count."""
         data = json.loads("".join(piece[0] for piece in pieces))
         messages = [{"role": str(m["role"]), "content": str(m["content"])} for m in data["messages"]]
         add_generation_prompt = bool(data.get("add_generation_prompt", True))
-        return ChatPrompt(messages, add_generation_prompt, self.count(messages, add_generation_prompt))
+        return ChatMessages(messages, add_generation_prompt, self.count(messages, add_generation_prompt))
 
     def count(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> int:
         if not messages:
@@ -181,22 +190,14 @@ class OpenAICompatEngine:
         return int(reply["count"])
 
     # --- generation --------------------------------------------------------------------------------
-    def generate(
-        self,
-        prompt: Sequence[int],
-        sampling: SamplingParams,
-        *,
-        max_tokens: int | None,
-        stop_strings: Sequence[str] = (),
-        steering: Steering | None = None,
-        markup: Mapping[int, bytes] | None = None,
-        slot: int | None = None,
-    ) -> ChatGeneration:
-        if not isinstance(prompt, ChatPrompt):
+    def generate(self, request: GenerateRequest, *, feeds_steering: bool = False) -> ChatGeneration:
+        """Stream the reply to a messages prompt. `feeds_steering` is accepted for the shape's sake:
+        nothing here can steer a reply the server samples and renders."""
+        if not isinstance(request.prompt, ChatMessages):
             raise ServerError(
                 f"{self.spec.shown_url} renders its own chat template: it takes messages, not a token prompt"
             )
-        return ChatGeneration(self, prompt, sampling, max_tokens, tuple(stop_strings) + tuple(sampling.stop))
+        return ChatGeneration(self, request, request.prompt)
 
 
 def _ollama_ctx(client: ServerClient, model: str) -> int | None:
@@ -215,21 +216,14 @@ def _ollama_ctx(client: ServerClient, model: str) -> int | None:
 class ChatGeneration:
     """An iterator of `RemoteToken`s from /v1/chat/completions; `outcome` is complete once it ends."""
 
-    def __init__(
-        self,
-        engine: OpenAICompatEngine,
-        prompt: ChatPrompt,
-        sampling: SamplingParams,
-        max_tokens: int | None,
-        stops: tuple[str, ...],
-    ):
+    def __init__(self, engine: OpenAICompatEngine, request: GenerateRequest, prompt: ChatMessages):
         self.engine = engine
         self.prompt = prompt
-        self.sampling = sampling
-        self.max_tokens = max_tokens
-        self.stops = stops
+        self.sampling = request.sampling
+        self.max_tokens = request.max_tokens
+        self.stops = request.stops
         self.outcome = RemoteOutcome(prompt_tokens=len(prompt))
-        self.seed = sampling.seed if sampling.seed is not None else random.randrange(1, 2**31)
+        self.seed = draw_seed(request.sampling)
         self.usage_seen = False
 
     def payload(self, limit: int, stream_options: dict[str, Any] | None) -> dict[str, Any]:
@@ -271,8 +265,7 @@ class ChatGeneration:
 
     def __iter__(self) -> Iterator[RemoteToken]:
         engine, outcome = self.engine, self.outcome
-        room = engine.n_ctx - len(self.prompt)
-        limit = room if self.max_tokens is None else min(self.max_tokens, room)
+        limit = reply_limit(engine.n_ctx, len(self.prompt), self.max_tokens)
         outcome.t_start = time.perf_counter()
         outcome.finish_reason = "interrupted"
         if limit <= 0:

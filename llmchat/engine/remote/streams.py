@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from llmchat.engine.remote.llama_server import LlamaServerEngine, RemoteOutcome
+from llmchat.engine.remote.llama_server import RemoteOutcome
 from llmchat.errors import LlmchatError, ServerError
 
 if TYPE_CHECKING:
+    from llmchat.engine.interface import QueuedRequest
+    from llmchat.engine.remote.llama_server import LlamaServerEngine
     from llmchat.engine.remote.openai_compat import OpenAICompatEngine
-    from llmchat.sampling import SamplingParams
 
 # Seconds to wait before each retry; after the last, the item fails with the server's message.
 RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)
@@ -45,17 +46,6 @@ def with_retries(attempt: Callable[[], Any], *, cancelled: threading.Event | Non
         else:
             time.sleep(delay)
     raise AssertionError("unreachable")
-
-
-@dataclass
-class StreamItem:
-    """One prompt to complete (the fields of `engine.parallel.ParallelItem` that a server needs)."""
-
-    key: Any
-    prompt: Sequence[int]
-    sampling: SamplingParams
-    max_tokens: int | None = None
-    stop_strings: tuple[str, ...] = ()
 
 
 @dataclass
@@ -82,25 +72,26 @@ class ConcurrentStreams:
         self.retries = 0
         self._lock = threading.Lock()
         self._cancel = threading.Event()
-        slots = engine.facts.total_slots if isinstance(engine, LlamaServerEngine) else 0
+        slots = engine.caps.slots
         # Worker i keeps slot i when the server has enough; otherwise the server picks an idle one.
         self._slots = list(range(self.n)) if slots >= self.n else [-1] * self.n
         self._free_workers = list(range(self.n))
 
-    def _complete(self, item: StreamItem, worker: int) -> StreamResult:
+    def summary(self) -> str:
+        return f"parallel: {self.n} concurrent streams, {self.retries} requests retried (server busy or connection dropped)"
+
+    def _complete(self, item: QueuedRequest, worker: int) -> StreamResult:
         result = StreamResult(item.key, RemoteOutcome(), t_submit=time.perf_counter())
 
         def attempt() -> None:
             if self._cancel.is_set():
                 raise KeyboardInterrupt
             result.attempts += 1
-            generation = self.engine.generate(
-                item.prompt,
-                item.sampling,
-                max_tokens=item.max_tokens,
-                stop_strings=item.stop_strings,
-                slot=self._slots[worker],
-            )
+            if item.request.steering is not None:
+                item.request.steering.restart()  # a retried item's thinking starts again
+            request = replace(item.request, slot=self._slots[worker])
+            # Nobody reads these events but this worker: the stream feeds the thinking budget itself.
+            generation = self.engine.generate(request, feeds_steering=True)
             result.seed = generation.seed
             result.outcome = generation.outcome
             fragments: list[str] = []
@@ -124,7 +115,7 @@ class ConcurrentStreams:
 
     def run(
         self,
-        work: list[StreamItem],
+        work: list[QueuedRequest],
         on_done: Callable[[StreamResult], None],
         on_step: Callable[[ConcurrentStreams], None] | None = None,
     ) -> None:

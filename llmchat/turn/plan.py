@@ -1,0 +1,80 @@
+"""What a prepared turn is: conversation and sampling in, a turn ready to decode out (the session's
+`prepare` builds it), and the model facts a plan is rendered with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from llmchat.chat_template import facts_from_metadata
+from llmchat.errors import ContextOverflowError
+
+if TYPE_CHECKING:
+    from llmchat.chat_template import ModelFacts
+    from llmchat.conversation import Budget, Conversation, FitResult
+    from llmchat.engine.interface import ChatEngine, Prompt
+    from llmchat.engine.kv_store import Restored
+    from llmchat.reasoning import ThinkingTracker
+    from llmchat.sampling import SamplingParams
+    from llmchat.structured import StructuredOutput
+
+
+@dataclass
+class PreparedTurn:
+    """A turn ready to decode: its prompt, fitted to the budget, and what ends its reply."""
+
+    user: str
+    conversation: Conversation
+    sampling: SamplingParams
+    budget: Budget
+    fit: FitResult
+    stop_strings: tuple[str, ...]  # the template's; the engine adds the sampling's own
+    t_submit: float
+    starts_thinking: bool = False  # the generation prompt leaves a thinking block open (<think>)
+    structured: StructuredOutput | None = None  # what the reply is held to (--schema, a batch item's own)
+    restored: Restored | None = None  # what the KV cache on disk gave this turn
+    # A reasoning model's thinking as it streams, with its budget: the request's steering
+    # (`ChatSession.request_for`), fed by whoever reads the reply's text.
+    tracker: ThinkingTracker | None = None
+    markup: dict[int, bytes] | None = None  # the format's control-token markers, shown as text
+
+    @property
+    def prompt(self) -> Prompt:
+        return self.fit.prompt_tokens
+
+
+class EngineVocabulary:
+    """The loaded model's vocabulary, seen the way `facts_from_metadata` asks about it."""
+
+    def __init__(self, engine: ChatEngine):
+        self.engine = engine
+
+    def __contains__(self, text: object) -> bool:
+        return isinstance(text, str) and self.engine.has_single_token(text)
+
+
+def model_facts(engine: ChatEngine) -> ModelFacts:
+    """What template resolution knows about a loaded model: the same builder `template show` uses
+    on the GGUF file (`facts_from_metadata`), asked through the engine's tokenizer."""
+    return facts_from_metadata(
+        engine.metadata, EngineVocabulary(engine), bos_token=engine.bos_text, eos_token=engine.eos_text
+    )
+
+
+def check_message_size(engine: ChatEngine, user_text: str, budget: Budget) -> None:
+    """Refuse a message that certainly cannot fit, before rendering or tokenizing it.
+
+    Pasting a 10 MB file would otherwise be rendered by the template (whose size limits would then
+    blame the template) and tokenized several times (seconds each) only to fail. Only a certain
+    bound is used (`min_tokens`); anything closer is left to the exact count in `fit_to_context`."""
+    if len(user_text) <= budget.prompt_limit:
+        return  # the bound cannot exceed the limit here (at most one token per 4 bytes)
+    at_least = engine.min_tokens(user_text)
+    if at_least is not None and at_least > budget.prompt_limit:
+        raise ContextOverflowError(
+            f"the message cannot fit: it is {len(user_text.encode('utf-8', errors='replace')):,} bytes, at least "
+            f"{at_least:,} tokens, but the context of {budget.n_ctx:,} holds at most {budget.prompt_limit:,} with "
+            f"{budget.reply_reserve:,} kept for the reply; raise --ctx or shorten the message",
+            prompt_tokens=at_least,
+            limit=budget.prompt_limit,
+        )
