@@ -64,6 +64,8 @@ def validate_options(opts: RunOptions) -> None:
         preset_values(opts.preset)
     if opts.lookup and opts.draft_model is not None:
         raise UsageError("--lookup and --draft-model are two kinds of drafting; choose one")
+    if (opts.lookup or opts.draft_model is not None) and opts.batch_size < 2:
+        raise UsageError("speculative decoding verifies drafts in one batch; give --batch-size 2 or more")
     if opts.draft_model is not None and not opts.draft_model.is_file():
         raise UsageError(f"--draft-model {opts.draft_model} is not a file; pass a .gguf path")
     sampling_flags(opts)  # validates the sampling values

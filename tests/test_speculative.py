@@ -117,6 +117,29 @@ def test_lookup_on_a_prompt_longer_than_one_batch(ask):
     assert drafted["stats"]["prompt_tokens"] > 16
 
 
+def test_drafts_never_outgrow_one_batch(ask):
+    """A verification batch (the last token and its drafts) is one decode: with --batch-size 4 the
+    drafts are capped at 3 (lookup would draft up to 16 on this copy task), and the reply is still
+    the plain greedy one."""
+    small_batch = ("--batch-size", "4")
+    drafted = ask("copy", *small_batch, "--lookup")
+    assert drafted["reply"] == ask("copy", *small_batch)["reply"]
+    assert drafted["stats"]["draft_accepted"] > 0
+
+
+def test_drafting_needs_a_batch_of_two(smollm2_path, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "llmchat", "ask", "-m", str(smollm2_path), "--lookup", "--batch-size", "1", "hi"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, LLMCHAT_HOME=str(tmp_path)),
+        stdin=subprocess.DEVNULL,
+        timeout=SUBPROCESS_TIMEOUT_S,
+    )
+    assert result.returncode == 2 and not result.stdout
+    assert result.stderr.startswith("llmchat: error: ") and "--batch-size 2" in result.stderr
+
+
 def test_drafting_keeps_no_per_token_logits(smollm2_path):
     """With a drafter set, the library would keep an n_ctx × n_vocab float array of logits and
     fill one row per evaluated token (about 200 KB per token on SmolLM2). llmchat's drafting model

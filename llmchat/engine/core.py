@@ -12,7 +12,7 @@ import contextlib
 import ctypes
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Generator, Iterator, Sequence
 
@@ -198,6 +198,11 @@ class Engine:
         threads = settings.threads or physical_cores()
 
         drafter: PromptLookupDrafter | DraftModelDrafter | None = None
+        if (settings.lookup or settings.draft_model) and settings.draft_tokens >= settings.batch_size:
+            # The verification batch (the last token and the drafts) must be one decode: llama.cpp
+            # counts a sampling index back from the outputs of the last decode only, so a batch
+            # split in two would sample from a row it no longer has (GGML_ASSERT, abort).
+            settings = replace(settings, draft_tokens=max(1, settings.batch_size - 1))
         if settings.lookup:
             drafter = PromptLookupDrafter(settings.draft_tokens)
         elif settings.draft_model:

@@ -93,8 +93,9 @@ class DraftModelDrafter(LlamaDraftModel):
     The draft model keeps its own KV cache and only evaluates what is new since its last call.
     Its picks follow the main model's greedy choice as closely as it can: the same repeat
     penalty over the same history. The main model's penalty sampler is created for each reply
-    and remembers the last `penalty_last_n` tokens it sampled (the prompt is not in it), so the
-    drafter applies the penalty to the reply so far plus its own drafts. Without that, every
+    and its window holds the last `penalty_last_n` tokens of prompt and reply (as on
+    llama-server; engine.parallel's `sampler_chain`), so the drafter applies the penalty to the
+    same last tokens plus its own drafts. Without that, every
     place where the penalty changes the main model's pick rejects the draft (acceptance fell
     from 94% to 77% at the default 1.1 in a self-draft test).
     """
@@ -103,13 +104,12 @@ class DraftModelDrafter(LlamaDraftModel):
         self.draft = draft
         self.length = DraftLength(max_tokens)
         self.penalty_last_n = penalty_last_n
-        self.reply_start = 0
         self.repeat_penalty = 1.0
         self._vocab = llama_cpp.llama_model_get_vocab(draft._model.model)
         self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
 
     def start_reply(self, prompt_length: int, repeat_penalty: float) -> None:
-        self.reply_start = prompt_length
+        del prompt_length  # the penalty window spans the prompt too (see the class docstring)
         self.repeat_penalty = repeat_penalty
         self.length.reset()
 
@@ -132,7 +132,7 @@ class DraftModelDrafter(LlamaDraftModel):
             common = 0
         draft.n_tokens = common
         draft.eval(ids[common:])
-        history = ids[self.reply_start :][-self.penalty_last_n :] if self.penalty_last_n else []
+        history = ids[-self.penalty_last_n :] if self.penalty_last_n > 0 else []
         drafted: list[int] = []
         while True:
             logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(draft._ctx.ctx, -1), shape=(self._n_vocab,))
