@@ -59,23 +59,36 @@ def ask_once(model: str | None, tokens: int, threads: int, repeat_penalty: float
 
 
 def bare_loop(llm, prompt_tokens: list[int], tokens: int, repeat_penalty: float) -> tuple[float, list[int]]:
-    """The minimal loop: llama-cpp-python's own generate(), greedy with the same repeat penalty,
-    timed first to last token, ending at an end-of-generation token or `tokens`."""
+    """The minimal loop, on llama.cpp's own API: evaluate the prompt, then sample greedily through
+    a sampler chain of the repeat penalty and greedy, evaluate the token, repeat. The penalty's
+    window is primed with the prompt's last 64 tokens, as llama-server does and llmchat does.
+    Timed first to last token, ending at an end-of-generation token or `tokens`."""
     import llama_cpp
 
     vocab = llama_cpp.llama_model_get_vocab(llm._model.model)
+    chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+    llama_cpp.llama_sampler_chain_add(
+        chain, llama_cpp.llama_sampler_init_penalties(llm._n_vocab, 64, repeat_penalty, 0.0, 0.0)
+    )
+    llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
+    for token in prompt_tokens[-64:]:
+        llama_cpp.llama_sampler_accept(chain, token)
     llm.reset()
+    llm.eval(prompt_tokens)
     first = last = 0.0
     ids: list[int] = []
-    for token in llm.generate(prompt_tokens, temp=0.0, top_k=1, repeat_penalty=repeat_penalty):
-        if llama_cpp.llama_vocab_is_eog(vocab, token):
-            break
-        now = time.perf_counter()
-        first = first or now
-        last = now
-        ids.append(token)
-        if len(ids) >= tokens:
-            break
+    try:
+        while len(ids) < tokens:
+            token = llama_cpp.llama_sampler_sample(chain, llm._ctx.ctx, -1)  # also accepts it
+            if llama_cpp.llama_vocab_is_eog(vocab, token):
+                break
+            now = time.perf_counter()
+            first = first or now
+            last = now
+            ids.append(token)
+            llm.eval([token])
+    finally:
+        llama_cpp.llama_sampler_free(chain)
     return ((len(ids) - 1) / (last - first) if len(ids) > 1 and last > first else 0.0), ids
 
 

@@ -40,10 +40,20 @@ def server(smollm2_path, tmp_path_factory):
     started.stop()
 
 
-def both(cli, smollm2_path: Path, server, *args: str) -> tuple[dict, dict]:
+@pytest.fixture(scope="module")
+def server_with_flash_attn(smollm2_path, tmp_path_factory):
+    """A server computing attention as a local `--flash-attn on` does (its last `-fa` wins)."""
+    started = harness.start_llama_server(
+        smollm2_path, tmp_path_factory.mktemp("parity-fa-logs"), slots=1, ctx=CTX, extra=["-fa", "on"]
+    )
+    yield started
+    started.stop()
+
+
+def both(cli, smollm2_path: Path, server, *args: str, local_flags: tuple[str, ...] = ()) -> tuple[dict, dict]:
     """The record of one `ask --json` in this process and on the server."""
     common = ("--json", "--no-history", "--temp", "0", "--seed", "1", *args)
-    local = cli("ask", "-m", str(smollm2_path), "--ctx", str(CTX), *common)
+    local = cli("ask", "-m", str(smollm2_path), "--ctx", str(CTX), *local_flags, *common)
     remote = cli("ask", "--server", server.url, *common)
     assert local.returncode in (0, 5), local.stderr
     assert remote.returncode == local.returncode, remote.stderr
@@ -64,10 +74,17 @@ def test_the_default_repeat_penalty_gives_the_same_greedy_reply(cli, smollm2_pat
     assert local["reply"].strip()
 
 
-def test_a_loop_is_stopped_the_same_way_on_the_server(cli, smollm2_path, server):
-    # SmolLM2 falls into a short loop here within about 50 tokens (the cap is far above that).
+def test_a_loop_is_stopped_the_same_way_on_the_server(cli, smollm2_path, server_with_flash_attn):
+    # With flash attention on, SmolLM2 falls into a short loop here within about 50 tokens (the cap
+    # is far above that); with it off, the greedy reply happens to count upwards instead.
     local, remote = both(
-        cli, smollm2_path, server, "-n", "200", "Write the word cat one hundred times, separated by spaces."
+        cli,
+        smollm2_path,
+        server_with_flash_attn,
+        "-n",
+        "200",
+        "Write the word cat one hundred times, separated by spaces.",
+        local_flags=("--flash-attn", "on"),
     )
     assert local["finish_reason"] == "loop" and local["stats"]["generated_tokens"] < 200, local
     assert_same(local, remote)

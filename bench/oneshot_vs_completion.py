@@ -1,0 +1,147 @@
+"""One-shot `llmchat ask` against llama.cpp's own `llama-completion`, exec to exit, side by side.
+
+Both sides do the same work: the same model, the same rendered prompt (ask's ChatML render of
+SmolLM2's template, passed to llama-completion as text with its special tokens parsed), the same
+context size, threads, batch size and flash-attention setting (the one ask's `auto` picks, read
+from a first --json run), greedy with the repeat penalty off, the same number of generated tokens
+(the replies are compared; the script stops if they differ). llama-completion runs without its
+warm-up pass (ask has none) and prints neither the prompt nor a conversation prompt.
+
+Measured per run: wall time from exec to exit, and peak RSS (the child's own ru_maxrss, from
+wait4). Rounds alternate which side goes first; the ratios are ask / llama-completion, reported as
+medians over the rounds with the min-max spread. Every run is in the results file.
+
+    python bench/oneshot_vs_completion.py LLAMA_COMPLETION [--reps 9] [--tokens 64]
+           [--out bench/results/oneshot_vs_completion.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PROMPT = "Write a detailed essay on the history of Rome."
+SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+CTX = 2048
+BATCH = 512
+MIN_REPS = 5
+
+
+def run_measured(argv: list[str], env: dict[str, str]) -> tuple[float, float, str, str]:
+    """(wall seconds, peak RSS MiB, stdout, stderr) of one child, reaped with wait4 for its own
+    peak RSS (RUSAGE_CHILDREN would give the largest child so far)."""
+    out_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"oneshot-{os.getpid()}.out"
+    err_path = out_path.with_suffix(".err")
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        began = time.perf_counter()
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - began
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    stdout, stderr = out_path.read_text(errors="replace"), err_path.read_text(errors="replace")
+    out_path.unlink()
+    err_path.unlink()
+    if proc.returncode != 0:
+        sys.exit(f"{argv[0]} failed ({proc.returncode}): {stderr[-400:]}")
+    return wall, usage.ru_maxrss / 1024, stdout, stderr
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("completion", type=Path, help="llama.cpp's llama-completion binary")
+    parser.add_argument("--reps", type=int, default=9)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).resolve().parent / "results" / "oneshot_vs_completion.md"
+    )
+    args = parser.parse_args()
+    if args.reps < MIN_REPS:
+        parser.error(f"--reps must be at least {MIN_REPS}")
+
+    from llmchat.engine import physical_cores
+    from llmchat.models.resolve import bundled_default_model
+
+    model = str(bundled_default_model())
+    threads = physical_cores()
+    env = dict(os.environ, LLMCHAT_HOME=os.environ.get("LLMCHAT_HOME", "/tmp/oneshot-bench-home"))
+    common = ["--temperature", "0", "--repeat-penalty", "1", "--no-loop-stop", "--max-tokens", str(args.tokens)]
+    ask_argv = [
+        sys.executable, "-m", "llmchat", "ask", "--no-history", "-m", model, "--ctx", str(CTX), "--threads",
+        str(threads), "--batch-size", str(BATCH), *common,
+    ]  # fmt: skip
+    probe = json.loads(
+        subprocess.run([*ask_argv, "--json", PROMPT], capture_output=True, text=True, env=env, check=True).stdout
+    )
+    flash_attn = "on" if probe["stats"]["flash_attn"] else "off"
+    rendered = f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{PROMPT}<|im_end|>\n<|im_start|>assistant\n"
+    completion_argv = [
+        str(args.completion), "-m", model, "-p", rendered, "-n", str(args.tokens), "-c", str(CTX), "-b", str(BATCH),
+        "-ub", str(BATCH), "-t", str(threads), "-fa", flash_attn, "--temp", "0", "--repeat-penalty", "1",
+        "--no-warmup", "--no-display-prompt", "-no-cnv", "--simple-io", "--seed", "1",
+    ]  # fmt: skip
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load_before = os.getloadavg()[0]
+    raw: list[str] = []
+    walls: list[tuple[float, float]] = []
+    rss: list[tuple[float, float]] = []
+    for rep in range(args.reps):
+        sides = ("ask", "completion") if rep % 2 == 0 else ("completion", "ask")
+        result: dict[str, tuple[float, float, str]] = {}
+        for side in sides:
+            argv = [*ask_argv, PROMPT] if side == "ask" else completion_argv
+            wall, peak, out, _ = run_measured(argv, env)
+            result[side] = (wall, peak, out)
+        ask_reply, completion_reply = result["ask"][2].strip(), result["completion"][2].strip()
+        if ask_reply != completion_reply:
+            sys.exit(f"round {rep + 1}: the replies differ: {ask_reply[:100]!r} vs {completion_reply[:100]!r}")
+        walls.append((result["ask"][0], result["completion"][0]))
+        rss.append((result["ask"][1], result["completion"][1]))
+        line = (
+            f"round {rep + 1} ({' first, '.join(sides)} second): ask {result['ask'][0]:.3f} s {result['ask'][1]:.1f} MiB, "
+            f"llama-completion {result['completion'][0]:.3f} s {result['completion'][1]:.1f} MiB, replies equal"
+        )
+        raw.append(line)
+        print(line, file=sys.stderr, flush=True)
+
+    wall_ratios = [a / c for a, c in walls]
+    rss_ratios = [a / c for a, c in rss]
+    summary = [
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {threads} threads; flash attention {flash_attn} "
+        f"(ask's auto); ctx {CTX}, batch {BATCH}, {args.tokens} tokens greedy, repeat penalty off on both sides",
+        f"wall: ask median {statistics.median(a for a, _ in walls):.3f} s, llama-completion "
+        f"{statistics.median(c for _, c in walls):.3f} s; ratio median {statistics.median(wall_ratios):.3f} "
+        f"({min(wall_ratios):.3f}-{max(wall_ratios):.3f}) over {len(walls)} alternating rounds (target <= 1.10)",
+        f"peak RSS: ask median {statistics.median(a for a, _ in rss):.1f} MiB, llama-completion "
+        f"{statistics.median(c for _, c in rss):.1f} MiB; ratio median {statistics.median(rss_ratios):.3f} "
+        f"({min(rss_ratios):.3f}-{max(rss_ratios):.3f}) (target <= 1.05)",
+    ]
+    print("\n".join(summary))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        "\n".join(
+            [
+                "# One-shot ask vs llama-completion (bench/oneshot_vs_completion.py)",
+                "",
+                f"Run {started}, one process; load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after. "
+                f"Model: {model}. llama-completion: {args.completion}.",
+                "",
+                *(f"- {line}" for line in summary),
+                "",
+                "```",
+                *raw,
+                "```",
+                "",
+            ]
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
