@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from report import write_report
+
 TOPICS = ["rivers", "mountains", "deserts", "forests", "oceans", "islands", "glaciers", "volcanoes", "lakes", "caves"]
 BATCH = 512
 
@@ -123,23 +125,14 @@ def main() -> None:
         f"{args.rounds} alternating rounds (target >= 0.95)",
     ]
     print("\n".join(summary))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        "\n".join(
-            [
-                "# Late-turn prefill vs llama-bench at the same depth (bench/late_turn_prefill.py)",
-                "",
-                f"Run {started}, one process; load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after. "
-                f"Model: {model}. llama-bench: {args.llama_bench}.",
-                "",
-                *(f"- {line}" for line in summary),
-                "",
-                "```",
-                *raw,
-                "```",
-                "",
-            ]
-        )
+    write_report(
+        args.out,
+        "Late-turn prefill vs llama-bench at the same depth (bench/late_turn_prefill.py)",
+        started,
+        load_before,
+        f"Model: {model}. llama-bench: {args.llama_bench}.",
+        summary,
+        raw,
     )
 
 

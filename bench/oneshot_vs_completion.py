@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from report import write_report
+
 PROMPT = "Write a detailed essay on the history of Rome."
 SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 CTX = 2048
@@ -123,23 +125,14 @@ def main() -> None:
         f"({min(rss_ratios):.3f}-{max(rss_ratios):.3f}) (target <= 1.05)",
     ]
     print("\n".join(summary))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        "\n".join(
-            [
-                "# One-shot ask vs llama-completion (bench/oneshot_vs_completion.py)",
-                "",
-                f"Run {started}, one process; load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after. "
-                f"Model: {model}. llama-completion: {args.completion}.",
-                "",
-                *(f"- {line}" for line in summary),
-                "",
-                "```",
-                *raw,
-                "```",
-                "",
-            ]
-        )
+    write_report(
+        args.out,
+        "One-shot ask vs llama-completion (bench/oneshot_vs_completion.py)",
+        started,
+        load_before,
+        f"Model: {model}. llama-completion: {args.completion}.",
+        summary,
+        raw,
     )
 
 
