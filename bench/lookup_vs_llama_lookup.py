@@ -1,0 +1,123 @@
+"""`ask --lookup` against llama.cpp's own `llama-lookup`, on a copy task, side by side.
+
+Both decode the same rendered prompt greedily (repeat penalty off), with flash attention on (what
+`--lookup` runs with), the same threads, context and draft cap (16); the replies are compared and
+the script stops if they differ. Each tool drafts its own way (llmchat: n-grams of the prompt and
+reply; llama-lookup: its n-gram cache), which is what is being compared. Decode tok/s: ask's
+`decode_tok_s` ((generated - 1) / first to last token), llama-lookup's own "decoded N tokens in T
+seconds" line. Rounds alternate which goes first; the ratio (ask / llama-lookup) is a median over
+the rounds with the min-max spread.
+
+    python bench/lookup_vs_llama_lookup.py LLAMA_LOOKUP [--reps 5] [--tokens 256]
+           [--out bench/results/lookup_vs_llama_lookup.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from report import write_report
+
+SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+PROMPT = (
+    "Repeat this text exactly: The old lighthouse stood at the end of the rocky point, its white paint "
+    "peeling in long strips after a hundred winters of salt and wind. Every evening the keeper climbed the "
+    "spiral stairs, one hundred and twelve of them, to light the great lamp, and every morning he climbed "
+    "them again to put it out. Ships passed far out on the grey water, and none of them ever knew his name, "
+    "but all of them knew his light."
+)
+DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
+ACCEPT = re.compile(r"accept\s+=\s+([\d.]+)%")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("lookup", type=Path, help="llama.cpp's llama-lookup binary")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).resolve().parent / "results" / "lookup_vs_llama_lookup.md"
+    )
+    args = parser.parse_args()
+
+    from llmchat.engine import physical_cores
+    from llmchat.models.resolve import bundled_default_model
+
+    model = str(bundled_default_model())
+    threads = physical_cores()
+    rendered = f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{PROMPT}<|im_end|>\n<|im_start|>assistant\n"
+    ask_argv = [
+        sys.executable, "-m", "llmchat", "ask", "--json", "--no-history", "-m", model, "--lookup", "--flash-attn", "on",
+        "--ctx", "2048", "--threads", str(threads), "--temperature", "0", "--repeat-penalty", "1", "--no-loop-stop",
+        "--max-tokens", str(args.tokens), PROMPT,
+    ]  # fmt: skip
+    lookup_argv = [
+        str(args.lookup), "-m", model, "-p", rendered, "-n", str(args.tokens), "-c", "2048", "-t", str(threads),
+        "-fa", "on", "--temp", "0", "--repeat-penalty", "1", "--spec-draft-n-max", "16",
+    ]  # fmt: skip
+    env = dict(os.environ, LLMCHAT_HOME=os.environ.get("LLMCHAT_HOME", "/tmp/lookup-bench-home"))
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load_before = os.getloadavg()[0]
+    raw: list[str] = []
+    pairs: list[tuple[float, float]] = []
+    for rep in range(args.reps):
+        order = ("ask", "llama-lookup") if rep % 2 == 0 else ("llama-lookup", "ask")
+        got: dict[str, tuple[float, str, str]] = {}
+        for side in order:
+            if side == "ask":
+                record = json.loads(
+                    subprocess.run(ask_argv, capture_output=True, text=True, env=env, check=True).stdout
+                )
+                stats = record["stats"]
+                got[side] = (stats["decode_tok_s"], record["reply"], f"acceptance {stats['draft_acceptance']:.0%}")
+            else:
+                done = subprocess.run(lookup_argv, capture_output=True, text=True, check=True)
+                speed = DECODED.search(done.stderr)
+                accepted = ACCEPT.search(done.stderr)
+                if speed is None:
+                    sys.exit(f"llama-lookup printed no speed line: {done.stderr[-400:]}")
+                # llama-lookup prints the prompt, then the reply with its end token (and blank lines).
+                reply = done.stdout.split("<|im_start|>assistant\n", 1)[-1].split("<|im_end|>", 1)[0]
+                got[side] = (float(speed.group(3)), reply, f"acceptance {accepted.group(1) if accepted else '?'}%")
+        ours, theirs = got["ask"], got["llama-lookup"]
+        if ours[1].strip() != theirs[1].strip():
+            sys.exit(f"round {rep + 1}: the replies differ: {ours[1][:100]!r} vs {theirs[1][:100]!r}")
+        pairs.append((ours[0], theirs[0]))
+        line = (
+            f"round {rep + 1} ({' first, '.join(order)} second): ask --lookup {ours[0]:.1f} tok/s ({ours[2]}), "
+            f"llama-lookup {theirs[0]:.1f} tok/s ({theirs[2]}), ratio {ours[0] / theirs[0]:.3f}, replies equal"
+        )
+        raw.append(line)
+        print(line, file=sys.stderr, flush=True)
+
+    ratios = [a / b for a, b in pairs]
+    summary = [
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {threads} threads; flash attention on, greedy, "
+        f"repeat penalty off, at most {args.tokens} tokens, drafts of at most 16",
+        f"decode tok/s: ask --lookup median {statistics.median(a for a, _ in pairs):.1f}, llama-lookup "
+        f"{statistics.median(b for _, b in pairs):.1f}; ratio median {statistics.median(ratios):.3f} "
+        f"({min(ratios):.3f}-{max(ratios):.3f}) over {len(ratios)} alternating rounds (target >= 0.95)",
+    ]
+    print("\n".join(summary))
+    write_report(
+        args.out,
+        "ask --lookup vs llama-lookup (bench/lookup_vs_llama_lookup.py)",
+        started,
+        load_before,
+        f"Model: {model}. llama-lookup: {args.lookup}.",
+        summary,
+        raw,
+    )
+
+
+if __name__ == "__main__":
+    main()
