@@ -21,9 +21,14 @@ def batch(
         Optional[Path], typer.Option("--output", "-o", help="Write the JSONL records here (default: stdout).")
     ] = None,
     parallel: Annotated[
-        int,
-        typer.Option("--parallel", "-P", help="Decode this many items at once in one context (1 = one after another)."),
-    ] = 1,
+        Optional[int],
+        typer.Option(
+            "--parallel",
+            "-P",
+            help="Decode this many items at once in one context (1 = one after another); with a server, this many concurrent requests (per server). Default: 1; over several servers, each server's slots.",
+            show_default=False,
+        ),
+    ] = None,
     resume: Annotated[
         bool, typer.Option("--resume", help="Skip the ids already in OUTPUT and append the rest.")
     ] = False,

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from llmchat.engine.grammar import Grammar
     from llmchat.engine.remote import ServerSpec
     from llmchat.engine.remote.http import ServerClient
+    from llmchat.engine.remote.openai_compat import OpenAICompatEngine
 
 # The repeat penalty's window: llama-server's default, the same as the local engine's (engine.core).
 # The server runs it over the prompt and the reply, and so does the local engine now.
@@ -133,6 +134,8 @@ class LlamaServerEngine:
         self.slot = self._choose_slot()
         self._slot_tokens: list[int] = []  # what the pinned slot's cache holds, as far as llmchat knows
         self.last_outcome: RemoteOutcome | None = None
+        # More servers of the same model, for batch to spread over (llmchat.engine.remote.group).
+        self.peers: list[LlamaServerEngine | OpenAICompatEngine] = []
 
     @classmethod
     def open(cls, client: ServerClient, spec: ServerSpec) -> LlamaServerEngine:
@@ -166,6 +169,8 @@ class LlamaServerEngine:
         """The server parses the grammar with each request and refuses a bad one there (one line)."""
 
     def close(self) -> None:
+        for peer in self.peers:
+            peer.close()
         self.client.close()
 
     # --- slots -------------------------------------------------------------------------------------
