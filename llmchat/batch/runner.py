@@ -40,7 +40,6 @@ from llmchat.batch.sink import InOrder, RecordSink, read_done_ids
 from llmchat.conversation import Conversation
 from llmchat.engine.driver import SerialDecoder
 from llmchat.engine.interface import QueuedRequest, prompt_ids
-from llmchat.engine.remote.group import ServersGone
 from llmchat.errors import LlmchatError, ServerError, UsageError
 from llmchat.options import RunOptions
 from llmchat.output import notice
@@ -182,7 +181,7 @@ class BatchRunner:
         work = [QueuedRequest(index, self.session.request_for(p)) for index, (_, p) in ready.items()]
         try:
             decoder.run(work, self._finisher(ready, writer, progress), on_step)
-        except ServersGone as err:
+        except ServerError as err:  # every server gone (ServersGone), or one failing the finish of an item
             path = self.sink.path
             if path is None:
                 then = "the records so far went to stdout; run it with -o OUTPUT, then --resume finishes it"

@@ -160,8 +160,10 @@ class ConcurrentStreams:
             return False
         with self._lock:
             if share.gone is None:
-                share.gone = short_reason(err)
-                if self._say is not None:
+                reason = short_reason(err)  # said once, after the URL: not again inside the reason
+                share.gone = reason.removeprefix(share.url).lstrip(": ") if reason.startswith(share.url) else reason
+                others = any(other.gone is None for other in self.shares)
+                if self._say is not None and others:
                     self._say(
                         f"server: {share.url} stopped answering ({share.gone}); its items go to the other servers"
                     )
@@ -253,6 +255,6 @@ class ConcurrentStreams:
                 raise
 
     def _all_gone(self, left: int) -> ServersGone:
-        gone = "; ".join(f"{s.url} ({s.gone})" for s in self.shares)
+        gone = ", ".join(f"{s.url} ({s.gone})" for s in self.shares)
         several = f"all {len(self.shares)} servers" if len(self.shares) > 1 else "the server"
         return ServersGone(f"{several} stopped answering with {left} items left: {gone}")
