@@ -312,3 +312,32 @@ def test_a_configured_group_spreads_a_batch(cli, isolated_home, tmp_path):
     finally:
         for server in servers:
             server.close()
+
+
+def test_one_server_gone_mid_batch_stops_with_exit_6_and_the_records_so_far(cli, tmp_path):
+    server = StandIn()
+    closed = False
+    try:
+        echo_server(server)
+        served = {"n": 0}
+
+        def chat(request: dict[str, Any]) -> Any:
+            served["n"] += 1
+            if served["n"] <= 2:
+                return [delta(f"echo {request['body']['messages'][-1]['content']}"), delta(finish="stop"), "[DONE]"]
+            threading.Thread(target=server.close, daemon=True).start()  # gone for good
+            return [delta("half a rep"), None]
+
+        server.routes[("POST", "/v1/chat/completions")] = chat
+        items = tmp_path / "items.txt"
+        items.write_text("".join(f"line {i}\n" for i in range(1, 6)))
+        out = tmp_path / "out.jsonl"
+        result = cli("batch", str(items), "-o", str(out), "--server", server.url, "--progress", "off")
+        closed = True
+        assert result.returncode == 6, result.stderr
+        line = one_error_line(result.stderr)  # no retries against a server that is gone, no error records
+        assert "the server stopped answering with 3 items left" in line and f"--resume -o {out}" in line
+        assert [r["reply"] for r in read_records(out)] == ["echo line 1", "echo line 2"]
+    finally:
+        if not closed:
+            server.close()

@@ -186,7 +186,8 @@ class BatchRunner:
             if path is None:
                 then = "the records so far went to stdout; run it with -o OUTPUT, then --resume finishes it"
             else:
-                then = f"{writer.written} records are in {path}: start a server and rerun with --resume -o {path}"
+                kept = self.skipped + writer.written
+                then = f"{kept} records are in {path}: start a server and rerun with --resume -o {path}"
             raise ServerError(f"{err}; {then}") from None
         finally:
             if self.verbose:

@@ -173,8 +173,15 @@ class ConcurrentStreams:
         share = self.shares[worker.share]
         engine = share.engine
         result = StreamResult(item.key, RemoteOutcome(), t_submit=time.perf_counter())
+        streamed = [0]  # this item's tokens in `generated_total`: a retry or a move starts them again
+
+        def uncount() -> None:
+            with self._lock:
+                self.generated_total -= streamed[0]
+            streamed[0] = 0
 
         def attempt() -> None:
+            uncount()
             if self._cancel.is_set():
                 raise KeyboardInterrupt
             if share.gone is not None:
@@ -188,14 +195,13 @@ class ConcurrentStreams:
             result.seed = generation.seed
             result.outcome = generation.outcome
             fragments: list[str] = []
-            counted = 0
             for event in generation:
                 fragments.append(event.text)
                 if self._cancel.is_set():
                     raise KeyboardInterrupt
                 with self._lock:
-                    self.generated_total += generation.outcome.generated_tokens - counted
-                counted = generation.outcome.generated_tokens
+                    self.generated_total += generation.outcome.generated_tokens - streamed[0]
+                streamed[0] = generation.outcome.generated_tokens
             result.text = "".join(fragments)
 
         try:
@@ -203,6 +209,8 @@ class ConcurrentStreams:
         except ServerError as err:
             result.error = str(err)
             result.lost = share.gone is not None or (err.retriable and err.status is None and self._gone(share, err))
+            if result.lost:
+                uncount()
         except LlmchatError as err:
             result.error = str(err)
         with self._lock:
