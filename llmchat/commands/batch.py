@@ -53,6 +53,10 @@ def batch(
     A bad line or an item that cannot fit the context gets an error record and the run goes on.
     Each item is a fresh conversation; a batch is not saved to the history. Replies are bounded by
     max_tokens (default: 2,048 tokens, as in ask and chat).
+
+    With --server given several times (or a configured group), the items spread over the servers
+    by free slots; a server that stops answering hands its items to the others; when all have
+    stopped, the exit is 6 and --resume finishes the rest.
     """
     import sys
 

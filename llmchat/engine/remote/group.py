@@ -29,9 +29,14 @@ class ServersGone(ServerError):
     """Every server of a batch stopped answering; the items not finished were not written."""
 
 
-def short_reason(err: Exception) -> str:
-    """The first clause of a one-line message: what went wrong, without what to do."""
-    return str(err).split("; ")[0]
+def short_reason(err: Exception, url: str = "") -> str:
+    """The first clause of a one-line message: what went wrong, without what to do, and without
+    `url` (the caller names the server once, before it)."""
+    reason = str(err).split("; ")[0]
+    if url:
+        for form in (f" to {url}", f" with {url}", f"{url}: ", f"{url} "):
+            reason = reason.replace(form, "")
+    return reason
 
 
 def connect_servers(
@@ -58,7 +63,7 @@ def connect_servers(
             if not every:
                 break
         if not engines:
-            reasons = "; ".join(f"{spec.shown_url} ({short_reason(err)})" for spec, err in failed)
+            reasons = ", ".join(f"{spec.shown_url} ({short_reason(err, spec.shown_url)})" for spec, err in failed)
             raise ServerError(
                 f"none of the {len(specs)} servers answered: {reasons}; check that they are running and the URLs "
                 "in --server"
@@ -75,7 +80,7 @@ def connect_servers(
             engine.close()
         raise
     if failed:
-        missing = ", ".join(f"{spec.shown_url} ({short_reason(err)})" for spec, err in failed)
+        missing = ", ".join(f"{spec.shown_url} ({short_reason(err, spec.shown_url)})" for spec, err in failed)
         if every:
             say(f"server: no answer from {missing}; going on with the other {len(engines)}")
         else:

@@ -160,8 +160,7 @@ class ConcurrentStreams:
             return False
         with self._lock:
             if share.gone is None:
-                reason = short_reason(err)  # said once, after the URL: not again inside the reason
-                share.gone = reason.removeprefix(share.url).lstrip(": ") if reason.startswith(share.url) else reason
+                share.gone = short_reason(err, share.url)
                 others = any(other.gone is None for other in self.shares)
                 if self._say is not None and others:
                     self._say(
