@@ -208,7 +208,10 @@ def test_all_servers_killed_exit_6_and_resume_finishes_exactly(cli, smollm2_path
         lines = [line for line in stderr.splitlines() if line.strip()]
         errors = [line for line in lines if line.startswith("llmchat: error: ")]
         assert errors == lines[-1:] and len(lines) <= 2 and "Traceback" not in stderr, stderr
-        assert "all 2 servers stopped answering" in errors[0] and f"--resume -o {out}" in errors[0]
+        # Usually the streams find both gone; an item finishing at the moment of the kills may meet
+        # the dead servers first (its record then is not written either).
+        assert "all 2 servers stopped answering" in errors[0] or "cannot connect" in errors[0], stderr
+        assert f"--resume -o {out}" in errors[0]
         saved = read_records(out)  # complete lines only
         assert 1 <= len(saved) < len(ids)
         assert [r["id"] for r in saved] == ids[: len(saved)]
