@@ -91,7 +91,9 @@ def main() -> None:
     started = datetime.now(timezone.utc)
     load_before = os.getloadavg()
     servers = [
-        harness.start_llama_server(model, folder, slots=1, ctx=2048, threads=1, extra=["--metrics"]) for _ in range(2)
+        # No host-memory prompt cache: a later round would find whole prompts cached on one server.
+        harness.start_llama_server(model, folder, slots=1, ctx=2048, threads=1, extra=["--metrics", "--cache-ram", "0"])
+        for _ in range(2)
     ]
     runs: list[dict] = []
     try:

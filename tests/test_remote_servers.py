@@ -77,7 +77,13 @@ def start_pair(model: Path, logs: Path) -> list[harness.ServerProcess]:
     servers: list[harness.ServerProcess] = []
     try:
         for _ in range(2):
-            servers.append(harness.start_llama_server(model, logs, slots=1, ctx=2048, threads=1, extra=["--metrics"]))
+            # --cache-ram 0: no host-memory prompt cache, which would restore a prompt a server has seen
+            # whole and evaluate only its last token (other arithmetic, so a near-tie may tip).
+            servers.append(
+                harness.start_llama_server(
+                    model, logs, slots=1, ctx=2048, threads=1, extra=["--metrics", "--cache-ram", "0"]
+                )
+            )
     except BaseException:
         for server in servers:
             server.stop()
