@@ -308,7 +308,7 @@ def run_batch(
 ) -> tuple[int, int]:
     """The whole command; returns (items failed, items run). `parallel`: None when not given (1, or
     over several servers each server's slots)."""
-    per_server, parallel = parallel, parallel or 1
+    per_server, parallel = parallel, 1 if parallel is None else parallel
     check_arguments(input_path, output, parallel=parallel, resume=resume, progress=progress, opts=opts)
     from llmchat.structured import from_options
 
