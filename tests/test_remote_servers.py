@@ -352,3 +352,51 @@ def test_one_server_gone_mid_batch_stops_with_exit_6_and_the_records_so_far(cli,
     finally:
         if not closed:
             server.close()
+
+
+def test_chat_uses_the_first_server_that_answers(cli):
+    server = StandIn()
+    try:
+        echo_server(server)
+        dead = f"http://127.0.0.1:{harness.free_port()}"
+        result = cli("chat", "--server", dead, "--server", server.url, "--json", "--no-history", input="hello\n")
+        assert result.returncode == 0, result.stderr
+        assert [json.loads(line)["reply"] for line in result.stdout.splitlines()] == ["echo hello"]
+        notices = [line for line in result.stderr.splitlines() if "no answer from" in line]
+        assert len(notices) == 1 and dead in notices[0] and f"using {server.url}" in notices[0], result.stderr
+        assert len(server.chat_requests()) == 1
+    finally:
+        server.close()
+
+
+def test_parallel_sets_the_streams_per_server(cli, tmp_path):
+    servers = [StandIn(), StandIn()]
+    peak = [0, 0]
+    lock = threading.Lock()
+    try:
+        for number, server in enumerate(servers):
+            echo_server(server)
+            busy = [0]
+
+            def chat(request: dict[str, Any], number: int = number, busy: list[int] = busy) -> Any:
+                with lock:
+                    busy[0] += 1
+                    peak[number] = max(peak[number], busy[0])
+                time.sleep(0.2)  # long enough for the other streams to arrive meanwhile
+                with lock:
+                    busy[0] -= 1
+                return [delta(f"echo {request['body']['messages'][-1]['content']}"), delta(finish="stop"), "[DONE]"]
+
+            server.routes[("POST", "/v1/chat/completions")] = chat
+        items = tmp_path / "items.txt"
+        items.write_text("".join(f"line {i}\n" for i in range(1, 9)))
+        out = tmp_path / "out.jsonl"
+        result = cli("batch", str(items), "-o", str(out), "--server", servers[0].url, "--server", servers[1].url,
+                     "--parallel", "2", "--progress", "off")  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert [r["reply"] for r in read_records(out)] == [f"echo line {i}" for i in range(1, 9)]
+        assert 1 <= peak[0] <= 2 and 1 <= peak[1] <= 2, peak
+        assert sum(len(server.chat_requests()) for server in servers) == 8  # each item asked once
+    finally:
+        for server in servers:
+            server.close()
