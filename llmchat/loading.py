@@ -305,7 +305,9 @@ def server_specs(opts: RunOptions, config: Config) -> list[ServerSpec]:
     entries: list[tuple[str | None, dict[str, Any]]] = []
     model = None
     if opts.server:
-        for given in opts.server:
+        # A tuple from the flags; a single URL string from code written before --server repeated.
+        servers = (opts.server,) if isinstance(opts.server, str) else opts.server
+        for given in servers:
             entries.append((given, config.servers[given]) if given in config.servers else (None, {"url": given}))
         model = opts.model
     elif opts.model:
