@@ -57,7 +57,7 @@ def turn_stats(opts: RunOptions, prompt: str) -> tuple[dict, dict | None]:
 def bench_ask(model: Path, url: str, reps: int, tokens: int, threads: int) -> dict:
     common = dict(temperature=0.0, seed=1, max_tokens=tokens)
     local_opts = RunOptions(model=str(model), threads=threads, **common)
-    remote_opts = RunOptions(server=url, **common)
+    remote_opts = RunOptions(server=(url,), **common)
     local, remote, network = [], [], []
     turn_stats(local_opts, "warm up")
     turn_stats(remote_opts, "warm up")
@@ -81,7 +81,7 @@ def bench_chat(url: str, turns: int, tokens: int) -> dict:
     from llmchat.loading import start_session
 
     session = start_session(
-        RunOptions(server=url, temperature=0.0, seed=1, max_tokens=tokens), overflow="drop", with_history=False
+        RunOptions(server=(url,), temperature=0.0, seed=1, max_tokens=tokens), overflow="drop", with_history=False
     )
     shares = []
     try:
@@ -161,12 +161,12 @@ def main() -> None:
                 extra=["--rpc", endpoints, "-ngl", "99", "--tensor-split", "1,1", "-lv", "4"],
             )
             split_stats, _ = turn_stats(
-                RunOptions(server=split.url, temperature=0.0, seed=1, max_tokens=args.tokens), PROMPT
+                RunOptions(server=(split.url,), temperature=0.0, seed=1, max_tokens=args.tokens), PROMPT
             )
             split.stop()
             plain = harness.start_llama_server(model, logs, threads=args.threads)
             plain_stats, _ = turn_stats(
-                RunOptions(server=plain.url, temperature=0.0, seed=1, max_tokens=args.tokens), PROMPT
+                RunOptions(server=(plain.url,), temperature=0.0, seed=1, max_tokens=args.tokens), PROMPT
             )
             report["rpc"] = {
                 "split_decode_tok_s": split_stats["decode_tok_s"],

@@ -24,6 +24,8 @@ Example (`llmchat config path` prints where it lives):
     url = "http://gpu-box:8080"
     kind = "auto"                # auto | llama.cpp | openai | ollama
     api_key_env = "BIG_API_KEY"  # the key itself never goes in this file
+    [servers.farm]               # a group serving one model: batch --server farm spreads over them
+    urls = ["http://box1:8080", "http://box2:8080"]
 
     [schemas]                    # llmchat ask --schema movie "..."
     movie = "title, year int, genres list[str]"
@@ -88,6 +90,7 @@ _TOP_LEVEL = {
 _ALIAS_KEYS = {"path": str, "template": str, "ctx": int}
 _SERVER_KEYS = {
     "url": str,
+    "urls": list,  # a group of servers serving the same model: batch spreads over them
     "kind": str,
     "api_key_env": str,
     "model": str,
@@ -209,7 +212,13 @@ def _check_server(path: Path, name: str, settings: Any) -> None:
                 raise ConfigError(f"config file {path}: servers.{name}.{key} must be a number of seconds above 0")
         else:
             _check_type(path, f"servers.{name}.{key}", value, _SERVER_KEYS[key])
-    if "url" not in settings:
-        raise ConfigError(f'config file {path}: servers.{name} needs a url = "http://HOST:PORT" line')
+    if ("url" in settings) == ("urls" in settings):
+        raise ConfigError(
+            f'config file {path}: servers.{name} needs a url = "http://HOST:PORT" line, or urls = [...] for a group '
+            "of servers (not both)"
+        )
+    urls = settings.get("urls")
+    if urls is not None and not (urls and all(isinstance(url, str) and url.strip() for url in urls)):
+        raise ConfigError(f'config file {path}: servers.{name}.urls must be a list of URLs, e.g. ["http://a:8080"]')
     if settings.get("kind", "auto") not in _SERVER_KINDS:
         raise ConfigError(f"config file {path}: servers.{name}.kind must be one of {', '.join(_SERVER_KINDS)}")

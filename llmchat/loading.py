@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from llmchat.engine.interface import ChatEngine
     from llmchat.engine.kv_store import KVStore
     from llmchat.engine.remote import ServerSpec
+    from llmchat.engine.remote.llama_server import LlamaServerEngine
+    from llmchat.engine.remote.openai_compat import OpenAICompatEngine
     from llmchat.session import ChatSession
 
 MIN_CTX = 64
@@ -122,11 +124,11 @@ def load_model(opts: RunOptions, *, n_ctx_override: int | None = None, announce:
             f"--kv-type {opts.kv_type} needs flash attention (a quantized V cache), but the config file "
             f"{config.path} sets flash_attn = false; pass --flash-attn on or use --kv-type f16"
         )
-    server = server_spec(opts, config)
-    if server is not None:
+    servers = server_specs(opts, config)
+    if servers:
         if n_ctx_override is not None:  # `bench`: it sizes and times a local llama.cpp context
             raise UsageError("--server does not apply to bench, which measures a local model; use -m MODEL")
-        return load_remote(opts, config, server)
+        return load_remote(opts, config, servers)
     model = resolve_model(opts.model, config)
     if model.how == "default" and announce:
         notice(f"model: {model.name} (the bundled default; choose another with -m)")
@@ -293,26 +295,28 @@ def open_kv_store(engine: ChatEngine, config: Config) -> KVStore | None:
 
 
 # --- remote engines (--server, or a configured [servers.NAME]) -----------------------------------------
-def server_spec(opts: RunOptions, config: Config) -> ServerSpec | None:
-    """The server to use, or None for a local model: `--server URL` (or a configured server's name),
-    `-m NAME:MODEL` or `-m NAME` for a configured [servers.NAME]. With --server, -m names the
-    server's model, or a local copy of its GGUF (the template and BOS/EOS are then read from it)."""
-    import os
-
+def server_specs(opts: RunOptions, config: Config) -> list[ServerSpec]:
+    """The servers to use, in order, or none for a local model: each `--server URL` (or a configured
+    server's name, whose `urls` may name a group), `-m NAME:MODEL` or `-m NAME` for a configured
+    [servers.NAME]. With --server, -m names the server's model, or a local copy of its GGUF (the
+    template and BOS/EOS are then read from it)."""
     from llmchat.engine.remote import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT, ServerSpec, normalize_url
 
-    entry: dict[str, Any] = {}
-    name = model = None
-    if opts.server is not None:
-        if opts.server in config.servers:
-            name, entry = opts.server, config.servers[opts.server]
+    entries: list[tuple[str | None, dict[str, Any]]] = []
+    model = None
+    if opts.server:
+        # A tuple from the flags; a single URL string from code written before --server repeated.
+        servers = (opts.server,) if isinstance(opts.server, str) else opts.server
+        for given in servers:
+            entries.append((given, config.servers[given]) if given in config.servers else (None, {"url": given}))
         model = opts.model
     elif opts.model:
         prefix, colon, rest = opts.model.partition(":")
         if prefix in config.servers and not Path(opts.model).expanduser().exists():
-            name, entry, model = prefix, config.servers[prefix], (rest if colon and rest else None)
-    if name is None and opts.server is None:
-        return None
+            entries.append((prefix, config.servers[prefix]))
+            model = rest if colon and rest else None
+    if not entries:
+        return []
     if opts.lookup or opts.draft_model is not None:
         raise UsageError("--lookup and --draft-model run only with a local model; the server decodes by itself")
     for flag, value in (("--connect-timeout", opts.connect_timeout), ("--read-timeout", opts.read_timeout)):
@@ -321,39 +325,61 @@ def server_spec(opts: RunOptions, config: Config) -> ServerSpec | None:
     local_gguf = None
     if model is not None and model.endswith(".gguf") and Path(model).expanduser().is_file():
         local_gguf, model = Path(model).expanduser(), None
-    key_env = entry.get("api_key_env")
-    if key_env:
-        api_key = os.environ.get(key_env)
-        if not api_key:
-            raise UsageError(
-                f"servers.{name}.api_key_env names {key_env}, which is not set; export {key_env}=... (the key), "
-                "or remove api_key_env"
+    specs: list[ServerSpec] = []
+    for name, entry in entries:
+        api_key = _api_key(name, entry)
+        for url in entry.get("urls") or [entry.get("url") or ""]:
+            spec = ServerSpec(
+                url=normalize_url(url),
+                kind=entry.get("kind", "auto"),
+                model=model or entry.get("model"),
+                api_key=api_key,
+                connect_timeout=float(opts.connect_timeout or entry.get("connect_timeout") or DEFAULT_CONNECT_TIMEOUT),
+                read_timeout=float(opts.read_timeout or entry.get("read_timeout") or DEFAULT_READ_TIMEOUT),
+                local_gguf=local_gguf,
+                name=name,
             )
-    else:
-        api_key = os.environ.get("LLMCHAT_API_KEY") or None
-    return ServerSpec(
-        url=normalize_url(entry.get("url") or opts.server or ""),
-        kind=entry.get("kind", "auto"),
-        model=model or entry.get("model"),
-        api_key=api_key,
-        connect_timeout=float(opts.connect_timeout or entry.get("connect_timeout") or DEFAULT_CONNECT_TIMEOUT),
-        read_timeout=float(opts.read_timeout or entry.get("read_timeout") or DEFAULT_READ_TIMEOUT),
-        local_gguf=local_gguf,
-        name=name,
-    )
+            if any(known.url == spec.url for known in specs):
+                raise UsageError(f"--server {spec.shown_url} is given twice; name each server once")
+            specs.append(spec)
+    return specs
 
 
-def load_remote(opts: RunOptions, config: Config, spec: ServerSpec) -> Loaded:
-    """Connect to the server (probing its kind when `auto`): a Loaded whose engine is remote."""
+def _api_key(name: str | None, entry: dict[str, Any]) -> str | None:
+    """A configured server's key from the variable its api_key_env names, else LLMCHAT_API_KEY."""
+    import os
+
+    key_env = entry.get("api_key_env")
+    if not key_env:
+        return os.environ.get("LLMCHAT_API_KEY") or None
+    api_key = os.environ.get(key_env)
+    if not api_key:
+        raise UsageError(
+            f"servers.{name}.api_key_env names {key_env}, which is not set; export {key_env}=... (the key), "
+            "or remove api_key_env"
+        )
+    return api_key
+
+
+def _connect(spec: ServerSpec) -> LlamaServerEngine | OpenAICompatEngine:
     from llmchat.engine.remote import connect
 
     if is_tty(sys.stderr):
         from rich.console import Console
 
         with Console(stderr=True).status(f"connecting to {spec.shown_url}…", spinner="dots"):
-            engine = connect(spec)
-    else:
-        engine = connect(spec)
+            return connect(spec)
+    return connect(spec)
+
+
+def load_remote(opts: RunOptions, config: Config, specs: list[ServerSpec]) -> Loaded:
+    """Connect to the servers (probing each one's kind when `auto`): a Loaded whose engine is remote.
+    Several servers: the first that answers, or with `opts.every_server` (batch) every one that
+    answers, the others as the engine's `peers` (llmchat.engine.remote.group)."""
+    from llmchat.engine.remote.group import connect_servers
+
+    engine = connect_servers(specs, every=opts.every_server, connect=_connect, say=notice)
+    spec = engine.spec
     if engine.caps.renders_template and opts.template is not None:
         engine.close()
         raise UsageError(
@@ -366,9 +392,12 @@ def load_remote(opts: RunOptions, config: Config, spec: ServerSpec) -> Loaded:
         if opts.ctx > limit:
             notice(f"warning: --ctx {opts.ctx} is above the server's {limit} tokens per request; using {limit}")
         engine.n_ctx = min(opts.ctx, limit)
+        for peer in engine.peers:
+            peer.n_ctx = engine.n_ctx
     if opts.verbose:
-        for line in engine.notices:
-            notice(line)
+        for server in (engine, *engine.peers):
+            for line in server.notices:
+                notice(line)
         notice(f"context: {engine.n_ctx} tokens per request (the server's slot)")
     label = f"{spec.name}:{spec.model}" if spec.name and spec.model else (spec.name or spec.model or "")
     if not label:

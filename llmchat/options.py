@@ -38,7 +38,7 @@ class RunOptions:
     parallel: int = 1  # batch --parallel: sequences decoded together (flash attention auto: on above 1)
     kv_shift: bool = True
     draft_model: Optional[Path] = None
-    server: Optional[str] = None  # a llama-server or OpenAI-compatible URL (llmchat.engine.remote)
+    server: tuple[str, ...] = ()  # llama-server or OpenAI-compatible URLs (llmchat.engine.remote), in order
     connect_timeout: Optional[float] = None  # seconds; None: the server's config, else 10
     read_timeout: Optional[float] = None  # seconds between two chunks; None: the config, else 600
     verbose: bool = False
@@ -70,6 +70,9 @@ class RunOptions:
     grammar_file: Optional[Path] = None
     # Not a flag: which values a saved prompt filled in, as (name, "prompt NAME"), for /show.
     origins: tuple[tuple[str, str], ...] = ()
+    # Not a flag: with several servers, connect to every one (batch spreads its items over them);
+    # off, the first that answers is used (ask, chat).
+    every_server: bool = False
 
 
 _ENGINE_OPTIONS = {
@@ -174,10 +177,10 @@ _ENGINE_OPTIONS = {
         ),
     ],
     "server": Annotated[
-        Optional[str],
+        Optional[list[str]],
         typer.Option(
             "--server",
-            help="Use a running server instead of a local model: llama-server (best: local template, remote KV reuse) or any OpenAI-compatible URL. -m then names the server's model (or a local copy of its GGUF). A configured [servers.NAME] is used as -m NAME:MODEL.",
+            help="Use a running server instead of a local model: llama-server (best: local template, remote KV reuse) or any OpenAI-compatible URL. -m then names the server's model (or a local copy of its GGUF). A configured [servers.NAME] is used as -m NAME:MODEL. Repeatable: batch spreads its items over every server, ask and chat use the first that answers.",
             rich_help_panel=ENGINE,
         ),
     ],
@@ -335,7 +338,7 @@ _STRUCTURED_OPTIONS = {
         ),
     ],
 }
-_LISTS = ("stop", "template_var")  # repeatable options: a list from Typer, a tuple in RunOptions
+_LISTS = ("stop", "template_var", "server")  # repeatable options: a list from Typer, a tuple in RunOptions
 
 
 def _defaults() -> dict:

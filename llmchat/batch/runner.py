@@ -40,7 +40,7 @@ from llmchat.batch.sink import InOrder, RecordSink, read_done_ids
 from llmchat.conversation import Conversation
 from llmchat.engine.driver import SerialDecoder
 from llmchat.engine.interface import QueuedRequest, prompt_ids
-from llmchat.errors import LlmchatError, UsageError
+from llmchat.errors import LlmchatError, ServerError, UsageError
 from llmchat.options import RunOptions
 from llmchat.output import notice
 from llmchat.turn.policy import reply_cap
@@ -91,11 +91,13 @@ class BatchRunner:
         progress_mode: str,
         sink: RecordSink,
         verbose: bool = False,
+        per_server: int | None = None,
     ):
         self.session = session
         self.verbose = verbose
         self.engine = session.engine
         self.parallel = parallel
+        self.per_server = per_server  # --parallel as given, for several servers (None: each one's slots)
         self.progress_mode = progress_mode
         self.sink = sink
         self.base_sampling = session.sampling
@@ -131,9 +133,9 @@ class BatchRunner:
 
     def run(self, items: list[BatchItem]) -> int:
         """Answer every item; returns how many failed."""
-        progress = Progress(
-            len(items), self.progress_mode, label=f" (parallel {self.parallel})" if self.parallel > 1 else ""
-        )
+        servers = 1 + len(getattr(self.engine, "peers", ()))
+        label = f" ({servers} servers)" if servers > 1 else f" (parallel {self.parallel})" if self.parallel > 1 else ""
+        progress = Progress(len(items), self.progress_mode, label=label)
         writer = InOrder((item.index for item in items), self.sink.write)
         interrupted = False
         progress.start()
@@ -177,9 +179,19 @@ class BatchRunner:
             progress.set_tokens(tokens_before + running.generated_total)
 
         work = [QueuedRequest(index, self.session.request_for(p)) for index, (_, p) in ready.items()]
-        decoder.run(work, self._finisher(ready, writer, progress), on_step)
-        if self.verbose:
-            notice(decoder.summary())
+        try:
+            decoder.run(work, self._finisher(ready, writer, progress), on_step)
+        except ServerError as err:  # every server gone (ServersGone), or one failing the finish of an item
+            path = self.sink.path
+            if path is None:
+                then = "the records so far went to stdout; run it with -o OUTPUT, then --resume finishes it"
+            else:
+                kept = self.skipped + writer.written
+                then = f"{kept} records are in {path}: start a server and rerun with --resume -o {path}"
+            raise ServerError(f"{err}; {then}") from None
+        finally:
+            if self.verbose:
+                notice(decoder.summary())
 
     def _decoder(self, ready: dict[int, tuple[BatchItem, PreparedTurn]]) -> Decoder:
         """The scheduler's backend for N = --parallel sequences at once: a server's concurrent
@@ -187,11 +199,24 @@ class BatchRunner:
         engine = self.engine
         n = min(self.parallel, len(ready))
         if engine.caps.remote:
-            from llmchat.engine.remote.streams import ConcurrentStreams
+            from llmchat.engine.remote.streams import ConcurrentStreams, Share
 
-            streams = ConcurrentStreams(cast("LlamaServerEngine | OpenAICompatEngine", engine), n)
+            remote = cast("LlamaServerEngine | OpenAICompatEngine", engine)
+            if not remote.peers:
+                streams = ConcurrentStreams(remote, n)
+                if self.verbose:
+                    notice(f"parallel: {streams.n} concurrent streams to the server")
+                return streams
+            # Several servers: each takes as many streams as it has slots (or --parallel), and every
+            # free stream takes the next item, so the items spread by free slots.
+            shares = [Share(server, self.per_server or max(1, server.caps.slots)) for server in (remote, *remote.peers)]
+            streams = ConcurrentStreams(shares=shares, say=notice)
             if self.verbose:
-                notice(f"parallel: {streams.n} concurrent streams to the server")
+                notice(
+                    "parallel: "
+                    + ", ".join(f"{share.streams} streams to {share.url}" for share in shares)
+                    + " (items go to whichever is free)"
+                )
             return streams
         if n == 1:
             self._saves_kv = self.session.kv_store is not None
@@ -272,9 +297,18 @@ def read_input(input_path: str) -> bytes:
 
 
 def run_batch(
-    input_path: str, output: Path | None, *, parallel: int, resume: bool, progress: str, fsync: bool, opts: RunOptions
+    input_path: str,
+    output: Path | None,
+    *,
+    parallel: int | None,
+    resume: bool,
+    progress: str,
+    fsync: bool,
+    opts: RunOptions,
 ) -> tuple[int, int]:
-    """The whole command; returns (items failed, items run)."""
+    """The whole command; returns (items failed, items run). `parallel`: None when not given (1, or
+    over several servers each server's slots)."""
+    per_server, parallel = parallel, 1 if parallel is None else parallel
     check_arguments(input_path, output, parallel=parallel, resume=resume, progress=progress, opts=opts)
     from llmchat.structured import from_options
 
@@ -307,12 +341,16 @@ def run_batch(
 
     # Before the output is opened: a model that fails to load clobbers nothing. A batch is not a
     # conversation, so nothing goes to the history store.
-    session = start_session(replace(opts, parallel=parallel), overflow="error", with_history=False, disk_cache=True)
+    session = start_session(
+        replace(opts, parallel=parallel, every_server=True), overflow="error", with_history=False, disk_cache=True
+    )
     sink = None
     try:
         session.hold_to(structured)
         sink = RecordSink(output, append=resume, fsync=fsync)
-        runner = BatchRunner(session, parallel=parallel, progress_mode=progress, sink=sink, verbose=opts.verbose)
+        runner = BatchRunner(
+            session, parallel=parallel, progress_mode=progress, sink=sink, verbose=opts.verbose, per_server=per_server
+        )
         runner.skipped = skipped
         failed = runner.run(items)
     finally:

@@ -97,5 +97,9 @@ class InOrder:
             self._next += 1
 
     @property
+    def written(self) -> int:
+        return self._next
+
+    @property
     def buffered(self) -> int:
         return len(self._waiting)

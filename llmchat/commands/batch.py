@@ -21,9 +21,14 @@ def batch(
         Optional[Path], typer.Option("--output", "-o", help="Write the JSONL records here (default: stdout).")
     ] = None,
     parallel: Annotated[
-        int,
-        typer.Option("--parallel", "-P", help="Decode this many items at once in one context (1 = one after another)."),
-    ] = 1,
+        Optional[int],
+        typer.Option(
+            "--parallel",
+            "-P",
+            help="Decode this many items at once in one context (1 = one after another); with a server, this many concurrent requests (per server). Default: 1; over several servers, each server's slots.",
+            show_default=False,
+        ),
+    ] = None,
     resume: Annotated[
         bool, typer.Option("--resume", help="Skip the ids already in OUTPUT and append the rest.")
     ] = False,
@@ -48,6 +53,10 @@ def batch(
     A bad line or an item that cannot fit the context gets an error record and the run goes on.
     Each item is a fresh conversation; a batch is not saved to the history. Replies are bounded by
     max_tokens (default: 2,048 tokens, as in ask and chat).
+
+    With --server given several times (or a configured group), the items spread over the servers
+    by free slots; a server that stops answering hands its items to the others; when all have
+    stopped, the exit is 6 and --resume finishes the rest.
     """
     import sys
 

@@ -10,9 +10,13 @@ road as a local model (llmchat.session). Two engines implement `llmchat.engine.i
 - `openai_compat.OpenAICompatEngine`, for any `/v1/chat/completions` server: the server renders
   its own template, and llmchat sends messages.
 
-`connect` probes the server when its kind is `auto` (llmchat.engine.remote.probe). httpx is
-imported only here, when a server is used: it costs about 125 ms at start (measured on this
-project's 2-core CI machine), which `llmchat --help` and local runs should not pay.
+`connect` probes the server when its kind is `auto` (llmchat.engine.remote.probe). Several
+servers of one model (`--server` repeated, a configured `urls` group) are joined by
+`group.connect_servers`: batch spreads over them (`streams.ConcurrentStreams`), ask and chat take
+the first that answers.
+
+httpx is imported only here, when a server is used: it costs about 125 ms at start (measured on
+this project's 2-core CI machine), which `llmchat --help` and local runs should not pay.
 """
 
 from __future__ import annotations

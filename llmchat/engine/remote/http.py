@@ -74,6 +74,18 @@ class ServerClient:
         except httpx.HTTPError:
             return None
 
+    def alive(self) -> bool:
+        """Whether anything still answers at this server's address (`GET /health`, within the connect
+        timeout): a batch asks after a dropped connection, to tell a server that is gone from one
+        that dropped one stream. Any answer counts, except a proxy's 502/504 (nothing behind it)."""
+        import httpx
+
+        try:
+            response = self._http.get("/health", timeout=self.spec.connect_timeout)
+        except httpx.HTTPError:
+            return False
+        return response.status_code not in (502, 504)
+
     def get_json(self, path: str) -> Any:
         return self._request("GET", path, None)
 

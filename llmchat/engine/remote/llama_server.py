@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from llmchat.engine.grammar import Grammar
     from llmchat.engine.remote import ServerSpec
     from llmchat.engine.remote.http import ServerClient
+    from llmchat.engine.remote.openai_compat import OpenAICompatEngine
 
 # The repeat penalty's window: llama-server's default, the same as the local engine's (engine.core).
 # The server runs it over the prompt and the reply, and so does the local engine now.
@@ -129,6 +130,9 @@ class LlamaServerEngine:
         self._control: dict[int, bool] = {}
         self._pieces: dict[int, bytes] = {}
         self.end_tokens: set[int] = set()
+        # More servers of the same model, for batch to spread over (llmchat.engine.remote.group).
+        self.peers: list[LlamaServerEngine | OpenAICompatEngine] = []
+        self._tokenizer: LlamaServerEngine | OpenAICompatEngine = self  # who answers tokenizer requests
         self.bos_id, self.add_bos = self._bos()
         self.slot = self._choose_slot()
         self._slot_tokens: list[int] = []  # what the pinned slot's cache holds, as far as llmchat knows
@@ -166,6 +170,8 @@ class LlamaServerEngine:
         """The server parses the grammar with each request and refuses a bad one there (one line)."""
 
     def close(self) -> None:
+        for peer in self.peers:
+            peer.close()
         self.client.close()
 
     # --- slots -------------------------------------------------------------------------------------
@@ -185,6 +191,21 @@ class LlamaServerEngine:
         return idle[os.getpid() % len(idle)]
 
     # --- tokens ------------------------------------------------------------------------------------
+    def _tokenizer_request(self, path: str, payload: dict[str, Any]) -> Any:
+        """A tokenizer request to this server or, once it stops answering mid-batch, to the first peer
+        that does (the same tokenizer: llmchat.engine.remote.group checks it), from then on."""
+        while True:
+            try:
+                return self._tokenizer.client.post_json(path, payload)
+            except ServerError as err:
+                if err.status is not None or not err.retriable:
+                    raise
+                servers = [self, *self.peers]
+                later = servers[servers.index(self._tokenizer) + 1 :]
+                if not later:
+                    raise
+                self._tokenizer = later[0]
+
     def _bos(self) -> tuple[int, bool]:
         """BOS as the server adds it: tokenizing "" with special tokens gives [BOS] or nothing."""
         ids = self.client.post_json("/tokenize", {"content": "", "add_special": True}).get("tokens", [])
@@ -199,7 +220,7 @@ class LlamaServerEngine:
                 self._tokens.clear()
             # errors="replace": a lone surrogate cannot go out as JSON text.
             content = text.encode("utf-8", errors="replace").decode("utf-8")
-            reply = self.client.post_json(
+            reply = self._tokenizer_request(
                 "/tokenize", {"content": content, "add_special": False, "parse_special": special}
             )
             cached = self._tokens[key] = [int(t) for t in reply.get("tokens", [])]
@@ -208,7 +229,7 @@ class LlamaServerEngine:
     def has_single_token(self, text: str) -> bool:
         known = self._single.get(text)
         if known is None:
-            reply = self.client.post_json(
+            reply = self._tokenizer_request(
                 "/tokenize", {"content": text, "add_special": False, "parse_special": True, "with_pieces": True}
             )
             tokens = reply.get("tokens", [])
@@ -246,7 +267,7 @@ class LlamaServerEngine:
         return piece
 
     def detokenize(self, tokens: Sequence[int]) -> str:
-        reply = self.client.post_json("/detokenize", {"tokens": [int(t) for t in tokens]})
+        reply = self._tokenizer_request("/detokenize", {"tokens": [int(t) for t in tokens]})
         return str(reply.get("content", "")) if isinstance(reply, dict) else ""
 
     def min_tokens(self, text: str) -> int | None:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from llmchat.engine.grammar import Grammar
     from llmchat.engine.remote import ServerSpec
     from llmchat.engine.remote.http import ServerClient
+    from llmchat.engine.remote.llama_server import LlamaServerEngine
 
 # The stand-in chat template: the messages as JSON, for the server to render (see the docstring).
 SERVER_TEMPLATE = '{{ {"messages": messages, "add_generation_prompt": add_generation_prompt} | tojson }}'
@@ -81,6 +82,8 @@ class OpenAICompatEngine:
         self.stream_level = 0  # index into _STREAM_OPTIONS
         self.template_detail = f"rendered by the server ({spec.shown_url}/v1/chat/completions)"
         self.last_outcome: RemoteOutcome | None = None
+        # More servers of the same model, for batch to spread over (llmchat.engine.remote.group).
+        self.peers: list[LlamaServerEngine | OpenAICompatEngine] = []
 
     @classmethod
     def open(cls, client: ServerClient, spec: ServerSpec, *, kind: str) -> OpenAICompatEngine:
@@ -124,6 +127,8 @@ class OpenAICompatEngine:
         )
 
     def close(self) -> None:
+        for peer in self.peers:
+            peer.close()
         self.client.close()
 
     # --- prompts -----------------------------------------------------------------------------------
