@@ -133,7 +133,9 @@ class BatchRunner:
 
     def run(self, items: list[BatchItem]) -> int:
         """Answer every item; returns how many failed."""
-        servers = 1 + len(getattr(self.engine, "peers", ()))
+        servers = (
+            1 + len(cast("LlamaServerEngine | OpenAICompatEngine", self.engine).peers) if self.engine.caps.remote else 1
+        )
         label = f" ({servers} servers)" if servers > 1 else f" (parallel {self.parallel})" if self.parallel > 1 else ""
         progress = Progress(len(items), self.progress_mode, label=label)
         writer = InOrder((item.index for item in items), self.sink.write)

@@ -10,7 +10,7 @@ probe text); for OpenAI-compatible servers, which take messages, the same model 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Union, cast
 
 from llmchat.errors import ServerError, UsageError
 
@@ -90,23 +90,24 @@ def connect_servers(
 
 def check_same_model(primary: RemoteEngine, other: RemoteEngine) -> None:
     """A usage error unless `other` can decode what `primary` renders and tokenizes."""
-    from llmchat.engine.remote.llama_server import LlamaServerEngine
-
     first, second = primary.spec.shown_url, other.spec.shown_url
-    if isinstance(primary, LlamaServerEngine) != isinstance(other, LlamaServerEngine):
+    # llama-server takes prompts as token ids; an OpenAI-compatible server takes messages.
+    if primary.caps.token_ids != other.caps.token_ids:
         raise UsageError(
             f"--server {first} and {second} are different kinds of server (llama-server and OpenAI-compatible); "
             "give servers of one kind, serving the same model"
         )
-    if isinstance(primary, LlamaServerEngine) and isinstance(other, LlamaServerEngine):
-        same = primary.add_bos == other.add_bos and primary.bos_id == other.bos_id
-        if not same or primary.tokenize(_PROBE, special=True) != other.tokenize(_PROBE, special=True):
+    if primary.caps.token_ids:
+        one, two = cast("LlamaServerEngine", primary), cast("LlamaServerEngine", other)
+        same = one.add_bos == two.add_bos and one.bos_id == two.bos_id
+        if not same or one.tokenize(_PROBE, special=True) != two.tokenize(_PROBE, special=True):
             raise UsageError(
                 f"--server {second} serves another model than {first} (its tokenizer differs); "
                 "give servers that serve the same model"
             )
-    elif getattr(primary, "model", None) != getattr(other, "model", None):
+        return
+    one_name, two_name = cast("OpenAICompatEngine", primary).model, cast("OpenAICompatEngine", other).model
+    if one_name != two_name:
         raise UsageError(
-            f"--server {second} serves {getattr(other, 'model', '?')!r}, not {getattr(primary, 'model', '?')!r} "
-            f"as {first} does; name one model with -m"
+            f"--server {second} serves {two_name!r}, not {one_name!r} as {first} does; name one model with -m"
         )
