@@ -17,6 +17,7 @@ that each have one job (llmchat.turn):
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from llmchat.reasoning import ReasoningFormat
     from llmchat.sampling import SamplingParams
     from llmchat.structured import StructuredOutput
+    from llmchat.turn.tool_loop import ToolOffer
 
 # Names other modules import from here (the session's parts live in llmchat.turn).
 __all__ = [
@@ -93,6 +95,9 @@ class ChatSession:
     # /branch N and /edit: the conversation (id, turns shared) that the next saved turn forks from
     # (llmchat.branches); the branch is created in the history with that turn, not before.
     fork_from: tuple[str, int] | None = None
+    # The tools offered to the model (-T, --functions, --mcp), in its own call format; a turn with
+    # tools on goes through the tool loop (llmchat.turn.tool_loop). None: no tools.
+    tools: ToolOffer | None = None
 
     # The sink's stores, as the commands and the chat UI name them.
     @property
@@ -194,18 +199,30 @@ class ChatSession:
 
     # --- tokens and budget ------------------------------------------------------------------
     def tokenize_messages(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> Prompt:
+        # Earlier replies go back to the model as the ids they were sampled as (exact KV reuse).
+        sampled = {m["content"]: m["token_ids"] for m in messages if m["role"] == "assistant" and m.get("token_ids")}
+        variables = self.template_vars
+        if self.tools is not None and self.tools.active:
+            # The tool list and the calls and results in the template's own shape; every content
+            # (a tool's output included) still goes through the trust boundary of render_prompt.
+            messages, tool_variables = self.tools.shape(messages)
+            variables = {**variables, **tool_variables}
+        elif any(m.get("tool_calls") or m["role"] == "tool" for m in messages):
+            # An earlier tool turn, continued without tools (ask -c, /tool off): its calls and
+            # results as plain JSON text, which every template can render.
+            from llmchat.tools.generic import as_plain_messages
+
+            messages = as_plain_messages(messages)
         rendered = render_prompt(
             self.template,
             messages,
             self.facts,
             add_generation_prompt=add_generation_prompt,
-            variables=self.template_vars,
+            variables=variables,
         )
         if add_generation_prompt:
             # The generation prompt ends every render the same way, whichever messages were trimmed.
             self._prompt_tail = rendered.text[-256:]
-        # Earlier replies go back to the model as the ids they were sampled as (exact KV reuse).
-        sampled = {m["content"]: m["token_ids"] for m in messages if m["role"] == "assistant" and m.get("token_ids")}
         return self.engine.prompt_tokens(
             [
                 (piece.text, piece.trusted, sampled.get(piece.text) if piece.role == "assistant" else None)
@@ -231,9 +248,11 @@ class ChatSession:
         sampling: SamplingParams | None = None,
         overflow: str | None = None,
         structured: StructuredOutput | None = None,
+        after_user: Sequence[dict[str, Any]] = (),
     ) -> PreparedTurn:
         """Render and tokenize the next prompt, trimming the conversation when it must (and may).
-        `structured`: what this reply is held to (default: the session's own).
+        `structured`: what this reply is held to (default: the session's own). `after_user`: the
+        messages of this turn after the user's (a tool round: the calls so far and their results).
 
         Raises ContextOverflowError (nothing changed) when it cannot fit."""
         t_submit = time.perf_counter()
@@ -241,9 +260,11 @@ class ChatSession:
         sampling = sampling or self.sampling
         budget = self.budget(sampling)
         self.check_message_size(user_text, budget)
-        fit = fit_to_context(
-            conversation, user_text, budget, self.tokenize_messages, overflow=overflow or self.overflow
-        )
+        tokenize = self.tokenize_messages
+        if after_user:
+            tail = [dict(message) for message in after_user]
+            tokenize = lambda messages: self.tokenize_messages([*messages, *tail])  # noqa: E731
+        fit = fit_to_context(conversation, user_text, budget, tokenize, overflow=overflow or self.overflow)
         stops = tuple(self.template.stop_strings)
         fmt = self.reasoning_format
         if fmt is not None:  # gpt-oss's <|end|> ends its analysis message, not the reply
@@ -266,11 +287,18 @@ class ChatSession:
         """The grammar a turn decodes under, and the text after which it applies: when the prompt
         leaves a thinking block open, the model thinks freely and is held to the grammar once it
         has closed the block (a grammar from the first token would make the close unreachable)."""
+        fmt = self.reasoning_format
+        if prepared.tool_grammar is not None:
+            # A tool round (llmchat.turn.tool_loop): forced from the first answer token, or lazy,
+            # from the family's trigger on (the request feeds the trigger through the grammar).
+            if prepared.tool_trigger is not None:
+                return prepared.tool_grammar, prepared.tool_trigger
+            after = fmt.close_tag if fmt is not None and fmt.kind == "tags" and prepared.starts_thinking else None
+            return prepared.tool_grammar, after
         if prepared.structured is None:
             return None, None
         if not self.engine.caps.grammar:
             self.engine.check_grammar(prepared.structured.grammar)  # says why, as a UsageError
-        fmt = self.reasoning_format
         after = fmt.close_tag if fmt is not None and fmt.kind == "tags" and prepared.starts_thinking else None
         return prepared.structured.grammar, after
 
@@ -286,6 +314,7 @@ class ChatSession:
             markup=prepared.markup,
             grammar=grammar,
             grammar_after=grammar_after,
+            grammar_from_trigger=prepared.tool_trigger is not None and prepared.tool_grammar is not None,
         )
 
     def turn(
@@ -303,11 +332,34 @@ class ChatSession:
         the result as soon as it joined the conversation, before anything that may still raise
         (a stream cut mid-reply, Ctrl-C while it is shown)."""
         observer = observer or NullObserver()
+        if self.tools is not None and self.tools.active:
+            from llmchat.turn.tool_loop import tool_turn
+
+            return tool_turn(self, user_text, observer, record=record, on_commit=on_commit, attachments=attachments)
         prepared = self.prepare(user_text)
+        result, stopped = self.decode(prepared, observer)
+        result.attachments = tuple(attachments)
+        self.commit(prepared, result, record=record)
+        self.sink.save_kv(result)
+        if on_commit is not None:
+            on_commit(result)
+        if stopped is not None:
+            raise stopped
+        observer.finished(result)
+        return result
+
+    def decode(
+        self, prepared: PreparedTurn, observer: TurnObserver, *, restore: bool = True
+    ) -> tuple[TurnResult, BaseException | None]:
+        """Decode one prepared prompt (one round of a turn) with the engine, streaming it to
+        `observer`, and make it a TurnResult. Ctrl-C ends the reply as interrupted. SIGTERM, a
+        closed stdout or a remote stream cut mid-reply also end it, and come back as the exception
+        to raise once the reply is saved. `restore`: try the KV cache on disk first (the first
+        round of a turn; later rounds extend what is already in the context)."""
         ids = prompt_ids(prepared.prompt)
         if prepared.fit.messages_dropped and self.engine.caps.kv_shift:
             self.engine.shift_out_dropped(ids)
-        if self.kv_store is not None:  # a new process (ask -c, --resume) or /load: restore from disk
+        if restore and self.kv_store is not None:  # a new process (ask -c, --resume) or /load: restore from disk
             prepared.restored = self.kv_store.restore(ids)
         tracker = prepared.tracker
         generation = self.engine.generate(self.request_for(prepared))
@@ -347,15 +399,7 @@ class ChatSession:
                 shown.close()
             fragments = [tracker.splitter.answer]
         result = self.finish(prepared, outcome, "".join(fragments), generation.seed, t_first_written, tracker=tracker)
-        result.attachments = tuple(attachments)
-        self.commit(prepared, result, record=record)
-        self.sink.save_kv(result)
-        if on_commit is not None:
-            on_commit(result)
-        if stopped is not None:
-            raise stopped
-        observer.finished(result)
-        return result
+        return result, stopped
 
     def finish(
         self,
@@ -388,12 +432,17 @@ class ChatSession:
         reasoning rides along in the message but is not sent back to the model (prompt_messages
         copies role and content only): templates drop earlier thinking, or should."""
         prepared.conversation.add_exchange(
-            result.user, result.reply, interrupted=result.interrupted, token_ids=result.token_ids
+            result.user,
+            result.reply,
+            interrupted=result.interrupted,
+            token_ids=result.token_ids,
+            between=result.tool_messages,
         )
         if result.reasoning:
             prepared.conversation.messages[-1]["reasoning"] = result.reasoning
         if result.attachments:  # /edit gives them back with the typed words
-            prepared.conversation.messages[-2]["attachments"] = result.attachments
+            user_at = len(prepared.conversation.messages) - 2 - len(result.tool_messages)
+            prepared.conversation.messages[user_at]["attachments"] = result.attachments
         if prepared.conversation is self.conversation:
             self.last_result = result
         if record:

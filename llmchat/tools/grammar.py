@@ -130,14 +130,15 @@ _ROOT: dict[str, str] = {
 }
 
 
-def call_grammar(family: Family, tools: Sequence[ToolSpec]) -> ToolGrammar:
+def call_grammar(family: Family, tools: Sequence[ToolSpec], *, forced: bool = False) -> ToolGrammar:
     """The grammar of one reply that calls one of `tools` in `family`'s syntax. A schema the
-    converter cannot enforce is a UsageError naming the tool."""
+    converter cannot enforce is a UsageError naming the tool. The generic format's reply is a
+    call or a response; `forced`: a call only."""
     if not tools:
         raise ValueError("a call grammar needs at least one tool")
     if family is GENERIC:
-        text = schema_to_gbnf(generic.reply_schema(tools))
-        return ToolGrammar(Grammar(text, "the generic tool reply"), ())
+        schema = generic.call_schema(tools) if forced else generic.reply_schema(tools)
+        return ToolGrammar(Grammar(schema_to_gbnf(schema), "the generic tool reply"), ())
     root, rules = _per_family(family, tools)
     parts = [f"root ::= {root}", *rules, WS]
     if family.id == "qwen3_coder":
@@ -154,3 +155,8 @@ def _tool_rules(spec: ToolSpec, prefix: str) -> str:
         return prefixed_schema_rules(spec.parameters, prefix)
     except UsageError as err:
         raise UsageError(f"tool {spec.name} ({spec.source}): its parameters schema: {err}") from None
+
+
+def answer_grammar() -> Grammar:
+    """The generic format's reply once no more calls may be made: a response only."""
+    return Grammar(schema_to_gbnf(generic.response_schema()), "the generic tool reply (an answer)")
