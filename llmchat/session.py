@@ -260,10 +260,11 @@ class ChatSession:
         sampling = sampling or self.sampling
         budget = self.budget(sampling)
         self.check_message_size(user_text, budget)
-        tokenize = self.tokenize_messages
-        if after_user:
-            tail = [dict(message) for message in after_user]
-            tokenize = lambda messages: self.tokenize_messages([*messages, *tail])  # noqa: E731
+        tail = [dict(message) for message in after_user]
+
+        def tokenize(messages: list[dict[str, Any]]) -> Prompt:
+            return self.tokenize_messages([*messages, *tail])
+
         fit = fit_to_context(conversation, user_text, budget, tokenize, overflow=overflow or self.overflow)
         stops = tuple(self.template.stop_strings)
         fmt = self.reasoning_format
