@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from llmchat.engine.grammar import Grammar
     from llmchat.engine.interface import ChatEngine, Prompt
     from llmchat.engine.kv_store import KVStore
+    from llmchat.engine.prompt_pieces import PromptPiece
     from llmchat.engine.reply import GenerationOutcome
     from llmchat.history import HistoryStore, StoredConversation
     from llmchat.reasoning import ReasoningFormat
@@ -88,6 +89,10 @@ class ChatSession:
     reasoning: ReasoningSettings = field(default_factory=ReasoningSettings)
     template_vars: dict[str, Any] = field(default_factory=dict)
     _prompt_tail: str = ""  # the end of the last rendered generation prompt
+    # The text of the last rendered generation prompt, and a prompt text that later renders must
+    # tokenize as it was (a tool turn's first round: its tokens are in the KV cache).
+    last_rendered: str = ""
+    kept_prefix: tuple[str, list[int]] | None = None  # (text, its token ids)
     _markup: dict[int, bytes] = field(default_factory=dict)
     _close_ids: list[int] = field(default_factory=list)
     structured: StructuredOutput | None = None  # --schema / --format json / --grammar, for every turn
@@ -223,12 +228,39 @@ class ChatSession:
         if add_generation_prompt:
             # The generation prompt ends every render the same way, whichever messages were trimmed.
             self._prompt_tail = rendered.text[-256:]
-        return self.engine.prompt_tokens(
-            [
-                (piece.text, piece.trusted, sampled.get(piece.text) if piece.role == "assistant" else None)
-                for piece in rendered.pieces
-            ]
-        )
+            self.last_rendered = rendered.text
+        pieces = [(piece.text, piece.trusted, piece.role) for piece in rendered.pieces]
+        if self.kept_prefix is not None and rendered.text.startswith(self.kept_prefix[0]):
+            # A later round of a tool turn: the first round's prompt is in the KV cache as these
+            # very ids. Tokenizing the joined text again could merge its last token with the call
+            # that follows (`[/INST]` + `[TOOL_CALLS]` is `][` in a vocabulary without those
+            # control tokens), so only what follows it is tokenized.
+            kept_text, kept_ids = self.kept_prefix
+            _, tail = split_pieces(pieces, len(kept_text))
+            tail_ids = self._tokens_after(self._with_sampled(tail, sampled))
+            if tail_ids is not None:
+                return [*kept_ids, *tail_ids]
+        return self.engine.prompt_tokens(self._with_sampled(pieces, sampled))
+
+    @staticmethod
+    def _with_sampled(pieces: list[Piece3], sampled: dict[str, list[int]]) -> list[PromptPiece]:
+        return [(text, trusted, sampled.get(text) if role == "assistant" else None) for text, trusted, role in pieces]
+
+    def _tokens_after(self, pieces: list[PromptPiece]) -> list[int] | None:
+        """The ids of pieces that continue a prompt (no BOS of their own); None where the engine
+        cannot say (its prompts are messages, or its BOS is not one token)."""
+        lead = self.engine.prompt_tokens([])
+        if not isinstance(lead, list):
+            return None
+        if not lead:
+            tokens = self.engine.prompt_tokens(pieces)
+            return tokens if isinstance(tokens, list) else None
+        # The engine puts a BOS in front of a prompt that lacks one: give it one as text, then drop it.
+        marker: PromptPiece = (self.engine.bos_text, True)
+        if not self.engine.bos_text or self.engine.prompt_tokens([marker]) != lead:
+            return None
+        tokens = self.engine.prompt_tokens([marker, *pieces])
+        return tokens[len(lead) :] if isinstance(tokens, list) else None
 
     def budget(self, sampling: SamplingParams | None = None) -> Budget:
         max_tokens = (sampling or self.sampling).max_tokens
@@ -495,3 +527,23 @@ class ChatSession:
         self.conversation = replace(self.conversation, system=system or None)
         if self.history is not None and self.conversation_id is not None:
             self.history.update_system_prompt(self.conversation_id, system or None)
+
+
+Piece3 = tuple[str, bool, "str | None"]  # a rendered piece: text, trusted, the role of its message
+
+
+def split_pieces(pieces: list[Piece3], offset: int) -> tuple[list[Piece3], list[Piece3]]:
+    """The pieces before and after character `offset` of their joined text (a piece across it is cut)."""
+    head: list[Piece3] = []
+    tail: list[Piece3] = []
+    at = 0
+    for text, trusted, role in pieces:
+        if at + len(text) <= offset:
+            head.append((text, trusted, role))
+        elif at >= offset:
+            tail.append((text, trusted, role))
+        else:
+            head.append((text[: offset - at], trusted, role))
+            tail.append((text[offset - at :], trusted, role))
+        at += len(text)
+    return head, tail

@@ -205,3 +205,43 @@ def test_an_mcp_server_is_called_and_its_result_goes_back(cli, smollm2_path, ser
     answer = call.get("result") or call.get("error") or ""
     assert "datetime" in answer or "timezone" in answer.lower(), call
     assert "tool call: time_get_current_time(" in run.stderr
+
+
+# --- the model's own format: upstream templates, a forced call each -----------------------------------
+TEMPLATES = Path(__file__).resolve().parent / "data" / "templates"
+FAMILY_TEMPLATES = sorted(path.name for path in TEMPLATES.glob("*.jinja"))
+
+
+@pytest.mark.parametrize("template", FAMILY_TEMPLATES)
+def test_a_forced_call_in_each_family_format(cli, smollm2_path, tmp_path, template):
+    """SmolLM2 under each upstream template: the forced call parses with valid arguments, runs
+    once, its result goes back, a final answer follows over the reused first round."""
+    from llmchat.tools.families import detect_family
+
+    tools = functions_file(tmp_path)
+    run = cli(
+        "ask",
+        "-m",
+        str(smollm2_path),
+        *FORCED,
+        "--max-tokens",
+        "120",  # a call's JSON may be spread over lines: room for it
+        "--template",
+        str(TEMPLATES / template),
+        "--functions",
+        str(tools),
+        "--tool-choice",
+        "record_city",
+        "--approve-tools",
+        "--json",
+        "What is the weather in Paris?",
+    )
+    assert run.returncode == 0, run.stderr
+    record = json.loads(run.stdout)
+    made = calls_made(tmp_path)
+    assert len(made) == 1 and made[0], (detect_family((TEMPLATES / template).read_text()).id, record)
+    [call] = record["tool_calls"]
+    assert call["arguments"] == {"city": made[0]} and call["result"].startswith("It is sunny in")
+    first, second = record["stats"]["rounds"]
+    assert second["cached_tokens"] >= first["prompt_tokens"] > 0
+    assert second["generated_tokens"] > 0 and record["finish_reason"] in ("stop", "length")

@@ -185,44 +185,50 @@ def tool_turn(
     rounds: list[_Round] = []
     stopped: BaseException | None = None
     last_prepared = None
-    while True:
-        final = guard.exhausted
-        if final:
-            line = guard.notice()
-            if line:
-                offer.io.notice(line)
-        prepared = session.prepare(user_text, after_user=after_user)
-        last_prepared = prepared
-        plan = plan_round(offer.choice, len(rounds), names)
-        if final:
-            if offer.family is GENERIC:  # the format's reply is JSON: held to an answer
-                from llmchat.tools.grammar import answer_grammar
+    try:
+        while True:
+            final = guard.exhausted
+            if final:
+                line = guard.notice()
+                if line:
+                    offer.io.notice(line)
+            prepared = session.prepare(user_text, after_user=after_user)
+            last_prepared = prepared
+            plan = plan_round(offer.choice, len(rounds), names)
+            if final:
+                if offer.family is GENERIC:  # the format's reply is JSON: held to an answer
+                    from llmchat.tools.grammar import answer_grammar
 
-                prepared.tool_grammar = answer_grammar()
-        elif plan.forced or offer.family is GENERIC:
-            prepared.tool_grammar = offer.grammar(plan.grammar_tools, plan.forced)
-        else:
-            prepared.tool_grammar = offer.grammar(plan.grammar_tools, False)
-            prepared.tool_trigger = offer.family.triggers[0]
-        result, stopped = session.decode(prepared, held, restore=not rounds)
-        parsed = None
-        if result.finish_reason not in ("interrupted", "error"):
-            schemas = {name: spec.parameters for name, spec in offer.specs.items()}
-            parsed = offer.family.parse(result.reply, schemas)
-        rounds.append(_Round(result, prepared.t_submit, parsed))
-        if stopped is not None or parsed is None or final or not parsed.calls:
-            break
-        first_index = len(calls)
-        call_pairs = [(call.name, call.arguments) for call in parsed.calls]
-        messages: list[dict[str, Any]] = [assistant_tool_calls(call_pairs, parsed.content, first_index)]
-        for number, call in enumerate(parsed.calls):
-            offer.io.show_call(format_call(call.name, call.arguments))
-            done = _run(offer, call.name, call.arguments)
-            calls.append(done)
-            messages.append(tool_result(first_index + number, call.name, done.text_for_model))
-        after_user.extend(messages)
-        guard.record_round()
+                    prepared.tool_grammar = answer_grammar()
+            elif plan.forced or offer.family is GENERIC:
+                prepared.tool_grammar = offer.grammar(plan.grammar_tools, plan.forced)
+            else:
+                prepared.tool_grammar = offer.grammar(plan.grammar_tools, False)
+                prepared.tool_trigger = offer.family.triggers[0]
+            if not rounds:  # later rounds extend this prompt: its tokens stay as they were
+                ids = prepared.prompt
+                session.kept_prefix = (session.last_rendered, list(ids)) if isinstance(ids, list) else None
+            result, stopped = session.decode(prepared, held, restore=not rounds)
+            parsed = None
+            if result.finish_reason not in ("interrupted", "error"):
+                schemas = {name: spec.parameters for name, spec in offer.specs.items()}
+                parsed = offer.family.parse(result.reply, schemas)
+            rounds.append(_Round(result, prepared.t_submit, parsed))
+            if stopped is not None or parsed is None or final or not parsed.calls:
+                break
+            first_index = len(calls)
+            call_pairs = [(call.name, call.arguments) for call in parsed.calls]
+            messages: list[dict[str, Any]] = [assistant_tool_calls(call_pairs, parsed.content, first_index)]
+            for number, call in enumerate(parsed.calls):
+                offer.io.show_call(format_call(call.name, call.arguments))
+                done = _run(offer, call.name, call.arguments)
+                calls.append(done)
+                messages.append(tool_result(first_index + number, call.name, done.text_for_model))
+            after_user.extend(messages)
+            guard.record_round()
 
+    finally:
+        session.kept_prefix = None
     assert last_prepared is not None
     final_result = _combine(rounds, calls, after_user, user_text)
     final_result.attachments = tuple(attachments)
