@@ -156,6 +156,9 @@ class _HeldText:
     def finished(self, result: TurnResult) -> None:
         pass
 
+    def round_ended(self) -> None:
+        self.observer.round_ended()
+
 
 @dataclass
 class _Round:
@@ -209,6 +212,7 @@ def tool_turn(
                 ids = prepared.prompt
                 session.kept_prefix = (session.last_rendered, list(ids)) if isinstance(ids, list) else None
             result, stopped = session.decode(prepared, held, restore=not rounds)
+            held.round_ended()
             parsed = None
             if result.finish_reason not in ("interrupted", "error"):
                 schemas = {name: spec.parameters for name, spec in offer.specs.items()}
