@@ -512,8 +512,9 @@ class ChatSession:
         """Continue a conversation from the history store."""
         self.conversation = Conversation(system=stored.system_prompt)
         for message in stored.messages:
-            if message.role in ("user", "assistant"):
-                self.conversation.messages.append({"role": message.role, "content": message.content})
+            if message.role in ("user", "assistant", "tool"):
+                # A tool turn's calls and results come back as they were sent (StoredMessage.tool).
+                self.conversation.messages.append(message.chat_message())
                 if getattr(message, "reasoning", None):  # kept beside the reply, never sent back
                     self.conversation.messages[-1]["reasoning"] = message.reasoning
         self.conversation_id = stored.id

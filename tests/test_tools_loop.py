@@ -245,3 +245,168 @@ def test_a_forced_call_in_each_family_format(cli, smollm2_path, tmp_path, templa
     first, second = record["stats"]["rounds"]
     assert second["cached_tokens"] >= first["prompt_tokens"] > 0
     assert second["generated_tokens"] > 0 and record["finish_reason"] in ("stop", "length")
+
+
+# --- approval on a terminal -------------------------------------------------------------------------------
+QUESTION = r"run record_city\(.*\)\? \[y\]es / \[N\]o / \[a\]lways for this tool: "
+
+
+def _spawn(home: Path, *args: str):
+    pexpect = pytest.importorskip("pexpect")
+    import os
+    import sys
+
+    env = dict(os.environ, LLMCHAT_HOME=str(home), TERM="xterm-256color", PROMPT_TOOLKIT_NO_CPR="1")
+    env.pop("LLMCHAT_MODEL", None)
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "llmchat", *args],
+        env=env,
+        encoding="utf-8",
+        codec_errors="replace",
+        dimensions=(30, 160),
+        timeout=300,
+    )
+    return pexpect, child
+
+
+@pytest.mark.parametrize(("answer", "runs"), [("y", 1), ("n", 0)])
+def test_on_a_terminal_the_person_decides(isolated_home, smollm2_path, tmp_path, answer, runs):
+    tools = functions_file(tmp_path)
+    args = ("ask", "-m", str(smollm2_path), *FORCED, "--functions", str(tools), "--tool-choice", "record_city")
+    pexpect, child = _spawn(isolated_home, *args, "What is the weather in Paris?")
+    try:
+        child.expect_exact("tool call: record_city(")  # shown before it is asked about
+        child.expect(QUESTION)
+        assert calls_made(tmp_path) == []  # nothing runs before the answer
+        child.send(answer + "\r")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+    assert len(calls_made(tmp_path)) == runs
+
+
+def test_always_runs_the_tool_without_asking_again(isolated_home, smollm2_path, tmp_path):
+    tools = functions_file(tmp_path)
+    args = ("chat", "-m", str(smollm2_path), *FORCED, "--functions", str(tools), "--tool-choice", "record_city")
+    pexpect, child = _spawn(isolated_home, *args)
+    try:
+        child.expect_exact("> ")
+        child.send("What is the weather in Paris?\r")
+        child.expect(QUESTION)
+        child.send("a\r")
+        child.expect_exact("> ")
+        assert len(calls_made(tmp_path)) == 1
+        child.send("And in Rome?\r")
+        # The second forced call runs at once: the next thing seen is the prompt, not the question.
+        index = child.expect([QUESTION, r"\n> "])
+        assert index == 1, "asked again after always"
+        assert len(calls_made(tmp_path)) == 2
+        child.send("/exit\r")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+
+
+# --- history -------------------------------------------------------------------------------------------
+def test_a_tool_conversation_is_saved_shown_and_continued(cli, smollm2_path, tmp_path):
+    tools = functions_file(tmp_path)
+    model = ("-m", str(smollm2_path), "--temperature", "0", "--seed", "1", "--max-tokens", "48")
+    first = cli(
+        "ask",
+        *model,
+        "--chain-limit",
+        "1",
+        "--functions",
+        str(tools),
+        "--tool-choice",
+        "record_city",
+        "--approve-tools",
+        "--json",
+        "What is the weather in Paris?",
+    )
+    assert first.returncode == 0, first.stderr
+    record = json.loads(first.stdout)
+    assert record["saved"] is True
+    city = calls_made(tmp_path)[0]
+    stored = json.loads(cli("history", "show", "last", "--json").stdout)
+    assert [m["role"] for m in stored["messages"]] == ["user", "assistant", "tool", "assistant"]
+    call_message, result_message = stored["messages"][1], stored["messages"][2]
+    assert call_message["tool"]["tool_calls"][0]["function"] == {"name": "record_city", "arguments": {"city": city}}
+    assert result_message["content"] == f"It is sunny in {city}, 21 degrees."
+    assert result_message["tool"]["name"] == "record_city" and result_message["tool"]["approved"] is True
+    shown = cli("history", "show", "last").stdout
+    assert "tool call `record_city(" in shown and "result of `record_city`" in shown
+
+    # Continued with the tools again: the earlier calls and results are in the prompt, from the KV cache.
+    again = cli(
+        "ask",
+        *model,
+        "-c",
+        "--chain-limit",
+        "1",
+        "--functions",
+        str(tools),
+        "--tool-choice",
+        "record_city",
+        "--approve-tools",
+        "--json",
+        "And in Rome?",
+    )
+    assert again.returncode == 0, again.stderr
+    follow = json.loads(again.stdout)
+    assert follow["conversation_id"] == record["conversation_id"]
+    assert follow["stats"]["rounds"][0]["cached_tokens"] >= record["stats"]["rounds"][1]["prompt_tokens"] - 8
+    assert len(calls_made(tmp_path)) == 2
+    # Continued without tools: the calls and results go back as plain text, and the chat goes on.
+    plain = cli("ask", *model, "-c", "--json", "Thanks.")
+    assert plain.returncode == 0, plain.stderr
+    assert json.loads(plain.stdout)["tool_calls"] is None
+    roles = [m["role"] for m in json.loads(cli("history", "show", "last", "--json").stdout)["messages"]]
+    assert roles == ["user", "assistant", "tool", "assistant"] * 2 + ["user", "assistant"]
+
+
+# --- the lazy gate (--tool-choice auto) --------------------------------------------------------------------
+def test_the_lazy_gate_switches_on_at_the_trigger_and_holds_the_call(smollm2_path, tmp_path):
+    """With `auto` the reply is free until the family's trigger text is sampled; then the trigger is
+    fed through the call grammar and the rest of the call is held to it (the tool's schema too)."""
+    import llama_cpp
+
+    from llmchat.engine import Engine, EngineSettings
+    from llmchat.engine.grammar import GrammarGate
+    from llmchat.tools.families import family_by_id
+    from llmchat.tools.grammar import call_grammar
+
+    specs = load_functions(str(functions_file(tmp_path)))
+    hermes = family_by_id("hermes")
+    tool_grammar = call_grammar(hermes, specs)
+    engine = Engine.load(smollm2_path, EngineSettings(n_ctx=256))
+    try:
+
+        def gate() -> GrammarGate:
+            inner = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+            return GrammarGate(
+                engine._llm._model.vocab, tool_grammar.grammar, inner, start_after="<tool_call>", feed_trigger=True
+            )
+
+        def sample(g: GrammarGate, text: str) -> None:
+            for token in engine.tokenize(text, special=False):
+                g._accept(None, token)
+
+        call = '\n{"name": "record_city", "arguments": {"city": "Paris"}}\n</tool_call>'
+        lazy = gate()
+        sample(lazy, "Let me look that up.")
+        assert not lazy.active  # free text before the trigger
+        sample(lazy, " <tool_call>")
+        assert lazy.active
+        assert lazy._allows_all(engine.tokenize(call, special=False))
+        assert not lazy._allows_all(engine.tokenize(" I think it is sunny.", special=False))
+        bad_arguments = '\n{"name": "record_city", "arguments": {"city": 7}}'
+        assert not lazy._allows_all(engine.tokenize(bad_arguments, special=False))
+        unknown = '\n{"name": "delete_everything", "arguments": {}}'
+        assert not lazy._allows_all(engine.tokenize(unknown, special=False))
+        llama_cpp.llama_sampler_free(lazy.sampler)
+    finally:
+        engine.close()
