@@ -410,3 +410,61 @@ def test_the_lazy_gate_switches_on_at_the_trigger_and_holds_the_call(smollm2_pat
         llama_cpp.llama_sampler_free(lazy.sampler)
     finally:
         engine.close()
+
+
+def test_the_history_keeps_a_tool_turn_whole_and_upgrades_an_older_database(tmp_path):
+    import sqlite3
+
+    from llmchat import history as history_module
+    from llmchat.history import MIGRATIONS, HistoryStore, export_markdown
+    from llmchat.tools.prompt import assistant_tool_calls, tool_result
+
+    names = [fn.__name__ for fn in MIGRATIONS]
+    db = sqlite3.connect(tmp_path / "h.db", isolation_level=None)
+    db.execute("BEGIN")
+    history_module.migrate(db, MIGRATIONS[: names.index("m006_tool_messages")])
+    db.execute("COMMIT")
+    db.close()
+    with HistoryStore.open(tmp_path / "h.db") as store:
+        cid = store.new_conversation(model="m", model_path="/m", template="t", system_prompt=None, sampling={})
+        store.add_turn(cid, "hi", "hello")  # a turn without tools reads as before
+        calls = assistant_tool_calls([("record_city", {"city": "Paris"})])
+        result = {**tool_result(0, "record_city", HOSTILE), "approved": True, "duration_s": 0.01}
+        store.add_turn(cid, "Weather in Paris?", "Sunny.", tool_messages=[calls, result])
+        stored = store.get(cid)
+        assert [m.role for m in stored.messages] == ["user", "assistant", "user", "assistant", "tool", "assistant"]
+        assert stored.messages[0].tool is None
+        chat = [m.chat_message() for m in stored.messages[2:]]
+        assert chat[1]["tool_calls"] == calls["tool_calls"] and chat[1]["content"] == ""
+        assert chat[2] == {"role": "tool", "content": HOSTILE, "tool_call_id": "call00000", "name": "record_city"}
+        assert stored.messages[4].tool["approved"] is True
+        shown = export_markdown(stored)
+        assert 'tool call `record_city({"city": "Paris"})`' in shown and "result of `record_city`" in shown
+        assert store.delete_last_exchange(cid) == 4  # /undo takes the whole tool turn
+        assert [m.role for m in store.get(cid).messages] == ["user", "assistant"]
+
+
+def test_an_mcp_server_that_dies_mid_call_gives_the_model_an_error_and_the_turn_goes_on(cli, smollm2_path):
+    import shlex
+    import sys
+
+    server = Path(__file__).resolve().parent / "data" / "tools" / "dying_mcp_server.py"
+    run = cli(
+        "ask",
+        "-m",
+        str(smollm2_path),
+        *FORCED,
+        "--mcp",
+        f"{shlex.quote(sys.executable)} {shlex.quote(str(server))}",
+        "--tool-choice",
+        "dying_die",
+        "--approve-tools",
+        "--json",
+        "Run the tool.",
+    )
+    assert run.returncode == 0, run.stderr
+    record = json.loads(run.stdout)
+    [call] = record["tool_calls"]
+    assert call["approved"] is True and "MCP server dying" in call["error"]
+    assert "tool call dying_die failed: MCP server dying" in run.stderr
+    assert len(record["stats"]["rounds"]) == 2 and record["finish_reason"] in ("stop", "length")

@@ -164,7 +164,7 @@ class _HeldText:
 class _Round:
     result: TurnResult
     t_submit: float
-    parsed: ParsedReply | None
+    parsed: ParsedReply
 
 
 def tool_turn(
@@ -182,6 +182,7 @@ def tool_turn(
     assert offer is not None
     names = list(offer.specs)
     guard = ChainGuard(offer.chain_limit)
+    schemas = {name: spec.parameters for name, spec in offer.specs.items()}
     held = _HeldText(observer)
     after_user: list[dict[str, Any]] = []
     calls: list[CallRecord] = []
@@ -213,12 +214,11 @@ def tool_turn(
                 session.kept_prefix = (session.last_rendered, list(ids)) if isinstance(ids, list) else None
             result, stopped = session.decode(prepared, held, restore=not rounds)
             held.round_ended()
-            parsed = None
-            if result.finish_reason not in ("interrupted", "error"):
-                schemas = {name: spec.parameters for name, spec in offer.specs.items()}
-                parsed = offer.family.parse(result.reply, schemas)
+            # An interrupted reply is parsed too (its text before any call is the answer so far),
+            # but no call of it runs.
+            parsed = offer.family.parse(result.reply, schemas)
             rounds.append(_Round(result, prepared.t_submit, parsed))
-            if stopped is not None or parsed is None or final or not parsed.calls:
+            if stopped is not None or result.finish_reason in ("interrupted", "error") or final or not parsed.calls:
                 break
             first_index = len(calls)
             call_pairs = [(call.name, call.arguments) for call in parsed.calls]
@@ -226,6 +226,8 @@ def tool_turn(
             for number, call in enumerate(parsed.calls):
                 offer.io.show_call(format_call(call.name, call.arguments))
                 done = _run(offer, call.name, call.arguments)
+                if done.approved and done.error is not None:  # the model reads it too; the person sees it here
+                    offer.io.notice(f"tool call {call.name} failed: {done.error.splitlines()[0] if done.error else ''}")
                 calls.append(done)
                 messages.append(tool_result(first_index + number, call.name, done.text_for_model))
             after_user.extend(messages)
@@ -259,8 +261,7 @@ def _combine(rounds: list[_Round], calls: list[CallRecord], after_user: list[dic
     first, last = rounds[0], rounds[-1]
     result = last.result
     raw = result.reply
-    if last.parsed is not None:
-        result.reply = last.parsed.content
+    result.reply = last.parsed.content
     if result.reply != raw:
         result.token_ids = None  # the ids spell the raw reply, not the answer shown
     result.user = user
