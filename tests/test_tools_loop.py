@@ -444,21 +444,29 @@ def test_the_history_keeps_a_tool_turn_whole_and_upgrades_an_older_database(tmp_
         assert [m.role for m in store.get(cid).messages] == ["user", "assistant"]
 
 
-def test_an_mcp_server_that_dies_mid_call_gives_the_model_an_error_and_the_turn_goes_on(cli, smollm2_path):
-    import shlex
+def test_an_mcp_server_that_dies_mid_call_gives_the_model_an_error_and_the_turn_goes_on(
+    cli, smollm2_path, isolated_home
+):
+    """A configured server (`-T mcp:NAME`) whose config says `approve = "always"`: its call runs
+    without a terminal and without --approve-tools; the server dies mid-call, the model reads the
+    error, the person gets one notice, and a final answer follows."""
     import sys
 
     server = Path(__file__).resolve().parent / "data" / "tools" / "dying_mcp_server.py"
+    isolated_home.mkdir(parents=True, exist_ok=True)
+    (isolated_home / "config.toml").write_text(
+        f'[mcp.dying]\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(server))}]\napprove = "always"\n',
+        encoding="utf-8",
+    )
     run = cli(
         "ask",
         "-m",
         str(smollm2_path),
         *FORCED,
-        "--mcp",
-        f"{shlex.quote(sys.executable)} {shlex.quote(str(server))}",
+        "-T",
+        "mcp:dying",
         "--tool-choice",
         "dying_die",
-        "--approve-tools",
         "--json",
         "Run the tool.",
     )
@@ -466,5 +474,5 @@ def test_an_mcp_server_that_dies_mid_call_gives_the_model_an_error_and_the_turn_
     record = json.loads(run.stdout)
     [call] = record["tool_calls"]
     assert call["approved"] is True and "MCP server dying" in call["error"]
-    assert "tool call dying_die failed: MCP server dying" in run.stderr
+    assert run.stderr.count("tool call dying_die failed: MCP server dying") == 1
     assert len(record["stats"]["rounds"]) == 2 and record["finish_reason"] in ("stop", "length")
