@@ -399,11 +399,13 @@ class ChatSession:
         outcome = generation.outcome
         observer.prefill_started(len(prepared.prompt), self.engine.cached_prefix(ids), self.engine.n_ctx)
         fragments: list[str] = []
+        raw: list[str] = []
         t_first_written: float | None = None
         stopped: BaseException | None = None
         shown = ThinkingDisplay(observer, self.reasoning.display)
         try:
             for event in generation:
+                raw.append(event.text)
                 if event.text and tracker is not None:
                     shown.show(tracker.feed(event.text, outcome.generated_tokens, time.perf_counter()))
                 elif event.text:
@@ -432,6 +434,7 @@ class ChatSession:
                 shown.close()
             fragments = [tracker.splitter.answer]
         result = self.finish(prepared, outcome, "".join(fragments), generation.seed, t_first_written, tracker=tracker)
+        result.raw_reply = "".join(raw)
         return result, stopped
 
     def finish(

@@ -33,6 +33,7 @@ class TurnResult:
     # `tool` messages that go between the user's message and the reply. None: no tools offered.
     tool_calls: list[CallRecord] | None = None
     tool_messages: list[dict[str, Any]] = field(default_factory=list)
+    raw_reply: str = ""  # everything decoded, thinking and markup included (a tool round's parser reads it)
 
     @property
     def interrupted(self) -> bool:

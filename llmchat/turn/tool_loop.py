@@ -216,7 +216,10 @@ def tool_turn(
             held.round_ended()
             # An interrupted reply is parsed too (its text before any call is the answer so far),
             # but no call of it runs.
-            parsed = offer.family.parse(result.reply, schemas)
+            # gpt-oss writes its call in the channel header (`to=functions.NAME`), which the
+            # reasoning split leaves out of the answer: its parser reads the whole reply.
+            text = result.raw_reply if offer.family.id == "gpt_oss" else result.reply
+            parsed = offer.family.parse(text, schemas)
             rounds.append(_Round(result, prepared.t_submit, parsed))
             if stopped is not None or result.finish_reason in ("interrupted", "error") or final or not parsed.calls:
                 break
