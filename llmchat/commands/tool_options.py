@@ -130,13 +130,18 @@ def offer(session: "ChatSession", toolset: "ToolSet", request: ToolRequest, *, d
 
 
 def ask_on_terminal(name: str, arguments: Any) -> "Answer":
-    """Ask on the terminal (stderr for the question, stdin for the answer); end of input is no."""
+    """Ask on the terminal (stderr for the question, stdin for the answer). End of input and
+    Ctrl-C at the question are no: the call is refused and the turn goes on."""
     from llmchat.tools.approval import ask_on_terminal as ask_until_known
 
     def read(question: str) -> str:
         sys.stderr.write(question)
         sys.stderr.flush()
-        line = sys.stdin.readline()
+        try:
+            line = sys.stdin.readline()
+        except KeyboardInterrupt:
+            sys.stderr.write("\n")
+            return "n"
         return line if line else "n"
 
     return ask_until_known(name, json.dumps(arguments, ensure_ascii=False, sort_keys=True), read)
