@@ -47,6 +47,7 @@ A user's own .jinja file may carry the same header; its `stop:` line is then use
 from __future__ import annotations
 
 import functools
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -452,9 +453,11 @@ def _protected_pieces(
 
 
 def _content_variants(content: str) -> list[str]:
-    """The forms templates commonly print a content in: as is, or trimmed (`| trim`, `.strip()`)."""
+    """The forms templates commonly print a content in: as is, trimmed (`| trim`, `.strip()`), or
+    inside a JSON string (`| tojson`: Llama 3.x and gpt-oss print a tool's result that way)."""
     variants: list[str] = []
-    for variant in (content, content.strip(), content.rstrip(), content.lstrip()):
+    as_json = json.dumps(content, ensure_ascii=False)[1:-1]
+    for variant in (content, content.strip(), content.rstrip(), content.lstrip(), as_json):
         if variant not in variants:
             variants.append(variant)
     return variants
