@@ -537,3 +537,44 @@ def test_auto_lets_the_model_answer_without_a_call(cli, smollm2_path, tmp_path):
     else:
         assert record["tool_calls"] == [] and len(record["stats"]["rounds"]) == 1
         assert record["reply"] and "<tool_call>" not in record["reply"] and calls_made(tmp_path) == []
+
+
+# --- the chat's slash commands (pure UI logic: no model) ---------------------------------------------------
+def test_slash_tools_lists_them_and_slash_tool_switches_them(tmp_path):
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from llmchat import slash
+    from llmchat.tools.choice import ToolChoice
+    from llmchat.tools.families import GENERIC
+    from llmchat.tools.prompt import Capabilities
+    from llmchat.turn.tool_loop import ToolIO, ToolOffer
+
+    specs = load_functions(str(functions_file(tmp_path)))
+    offer = ToolOffer(
+        {spec.name: spec for spec in specs},
+        GENERIC,
+        Capabilities(renders_tools=False, calls_as_text=True),
+        ToolChoice("auto"),
+        ApprovalPolicy(interactive=True),
+        ToolIO(show_call=lambda line: None, notice=lambda line: None),
+    )
+    buffer = io.StringIO()
+    errors: list[str] = []
+    infos: list[str] = []
+    session = SimpleNamespace(tools=offer)
+    ctx = slash.CommandContext(session, out=Console(file=buffer, width=200), error=errors.append, info=infos.append)
+    slash.dispatch("/tools", ctx)
+    listed = buffer.getvalue()
+    assert "tools on" in listed and "record_city" in listed and "city: string (required)" in listed
+    slash.dispatch("/tool off", ctx)
+    assert offer.active is False and infos[-1] == "tools off from the next message"
+    slash.dispatch("/tool sideways", ctx)
+    assert errors[-1] == "/tool on or /tool off"
+    slash.dispatch("/tool on", ctx)
+    assert offer.active is True
+    without = slash.CommandContext(SimpleNamespace(tools=None), out=None, error=errors.append, info=infos.append)
+    slash.dispatch("/tools", without)
+    assert "start it with -T NAME" in errors[-1]
