@@ -66,7 +66,7 @@ class ToolOffer:
     io: ToolIO
     chain_limit: int = DEFAULT_CHAIN_LIMIT
     enabled: bool = True  # /tool on|off
-    _grammars: dict[tuple[tuple[str, ...], bool], Grammar] = field(default_factory=dict, repr=False)
+    _grammars: dict[tuple[tuple[str, ...], bool, bool], Grammar] = field(default_factory=dict, repr=False)
 
     @property
     def active(self) -> bool:
@@ -82,12 +82,15 @@ class ToolOffer:
         specs = self.listed()
         return messages_for_template(messages, self.family, specs, self.caps), template_variables(self.family, specs)
 
-    def grammar(self, names: Sequence[str], forced: bool) -> Grammar:
+    def grammar(self, names: Sequence[str], forced: bool, lazy: bool = False) -> Grammar:
+        """The call grammar for these tools: forced (from the first token), or lazy (it starts at
+        the family's first trigger)."""
         from llmchat.tools.grammar import call_grammar
 
-        key = (tuple(names), forced)
+        key = (tuple(names), forced, lazy)
         if key not in self._grammars:
-            self._grammars[key] = call_grammar(self.family, [self.specs[n] for n in names], forced=forced).grammar
+            specs = [self.specs[n] for n in names]
+            self._grammars[key] = call_grammar(self.family, specs, forced=forced, lazy=lazy).grammar
         return self._grammars[key]
 
 
@@ -123,7 +126,7 @@ def make_offer(
     )
     if offer.active:
         names = list(by_name)
-        engine.check_grammar(offer.grammar(names, False))
+        engine.check_grammar(offer.grammar(names, False, lazy=family is not GENERIC))
         if choice.mode in ("required", "named"):
             forced = plan_round(choice, 0, names).grammar_tools
             engine.check_grammar(offer.grammar(forced, True))
@@ -207,7 +210,7 @@ def tool_turn(
             elif plan.forced or offer.family is GENERIC:
                 prepared.tool_grammar = offer.grammar(plan.grammar_tools, plan.forced)
             else:
-                prepared.tool_grammar = offer.grammar(plan.grammar_tools, False)
+                prepared.tool_grammar = offer.grammar(plan.grammar_tools, False, lazy=True)
                 prepared.tool_trigger = offer.family.triggers[0]
             if not rounds:  # later rounds extend this prompt: its tokens stay as they were
                 ids = prepared.prompt
