@@ -373,7 +373,18 @@ def test_a_tool_conversation_is_saved_shown_and_continued(cli, smollm2_path, tmp
 
 
 # --- the lazy gate (--tool-choice auto) --------------------------------------------------------------------
-def test_the_lazy_gate_switches_on_at_the_trigger_and_holds_the_call(smollm2_path, tmp_path):
+LAZY_CASES = [
+    ("hermes", " <tool_call>", '\n{"name": "record_city", "arguments": {"city": "Paris"}}\n</tool_call>'),
+    ("mistral_nemo", "[TOOL_CALLS]", '[{"name": "record_city", "arguments": {"city": "Paris"}, "id": "abc123XYZ"}]'),
+    ("functionary_v3_2", ">>>", 'record_city\n{"city": "Paris"}'),
+    ("gpt_oss", "<|channel|>commentary to=functions.", 'record_city <|constrain|>json<|message|>{"city": "Paris"}'),
+]
+
+
+@pytest.mark.parametrize(("family_id", "trigger_text", "call"), LAZY_CASES)
+def test_the_lazy_gate_switches_on_at_the_trigger_and_holds_the_call(
+    smollm2_path, tmp_path, family_id, trigger_text, call
+):
     """With `auto` the reply is free until the family's trigger text is sampled; then the trigger is
     fed through the call grammar and the rest of the call is held to it (the tool's schema too)."""
     import llama_cpp
@@ -384,34 +395,30 @@ def test_the_lazy_gate_switches_on_at_the_trigger_and_holds_the_call(smollm2_pat
     from llmchat.tools.grammar import call_grammar
 
     specs = load_functions(str(functions_file(tmp_path)))
-    hermes = family_by_id("hermes")
-    tool_grammar = call_grammar(hermes, specs)
+    family = family_by_id(family_id)
+    tool_grammar = call_grammar(family, specs, lazy=True)
     engine = Engine.load(smollm2_path, EngineSettings(n_ctx=256))
     try:
+        inner = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        gate = GrammarGate(
+            engine._llm._model.vocab, tool_grammar.grammar, inner, start_after=family.triggers[0], feed_trigger=True
+        )
 
-        def gate() -> GrammarGate:
-            inner = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-            return GrammarGate(
-                engine._llm._model.vocab, tool_grammar.grammar, inner, start_after="<tool_call>", feed_trigger=True
-            )
-
-        def sample(g: GrammarGate, text: str) -> None:
+        def sample(text: str) -> None:
             for token in engine.tokenize(text, special=False):
-                g._accept(None, token)
+                gate._accept(None, token)
 
-        call = '\n{"name": "record_city", "arguments": {"city": "Paris"}}\n</tool_call>'
-        lazy = gate()
-        sample(lazy, "Let me look that up.")
-        assert not lazy.active  # free text before the trigger
-        sample(lazy, " <tool_call>")
-        assert lazy.active
-        assert lazy._allows_all(engine.tokenize(call, special=False))
-        assert not lazy._allows_all(engine.tokenize(" I think it is sunny.", special=False))
-        bad_arguments = '\n{"name": "record_city", "arguments": {"city": 7}}'
-        assert not lazy._allows_all(engine.tokenize(bad_arguments, special=False))
-        unknown = '\n{"name": "delete_everything", "arguments": {}}'
-        assert not lazy._allows_all(engine.tokenize(unknown, special=False))
-        llama_cpp.llama_sampler_free(lazy.sampler)
+        sample("Let me look that up.")
+        assert not gate.active  # free text before the trigger
+        sample(trigger_text)
+        assert gate.active
+        assert gate._allows_all(engine.tokenize(call, special=False))
+        assert not gate._allows_all(engine.tokenize(" I think it is sunny.", special=False))
+        wrong_type = call.replace('"Paris"', "7")
+        assert not gate._allows_all(engine.tokenize(wrong_type, special=False))
+        unknown = call.replace("record_city", "delete_everything")
+        assert not gate._allows_all(engine.tokenize(unknown, special=False))
+        llama_cpp.llama_sampler_free(gate.sampler)
     finally:
         engine.close()
 
