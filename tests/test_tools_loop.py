@@ -178,7 +178,7 @@ def test_arguments_that_break_the_schema_never_reach_the_function(tmp_path):
     ):
         [call] = parse_generic(reply).calls
         done = run_call(specs, call.name, call.arguments, ApprovalPolicy(interactive=False, approve_all=True))
-        assert done.approved is False and done.error and "record_city" in done.error
+        assert done.approved is False and done.error and done.name == "record_city"
     assert calls_made(tmp_path) == []
 
 
