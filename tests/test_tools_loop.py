@@ -252,6 +252,7 @@ def test_a_forced_call_in_each_family_format(cli, smollm2_path, tmp_path, templa
 
 
 # --- approval on a terminal -------------------------------------------------------------------------------
+SUMMARY = r"prompt \d+ \(\d+ cached\)"
 QUESTION = r"run record_city\(.*\)\? \[y\]es / \[N\]o / \[a\]lways for this tool: "
 
 
@@ -300,11 +301,12 @@ def test_always_runs_the_tool_without_asking_again(isolated_home, smollm2_path, 
         child.send("What is the weather in Paris?\r")
         child.expect(QUESTION)
         child.send("a\r")
-        child.expect_exact("> ")
+        child.expect(SUMMARY)  # the turn's stats line: the reply is done
         assert len(calls_made(tmp_path)) == 1
         child.send("And in Rome?\r")
-        # The second forced call runs at once: the next thing seen is the prompt, not the question.
-        index = child.expect([QUESTION, r"\n> "])
+        child.expect_exact("tool call: record_city(")
+        # The second forced call runs at once: the next thing seen is the reply's summary, not the question.
+        index = child.expect([QUESTION, SUMMARY])
         assert index == 1, "asked again after always"
         assert len(calls_made(tmp_path)) == 2
         child.send("/exit\r")
