@@ -104,7 +104,7 @@ _CALL_BODY: dict[str, Callable[[ToolSpec, str, int, list[str]], str]] = {
         f'ws "," ws "\\"id\\"" ws ":" ws "\\"" [a-zA-Z0-9]{{9}} "\\"" ws "}}"'
     ),
     "command_r7b": lambda s, a, i, r: (
-        f'"{{" ws "\\"tool_call_id\\"" ws ":" ws "\\"" [0-9]+ "\\"" ws "," ws "\\"tool_name\\"" ws ":" ws '
+        f'"{{" ws "\\"tool_call_id\\"" ws ":" ws "\\"" [0-9]{{1,6}} "\\"" ws "," ws "\\"tool_name\\"" ws ":" ws '
         f'{literal(json.dumps(s.name))} ws "," ws "\\"parameters\\"" ws ":" ws {a} ws "}}"'
     ),
     "functionary_v3_1": lambda s, a, i, r: f'"<function=" {literal(s.name)} ">" {a} "</function>"',
