@@ -47,6 +47,7 @@ A user's own .jinja file may carry the same header; its `stop:` line is then use
 from __future__ import annotations
 
 import functools
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -277,7 +278,12 @@ def marker_tokens() -> tuple[str, ...]:
 # =================================================================================================
 # Rendering and pieces
 # =================================================================================================
-def _normalize_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+# The keys of a tool conversation's messages that reach the template besides role and content:
+# an assistant's calls, and a tool result's call id and tool name (llmchat.tools.prompt).
+TOOL_MESSAGE_KEYS = ("tool_calls", "tool_call_id", "name")
+
+
+def _normalize_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     normalized = []
     for number, message in enumerate(messages, start=1):
         if not isinstance(message, Mapping):
@@ -285,9 +291,14 @@ def _normalize_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str,
         role, content = message.get("role"), message.get("content")
         if not isinstance(role, str) or not role:
             raise UsageError(f"message {number} has no role (a string such as user, assistant or system)")
-        if not isinstance(content, str):
+        # An assistant message that only calls tools may have no content (some templates want None).
+        if not isinstance(content, str) and not (content is None and message.get("tool_calls")):
             raise UsageError(f"message {number} ({role}) has no content string")
-        normalized.append({"role": role, "content": content})
+        shaped: dict[str, Any] = {"role": role, "content": content}
+        for key in TOOL_MESSAGE_KEYS:
+            if key in message:
+                shaped[key] = message[key]
+        normalized.append(shaped)
     return normalized
 
 
@@ -425,7 +436,7 @@ def _protected_pieces(
     Empty contents are never replaced: there is nothing to protect, and `{% if content %}` must
     take the same branch in both renders."""
     skeleton_messages = [
-        {"role": message["role"], "content": _placeholder(index) if index in protected else message["content"]}
+        {**message, "content": _placeholder(index) if index in protected else message["content"]}
         for index, message in enumerate(conversation)
     ]
     try:
@@ -437,14 +448,16 @@ def _protected_pieces(
             raise
         return None
     return _splice(
-        reference, skeleton, [message["content"] for message in conversation], [m["role"] for m in conversation]
+        reference, skeleton, [message["content"] or "" for message in conversation], [m["role"] for m in conversation]
     )
 
 
 def _content_variants(content: str) -> list[str]:
-    """The forms templates commonly print a content in: as is, or trimmed (`| trim`, `.strip()`)."""
+    """The forms templates commonly print a content in: as is, trimmed (`| trim`, `.strip()`), or
+    inside a JSON string (`| tojson`: Llama 3.x and gpt-oss print a tool's result that way)."""
     variants: list[str] = []
-    for variant in (content, content.strip(), content.rstrip(), content.lstrip()):
+    as_json = json.dumps(content, ensure_ascii=False)[1:-1]
+    for variant in (content, content.strip(), content.rstrip(), content.lstrip(), as_json):
         if variant not in variants:
             variants.append(variant)
     return variants

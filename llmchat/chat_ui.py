@@ -148,6 +148,9 @@ class MarkdownObserver:
     def thinking(self, fragment: str) -> None:
         self.printer.thinking(fragment)
 
+    def round_ended(self) -> None:
+        self.printer.round_ended()
+
     def finished(self, result: Any) -> None:
         self.printer.abort()  # ends the live readout and restores the scrolling region
         if result.reply.strip():

@@ -11,6 +11,7 @@ re-prefilling everything) on every turn.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
@@ -40,20 +41,30 @@ class Conversation:
         return result
 
     def add_exchange(
-        self, user: str, assistant: str, *, interrupted: bool = False, token_ids: list[int] | None = None
+        self,
+        user: str,
+        assistant: str,
+        *,
+        interrupted: bool = False,
+        token_ids: list[int] | None = None,
+        between: Sequence[dict] = (),
     ) -> None:
         """`token_ids`: the reply as it was sampled, when they spell exactly `assistant` (the next
-        prompt gives them back to the model unchanged: see `Engine.prompt_tokens`)."""
+        prompt gives them back to the model unchanged: see `Engine.prompt_tokens`). `between`: a
+        tool turn's calls and results, between the user's message and the final reply."""
         self.messages.append({"role": "user", "content": user})
+        self.messages.extend(dict(message) for message in between)
         reply: dict = {"role": "assistant", "content": assistant, "interrupted": interrupted}
         if token_ids:
             reply["token_ids"] = token_ids
         self.messages.append(reply)
 
     def drop_last_exchange(self) -> bool:
-        if len(self.messages) < 2:
+        """Remove the last user message and everything after it (a tool turn's calls and results too)."""
+        last_user = next((i for i in range(len(self.messages) - 1, -1, -1) if self.messages[i]["role"] == "user"), None)
+        if len(self.messages) < 2 or last_user is None:
             return False
-        del self.messages[-2:]
+        del self.messages[last_user:]
         self.window_start = min(self.window_start, len(self.messages))
         return True
 
@@ -68,11 +79,18 @@ class Conversation:
         self.window_start = 0
 
 
+# What a tool turn's messages carry for the template besides role and content (llmchat.tools.prompt).
+_TOOL_KEYS = ("tool_calls", "tool_call_id", "name")
+
+
 def _prompt_message(message: dict) -> dict:
     """What the template sees of a message, plus the sampled ids of a reply (never rendered)."""
     shown = {"role": message["role"], "content": message["content"]}
     if message.get("token_ids"):
         shown["token_ids"] = message["token_ids"]
+    for key in _TOOL_KEYS:
+        if key in message:
+            shown[key] = message[key]
     return shown
 
 

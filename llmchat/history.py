@@ -40,7 +40,7 @@ DEFAULT_TIMEOUT_S = 10.0
 # SQLite's own busy wait runs in C, where Ctrl-C is not seen until it returns; waiting in short
 # slices and looping in Python keeps the whole DEFAULT_TIMEOUT_S wait interruptible.
 SQLITE_BUSY_SLICE_S = 0.5
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")
 PREVIEW_CHARS = 60
 EXPORT_FORMAT = "llmchat-conversation"
 EXPORT_VERSION = 1
@@ -75,6 +75,17 @@ class StoredMessage:
     # which is the message as the model saw it; `typed` is what the user wrote around them).
     attachments: list[dict[str, Any]] = field(default_factory=list)
     typed: str | None = None
+    # A tool turn (llmchat.turn.tool_loop): an assistant message's `tool_calls`, or a tool result's
+    # `tool_call_id` and `name`, with how its call went (`approved`, `duration_s`, `error`).
+    tool: dict[str, Any] | None = None
+
+    def chat_message(self) -> dict[str, Any]:
+        """The message as the model sees it again: role and content, and a tool turn's fields."""
+        message: dict[str, Any] = {"role": self.role, "content": self.content}
+        for key in ("tool_calls", "tool_call_id", "name"):
+            if self.tool and key in self.tool:
+                message[key] = self.tool[key]
+        return message
 
 
 @dataclass
@@ -95,10 +106,10 @@ class StoredConversation:
     branch_at: int | None = None
     children: list[tuple[str, int]] = field(default_factory=list)
 
-    def chat_messages(self) -> list[dict[str, str]]:
+    def chat_messages(self) -> list[dict[str, Any]]:
         """The messages to continue this chat with, system prompt first when there is one."""
         chat = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        chat.extend({"role": m.role, "content": m.content} for m in self.messages)
+        chat.extend(m.chat_message() for m in self.messages)
         return chat
 
 
@@ -240,6 +251,15 @@ def m005_branches(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE conversations ADD COLUMN parent_id TEXT REFERENCES conversations(id) ON DELETE SET NULL")
     db.execute("ALTER TABLE conversations ADD COLUMN branch_at INTEGER")
     db.execute("CREATE INDEX conversations_parent ON conversations(parent_id)")
+
+
+@migration
+def m006_tool_messages(db: sqlite3.Connection) -> None:
+    # A tool turn is stored as it was sent: the user's message, an assistant message with its
+    # calls, a `tool` message per result, ..., then the reply. This column holds what a tool
+    # message carries besides its text (JSON): the calls, or the call id and tool name with how
+    # the call went. Old rows have none.
+    db.execute("ALTER TABLE messages ADD COLUMN tool_json TEXT")
 
 
 def applied_migrations(db: sqlite3.Connection) -> set[str]:
@@ -526,11 +546,20 @@ class HistoryStore:
         sampling: dict | None = None,
         reasoning: str | None = None,
         attachments: Sequence[Attachment] = (),
+        tool_messages: Sequence[dict[str, Any]] = (),
     ) -> None:
         """Append a user message and its reply in one transaction: never half a turn. `user` is the
-        message as the model saw it; with `attachments`, the files it carries are stored apart."""
+        message as the model saw it; with `attachments`, the files it carries are stored apart.
+        `tool_messages`: a tool turn's calls and results, between the two (each with its `tool`
+        details: see StoredMessage.tool)."""
         messages = [
             _NewMessage("user", user, attachments=tuple(attachments)),
+            *(
+                _NewMessage(
+                    m["role"], m.get("content") or "", tool={k: v for k, v in m.items() if k not in ("role", "content")}
+                )
+                for m in tool_messages
+            ),
             _NewMessage("assistant", assistant, interrupted, finish_reason, stats, sampling, reasoning),
         ]
         self._write(lambda db: _append(db, conversation_id, messages))
@@ -570,8 +599,9 @@ class HistoryStore:
             for (old_id,) in db.execute(f"SELECT id FROM messages WHERE {shared} ORDER BY seq", arguments).fetchall():
                 cursor = db.execute(
                     "INSERT INTO messages (conversation_id, seq, role, content, interrupted, finish_reason,"
-                    " stats_json, sampling_json, created_at, reasoning) SELECT ?, seq, role, content, interrupted,"
-                    " finish_reason, stats_json, sampling_json, created_at, reasoning FROM messages WHERE id = ?",
+                    " stats_json, sampling_json, created_at, reasoning, tool_json) SELECT ?, seq, role, content,"
+                    " interrupted, finish_reason, stats_json, sampling_json, created_at, reasoning, tool_json"
+                    " FROM messages WHERE id = ?",
                     (new, old_id),
                 )
                 db.execute(
@@ -636,8 +666,9 @@ class HistoryStore:
         def delete(db: sqlite3.Connection) -> int:
             _require_conversation(db, conversation_id)
             tail = db.execute(
-                "SELECT id, role FROM messages WHERE conversation_id = ? ORDER BY seq DESC LIMIT 2",
-                (conversation_id,),
+                "SELECT id, role FROM messages WHERE conversation_id = ? AND seq >= COALESCE((SELECT MAX(seq)"
+                " FROM messages WHERE conversation_id = ? AND role = 'user'), 0) ORDER BY seq DESC",
+                (conversation_id, conversation_id),
             ).fetchall()
             doomed = _trailing_exchange(tail)
             db.executemany("DELETE FROM messages WHERE id = ?", [(row_id,) for row_id in doomed])
@@ -738,7 +769,7 @@ _HEADER_COLUMNS = (
     "id, name, model, model_path, template, system_prompt, sampling_json, created_at, updated_at, parent_id, branch_at"
 )
 _MESSAGE_COLUMNS = (
-    "id, seq, role, content, interrupted, finish_reason, stats_json, sampling_json, created_at, reasoning"
+    "id, seq, role, content, interrupted, finish_reason, stats_json, sampling_json, created_at, reasoning, tool_json"
 )
 
 _SUMMARY_SQL = """
@@ -763,6 +794,7 @@ class _NewMessage:
     sampling: dict | None = None
     reasoning: str | None = None
     attachments: tuple[Attachment, ...] = ()
+    tool: dict | None = None
 
 
 def _append(db: sqlite3.Connection, conversation_id: str, messages: list[_NewMessage]) -> list[int]:
@@ -785,7 +817,7 @@ def _insert_message(db: sqlite3.Connection, conversation_id: str, seq: int, mess
     content = typed_part(message.content, message.attachments)
     cursor = db.execute(
         "INSERT INTO messages (conversation_id, seq, role, content, interrupted, finish_reason,"
-        " stats_json, sampling_json, created_at, reasoning) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " stats_json, sampling_json, created_at, reasoning, tool_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             conversation_id,
             seq,
@@ -797,6 +829,7 @@ def _insert_message(db: sqlite3.Connection, conversation_id: str, seq: int, mess
             _to_json(message.sampling),
             now,
             message.reasoning,
+            _to_json(message.tool),
         ),
     )
     assert cursor.lastrowid is not None  # an INSERT always sets it
@@ -812,11 +845,12 @@ def _touch(db: sqlite3.Connection, conversation_id: str, now: str | None = None)
 
 
 def _trailing_exchange(tail: list[tuple[int, str]]) -> list[int]:
-    """Row ids of the last exchange, given the last two messages newest first."""
+    """Row ids of the last exchange, given the messages from the last user message on, newest
+    first: the reply, a tool turn's calls and results, and the user message they answer."""
     if not tail:
         return []
-    if tail[0][1] == "assistant" and len(tail) > 1 and tail[1][1] == "user":
-        return [tail[0][0], tail[1][0]]
+    if tail[0][1] == "assistant" and tail[-1][1] == "user":
+        return [row_id for row_id, _ in tail]
     return [tail[0][0]]
 
 
@@ -934,7 +968,7 @@ def _attach_files(db: sqlite3.Connection, conversation: StoredConversation) -> N
 
 
 def _message(row: tuple) -> StoredMessage:
-    row_id, seq, role, content, interrupted, finish_reason, stats_json, sampling_json, created_at, reasoning = row
+    row_id, seq, role, content, interrupted, finish_reason, stats_json, sampling_json, created_at, reasoning, tool = row
     return StoredMessage(
         id=row_id,
         seq=seq,
@@ -946,6 +980,7 @@ def _message(row: tuple) -> StoredMessage:
         sampling=_from_json(sampling_json),
         created_at=created_at,
         reasoning=reasoning,
+        tool=_from_json(tool),
     )
 
 
@@ -1021,7 +1056,17 @@ def _markdown_message(message: StoredMessage) -> str:
             f"> 📎 attached **{attached['path']}** ({attached['size']:,} bytes, sha256 `{attached['sha256'][:16]}…`)",
             "",
         ]
-    lines += [message.typed if message.typed is not None else message.content, ""]
+    tool = message.tool or {}
+    for call in tool.get("tool_calls") or []:
+        function = call.get("function", call)
+        arguments = json.dumps(function.get("arguments"), ensure_ascii=False, sort_keys=True)
+        lines += [f"> 🔧 tool call `{function.get('name')}({arguments})`", ""]
+    if message.role == "tool":
+        how = "refused" if tool.get("approved") is False else ("error" if tool.get("error") else "result")
+        lines += [f"> 🔧 {how} of `{tool.get('name')}`", ""]
+    text = message.typed if message.typed is not None else message.content
+    if text or not tool:
+        lines += [text, ""]
     if message.interrupted:
         lines += ["> **[interrupted]** this reply was cut off before it finished.", ""]
     details = dict(message.stats)

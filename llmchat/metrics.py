@@ -55,6 +55,9 @@ class TurnStats:
     # A remote engine's own measurements (llama-server's `timings`: prompt_ms, prompt_n, cache_n,
     # predicted_ms, predicted_n, predicted_per_second); None for the local engine.
     server: dict | None = None
+    # A tool turn's rounds (generate, call, generate...), one dict each: prompt_tokens, cached_tokens,
+    # generated_tokens, ttft_s, prefill_s, decode_s, finish_reason. None: a turn without tools.
+    rounds: list[dict] | None = None
 
     @property
     def network_ms(self) -> float | None:

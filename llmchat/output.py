@@ -187,6 +187,10 @@ class StreamPrinter:
         """Restore the terminal when a turn ends by an exception (broken pipe, error)."""
         self._end_live()
 
+    def round_ended(self) -> None:
+        """A tool round ended: the readout stops, so the calls and the approval question are clean lines."""
+        self._end_live()
+
     # --- live readout --------------------------------------------------------------------------
     def _begin_live(self) -> None:
         if self.bottom_row:

@@ -17,6 +17,7 @@ that each have one job (llmchat.turn):
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -45,11 +46,13 @@ if TYPE_CHECKING:
     from llmchat.engine.grammar import Grammar
     from llmchat.engine.interface import ChatEngine, Prompt
     from llmchat.engine.kv_store import KVStore
+    from llmchat.engine.prompt_pieces import PromptPiece
     from llmchat.engine.reply import GenerationOutcome
     from llmchat.history import HistoryStore, StoredConversation
     from llmchat.reasoning import ReasoningFormat
     from llmchat.sampling import SamplingParams
     from llmchat.structured import StructuredOutput
+    from llmchat.turn.tool_loop import ToolOffer
 
 # Names other modules import from here (the session's parts live in llmchat.turn).
 __all__ = [
@@ -86,6 +89,10 @@ class ChatSession:
     reasoning: ReasoningSettings = field(default_factory=ReasoningSettings)
     template_vars: dict[str, Any] = field(default_factory=dict)
     _prompt_tail: str = ""  # the end of the last rendered generation prompt
+    # The text of the last rendered generation prompt, and a prompt text that later renders must
+    # tokenize as it was (a tool turn's first round: its tokens are in the KV cache).
+    last_rendered: str = ""
+    kept_prefix: tuple[str, list[int]] | None = None  # (text, its token ids)
     _markup: dict[int, bytes] = field(default_factory=dict)
     _close_ids: list[int] = field(default_factory=list)
     structured: StructuredOutput | None = None  # --schema / --format json / --grammar, for every turn
@@ -93,6 +100,9 @@ class ChatSession:
     # /branch N and /edit: the conversation (id, turns shared) that the next saved turn forks from
     # (llmchat.branches); the branch is created in the history with that turn, not before.
     fork_from: tuple[str, int] | None = None
+    # The tools offered to the model (-T, --functions, --mcp), in its own call format; a turn with
+    # tools on goes through the tool loop (llmchat.turn.tool_loop). None: no tools.
+    tools: ToolOffer | None = None
 
     # The sink's stores, as the commands and the chat UI name them.
     @property
@@ -194,24 +204,63 @@ class ChatSession:
 
     # --- tokens and budget ------------------------------------------------------------------
     def tokenize_messages(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> Prompt:
+        # Earlier replies go back to the model as the ids they were sampled as (exact KV reuse).
+        sampled = {m["content"]: m["token_ids"] for m in messages if m["role"] == "assistant" and m.get("token_ids")}
+        variables = self.template_vars
+        if self.tools is not None and self.tools.active:
+            # The tool list and the calls and results in the template's own shape; every content
+            # (a tool's output included) still goes through the trust boundary of render_prompt.
+            messages, tool_variables = self.tools.shape(messages)
+            variables = {**variables, **tool_variables}
+        elif any(m.get("tool_calls") or m["role"] == "tool" for m in messages):
+            # An earlier tool turn, continued without tools (ask -c, /tool off): its calls and
+            # results as plain JSON text, which every template can render.
+            from llmchat.tools.generic import as_plain_messages
+
+            messages = as_plain_messages(messages)
         rendered = render_prompt(
             self.template,
             messages,
             self.facts,
             add_generation_prompt=add_generation_prompt,
-            variables=self.template_vars,
+            variables=variables,
         )
         if add_generation_prompt:
             # The generation prompt ends every render the same way, whichever messages were trimmed.
             self._prompt_tail = rendered.text[-256:]
-        # Earlier replies go back to the model as the ids they were sampled as (exact KV reuse).
-        sampled = {m["content"]: m["token_ids"] for m in messages if m["role"] == "assistant" and m.get("token_ids")}
-        return self.engine.prompt_tokens(
-            [
-                (piece.text, piece.trusted, sampled.get(piece.text) if piece.role == "assistant" else None)
-                for piece in rendered.pieces
-            ]
-        )
+            self.last_rendered = rendered.text
+        pieces = [(piece.text, piece.trusted, piece.role) for piece in rendered.pieces]
+        if self.kept_prefix is not None and rendered.text.startswith(self.kept_prefix[0]):
+            # A later round of a tool turn: the first round's prompt is in the KV cache as these
+            # very ids. Tokenizing the joined text again could merge its last token with the call
+            # that follows (`[/INST]` + `[TOOL_CALLS]` is `][` in a vocabulary without those
+            # control tokens), so only what follows it is tokenized.
+            kept_text, kept_ids = self.kept_prefix
+            _, tail = split_pieces(pieces, len(kept_text))
+            tail_ids = self._tokens_after(self._with_sampled(tail, sampled))
+            if tail_ids is not None:
+                return [*kept_ids, *tail_ids]
+        return self.engine.prompt_tokens(self._with_sampled(pieces, sampled))
+
+    @staticmethod
+    def _with_sampled(pieces: list[Piece3], sampled: dict[str, list[int]]) -> list[PromptPiece]:
+        return [(text, trusted, sampled.get(text) if role == "assistant" else None) for text, trusted, role in pieces]
+
+    def _tokens_after(self, pieces: list[PromptPiece]) -> list[int] | None:
+        """The ids of pieces that continue a prompt (no BOS of their own); None where the engine
+        cannot say (its prompts are messages, or its BOS is not one token)."""
+        lead = self.engine.prompt_tokens([])
+        if not isinstance(lead, list):
+            return None
+        if not lead:
+            tokens = self.engine.prompt_tokens(pieces)
+            return tokens if isinstance(tokens, list) else None
+        # The engine puts a BOS in front of a prompt that lacks one: give it one as text, then drop it.
+        marker: PromptPiece = (self.engine.bos_text, True)
+        if not self.engine.bos_text or self.engine.prompt_tokens([marker]) != lead:
+            return None
+        tokens = self.engine.prompt_tokens([marker, *pieces])
+        return tokens[len(lead) :] if isinstance(tokens, list) else None
 
     def budget(self, sampling: SamplingParams | None = None) -> Budget:
         max_tokens = (sampling or self.sampling).max_tokens
@@ -231,9 +280,11 @@ class ChatSession:
         sampling: SamplingParams | None = None,
         overflow: str | None = None,
         structured: StructuredOutput | None = None,
+        after_user: Sequence[dict[str, Any]] = (),
     ) -> PreparedTurn:
         """Render and tokenize the next prompt, trimming the conversation when it must (and may).
-        `structured`: what this reply is held to (default: the session's own).
+        `structured`: what this reply is held to (default: the session's own). `after_user`: the
+        messages of this turn after the user's (a tool round: the calls so far and their results).
 
         Raises ContextOverflowError (nothing changed) when it cannot fit."""
         t_submit = time.perf_counter()
@@ -241,9 +292,12 @@ class ChatSession:
         sampling = sampling or self.sampling
         budget = self.budget(sampling)
         self.check_message_size(user_text, budget)
-        fit = fit_to_context(
-            conversation, user_text, budget, self.tokenize_messages, overflow=overflow or self.overflow
-        )
+        tail = [dict(message) for message in after_user]
+
+        def tokenize(messages: list[dict[str, Any]]) -> Prompt:
+            return self.tokenize_messages([*messages, *tail])
+
+        fit = fit_to_context(conversation, user_text, budget, tokenize, overflow=overflow or self.overflow)
         stops = tuple(self.template.stop_strings)
         fmt = self.reasoning_format
         if fmt is not None:  # gpt-oss's <|end|> ends its analysis message, not the reply
@@ -266,11 +320,18 @@ class ChatSession:
         """The grammar a turn decodes under, and the text after which it applies: when the prompt
         leaves a thinking block open, the model thinks freely and is held to the grammar once it
         has closed the block (a grammar from the first token would make the close unreachable)."""
+        fmt = self.reasoning_format
+        if prepared.tool_grammar is not None:
+            # A tool round (llmchat.turn.tool_loop): forced from the first answer token, or lazy,
+            # from the family's trigger on (the request feeds the trigger through the grammar).
+            if prepared.tool_trigger is not None:
+                return prepared.tool_grammar, prepared.tool_trigger
+            after = fmt.close_tag if fmt is not None and fmt.kind == "tags" and prepared.starts_thinking else None
+            return prepared.tool_grammar, after
         if prepared.structured is None:
             return None, None
         if not self.engine.caps.grammar:
             self.engine.check_grammar(prepared.structured.grammar)  # says why, as a UsageError
-        fmt = self.reasoning_format
         after = fmt.close_tag if fmt is not None and fmt.kind == "tags" and prepared.starts_thinking else None
         return prepared.structured.grammar, after
 
@@ -286,6 +347,7 @@ class ChatSession:
             markup=prepared.markup,
             grammar=grammar,
             grammar_after=grammar_after,
+            grammar_from_trigger=prepared.tool_trigger is not None and prepared.tool_grammar is not None,
         )
 
     def turn(
@@ -303,22 +365,47 @@ class ChatSession:
         the result as soon as it joined the conversation, before anything that may still raise
         (a stream cut mid-reply, Ctrl-C while it is shown)."""
         observer = observer or NullObserver()
+        if self.tools is not None and self.tools.active:
+            from llmchat.turn.tool_loop import tool_turn
+
+            return tool_turn(self, user_text, observer, record=record, on_commit=on_commit, attachments=attachments)
         prepared = self.prepare(user_text)
+        result, stopped = self.decode(prepared, observer)
+        result.attachments = tuple(attachments)
+        self.commit(prepared, result, record=record)
+        self.sink.save_kv(result)
+        if on_commit is not None:
+            on_commit(result)
+        if stopped is not None:
+            raise stopped
+        observer.finished(result)
+        return result
+
+    def decode(
+        self, prepared: PreparedTurn, observer: TurnObserver, *, restore: bool = True
+    ) -> tuple[TurnResult, BaseException | None]:
+        """Decode one prepared prompt (one round of a turn) with the engine, streaming it to
+        `observer`, and make it a TurnResult. Ctrl-C ends the reply as interrupted. SIGTERM, a
+        closed stdout or a remote stream cut mid-reply also end it, and come back as the exception
+        to raise once the reply is saved. `restore`: try the KV cache on disk first (the first
+        round of a turn; later rounds extend what is already in the context)."""
         ids = prompt_ids(prepared.prompt)
         if prepared.fit.messages_dropped and self.engine.caps.kv_shift:
             self.engine.shift_out_dropped(ids)
-        if self.kv_store is not None:  # a new process (ask -c, --resume) or /load: restore from disk
+        if restore and self.kv_store is not None:  # a new process (ask -c, --resume) or /load: restore from disk
             prepared.restored = self.kv_store.restore(ids)
         tracker = prepared.tracker
         generation = self.engine.generate(self.request_for(prepared))
         outcome = generation.outcome
         observer.prefill_started(len(prepared.prompt), self.engine.cached_prefix(ids), self.engine.n_ctx)
         fragments: list[str] = []
+        raw: list[str] = []
         t_first_written: float | None = None
         stopped: BaseException | None = None
         shown = ThinkingDisplay(observer, self.reasoning.display)
         try:
             for event in generation:
+                raw.append(event.text)
                 if event.text and tracker is not None:
                     shown.show(tracker.feed(event.text, outcome.generated_tokens, time.perf_counter()))
                 elif event.text:
@@ -347,15 +434,8 @@ class ChatSession:
                 shown.close()
             fragments = [tracker.splitter.answer]
         result = self.finish(prepared, outcome, "".join(fragments), generation.seed, t_first_written, tracker=tracker)
-        result.attachments = tuple(attachments)
-        self.commit(prepared, result, record=record)
-        self.sink.save_kv(result)
-        if on_commit is not None:
-            on_commit(result)
-        if stopped is not None:
-            raise stopped
-        observer.finished(result)
-        return result
+        result.raw_reply = "".join(raw)
+        return result, stopped
 
     def finish(
         self,
@@ -388,12 +468,17 @@ class ChatSession:
         reasoning rides along in the message but is not sent back to the model (prompt_messages
         copies role and content only): templates drop earlier thinking, or should."""
         prepared.conversation.add_exchange(
-            result.user, result.reply, interrupted=result.interrupted, token_ids=result.token_ids
+            result.user,
+            result.reply,
+            interrupted=result.interrupted,
+            token_ids=result.token_ids,
+            between=result.tool_messages,
         )
         if result.reasoning:
             prepared.conversation.messages[-1]["reasoning"] = result.reasoning
         if result.attachments:  # /edit gives them back with the typed words
-            prepared.conversation.messages[-2]["attachments"] = result.attachments
+            user_at = len(prepared.conversation.messages) - 2 - len(result.tool_messages)
+            prepared.conversation.messages[user_at]["attachments"] = result.attachments
         if prepared.conversation is self.conversation:
             self.last_result = result
         if record:
@@ -430,8 +515,9 @@ class ChatSession:
         """Continue a conversation from the history store."""
         self.conversation = Conversation(system=stored.system_prompt)
         for message in stored.messages:
-            if message.role in ("user", "assistant"):
-                self.conversation.messages.append({"role": message.role, "content": message.content})
+            if message.role in ("user", "assistant", "tool"):
+                # A tool turn's calls and results come back as they were sent (StoredMessage.tool).
+                self.conversation.messages.append(message.chat_message())
                 if getattr(message, "reasoning", None):  # kept beside the reply, never sent back
                     self.conversation.messages[-1]["reasoning"] = message.reasoning
         self.conversation_id = stored.id
@@ -445,3 +531,23 @@ class ChatSession:
         self.conversation = replace(self.conversation, system=system or None)
         if self.history is not None and self.conversation_id is not None:
             self.history.update_system_prompt(self.conversation_id, system or None)
+
+
+Piece3 = tuple[str, bool, "str | None"]  # a rendered piece: text, trusted, the role of its message
+
+
+def split_pieces(pieces: list[Piece3], offset: int) -> tuple[list[Piece3], list[Piece3]]:
+    """The pieces before and after character `offset` of their joined text (a piece across it is cut)."""
+    head: list[Piece3] = []
+    tail: list[Piece3] = []
+    at = 0
+    for text, trusted, role in pieces:
+        if at + len(text) <= offset:
+            head.append((text, trusted, role))
+        elif at >= offset:
+            tail.append((text, trusted, role))
+        else:
+            head.append((text[: offset - at], trusted, role))
+            tail.append((text[offset - at :], trusted, role))
+        at += len(text)
+    return head, tail

@@ -118,6 +118,45 @@ def cmd_clear(ctx: CommandContext, arg: str) -> Outcome:
     return CONTINUE
 
 
+def cmd_tools(ctx: CommandContext, arg: str) -> Outcome:
+    """The tools offered to the model (-T, --functions, --mcp): name, source, arguments."""
+    offer = ctx.session.tools
+    if offer is None or not offer.specs:
+        ctx.error("no tools in this chat; start it with -T NAME, --functions FILE.py or --mcp COMMAND")
+        return CONTINUE
+    from llmchat.commands.tools import describe_parameters
+
+    state = "on" if offer.active else "off (/tool on offers them again)"
+    ctx.out.print(f"tools {state}; call format: {offer.family.label}", markup=False, highlight=False)
+    for spec in offer.listed():
+        always = ", runs without asking" if spec.approve == "always" or spec.name in offer.policy.always else ""
+        ctx.out.print(f"{spec.name}  ({spec.source}{always})", markup=False, highlight=False)
+        if spec.description:
+            ctx.out.print(f"  {spec.description.strip().splitlines()[0]}", markup=False, highlight=False)
+        for line in describe_parameters(spec.parameters):
+            ctx.out.print(f"    {line}", markup=False, highlight=False)
+    return CONTINUE
+
+
+def cmd_tool(ctx: CommandContext, arg: str) -> Outcome:
+    """`/tool on|off`: offer the tools to the model from the next message, or not."""
+    offer = ctx.session.tools
+    if offer is None or not offer.specs:
+        ctx.error("no tools in this chat; start it with -T NAME, --functions FILE.py or --mcp COMMAND")
+        return CONTINUE
+    word = arg.strip().lower()
+    if word not in ("on", "off"):
+        ctx.error("/tool on or /tool off")
+        return CONTINUE
+    offer.enabled = word == "on"
+    if offer.enabled and offer.choice.mode == "none":
+        from llmchat.tools.choice import ToolChoice
+
+        offer.choice = ToolChoice("auto")
+    ctx.info(f"tools {word} from the next message")
+    return CONTINUE
+
+
 def _thinking(on: bool) -> Callable[[CommandContext, str], Outcome]:
     def command(ctx: CommandContext, arg: str) -> Outcome:
         session = ctx.session
@@ -558,6 +597,8 @@ COMMANDS: dict[str, Command] = _table(
         Command("/save", "[NAME]", "name this conversation in the history", cmd_save),
         Command("/load", "NAME|ID", "continue a saved conversation", cmd_load),
         Command("/history", "[N]", "recent saved conversations", cmd_history),
+        Command("/tools", "", "the tools the model may call, with their arguments", cmd_tools),
+        Command("/tool", "on|off", "offer the tools to the model from the next message, or not", cmd_tool),
     ]
 )
 ALIASES = {"/quit"}

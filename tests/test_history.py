@@ -180,7 +180,7 @@ def test_add_message_appends_in_sequence(store: HistoryStore):
 def test_add_message_rejects_unknown_role(store: HistoryStore):
     cid = new_conversation(store)
     with pytest.raises(ValueError):
-        store.add_message(cid, role="tool", content="x")
+        store.add_message(cid, role="function", content="x")
     assert store.get(cid).messages == []
 
 

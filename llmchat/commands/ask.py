@@ -5,6 +5,14 @@ from typing import Annotated, Optional
 
 import typer
 
+from llmchat.commands.tool_options import (
+    ApproveToolsOption,
+    ChainLimitOption,
+    FunctionsOption,
+    McpOption,
+    ToolChoiceOption,
+    ToolOption,
+)
 from llmchat.errors import LlmchatError, UsageError
 from llmchat.options import RunOptions, model_command
 
@@ -66,11 +74,18 @@ def ask(
             help="Attach a text file, wrapped with its path (repeatable; - is stdin; a glob or folder: its text files, sorted).",
         ),
     ] = None,
+    tool: ToolOption = None,
+    functions: FunctionsOption = None,
+    mcp: McpOption = None,
+    tool_choice: ToolChoiceOption = "auto",
+    chain_limit: ChainLimitOption = 5,
+    approve_tools: ApproveToolsOption = False,
     *,
     opts: RunOptions,
 ) -> None:
     """One prompt, one streamed reply on stdout."""
     from llmchat.attachments import STDIN, check_room, collect
+    from llmchat.commands import tool_options
     from llmchat.commands.turns import check_overflow, continue_conversation, run_turn
     from llmchat.loading import start_session
     from llmchat.output import StreamPrinter, is_tty, write_json
@@ -82,9 +97,18 @@ def ask(
     attachments = tuple(collect(files or ()))
     text = read_prompt(prompt, from_stdin=STDIN not in (files or ()), may_be_empty=bool(attachments))
     structured = from_options(opts)  # a bad schema is a usage error before the model loads
-    session = start_session(opts, overflow=overflow, with_history=not no_history)
+    tools = tool_options.tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools)
+    toolset = tool_options.gather(tools)  # a bad --functions file, an unknown -T: exit 2 before the load
+    try:
+        session = start_session(opts, overflow=overflow, with_history=not no_history)
+    except BaseException:
+        if toolset is not None:
+            toolset.close()
+        raise
     try:
         session.hold_to(structured)
+        if toolset is not None:
+            tool_options.offer(session, toolset, tools)
         if continue_last or cid:
             continue_conversation(session, cid or "last")
         check_room(session, attachments, text)  # a file too big for the room left: exit 2, nothing sent
@@ -105,3 +129,5 @@ def ask(
             raise LlmchatError(result.error, exit_code=INVALID_REPLY_EXIT)
     finally:
         session.close()
+        if toolset is not None:
+            toolset.close()

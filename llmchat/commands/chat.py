@@ -5,6 +5,14 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from llmchat.commands.tool_options import (
+    ApproveToolsOption,
+    ChainLimitOption,
+    FunctionsOption,
+    McpOption,
+    ToolChoiceOption,
+    ToolOption,
+)
 from llmchat.errors import UsageError
 from llmchat.options import RunOptions, model_command
 
@@ -40,11 +48,18 @@ def chat(
             help="Attach a text file to the first message (repeatable; a glob or folder: its text files). In the chat: /file PATH.",
         ),
     ] = None,
+    tool: ToolOption = None,
+    functions: FunctionsOption = None,
+    mcp: McpOption = None,
+    tool_choice: ToolChoiceOption = "auto",
+    chain_limit: ChainLimitOption = 5,
+    approve_tools: ApproveToolsOption = False,
     *,
     opts: RunOptions = RunOptions(),
 ) -> None:
     """Chat: interactive on a terminal; with piped stdin, one message per line and one reply per turn."""
     from llmchat.attachments import STDIN, check_room, collect
+    from llmchat.commands import tool_options
     from llmchat.commands.turns import check_overflow, continue_conversation
     from llmchat.loading import start_session
     from llmchat.structured import from_options
@@ -54,9 +69,18 @@ def chat(
         raise UsageError("chat reads its messages from stdin; -f - is for ask (attach a file by its path)")
     attachments = tuple(collect(files or ()))  # a binary or non-UTF-8 file: exit 2 before the model loads
     structured = from_options(opts)  # a bad --schema is a usage error before the model loads
-    session = start_session(opts, overflow=overflow, with_history=not no_history)
+    tools = tool_options.tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools)
+    toolset = tool_options.gather(tools)  # a bad --functions file, an unknown -T: exit 2 before the load
+    try:
+        session = start_session(opts, overflow=overflow, with_history=not no_history)
+    except BaseException:
+        if toolset is not None:
+            toolset.close()
+        raise
     try:
         session.hold_to(structured)
+        if toolset is not None:
+            tool_options.offer(session, toolset, tools, dim=sys.stdin.isatty() and not json_output)
         if resume:
             continue_conversation(session, resume)
         check_room(session, attachments)  # a file too big for the room left: exit 2, nothing sent
@@ -80,6 +104,8 @@ def chat(
                 raise typer.Exit(exit_code)
     finally:
         session.close()
+        if toolset is not None:
+            toolset.close()
 
 
 def run_scripted_chat(

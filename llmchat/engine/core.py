@@ -500,6 +500,7 @@ class Generation:
             start_after=after,
             history=tokens,
             loop_exit=self.state.reply.loop_exit,
+            feed_trigger=request.grammar_from_trigger,
         )
         sampler = _ChainSampler(chain)
         llm._init_sampler = lambda **_: sampler  # an instance attribute, removed below

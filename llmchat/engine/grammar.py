@@ -26,7 +26,10 @@ Why each part is the way it is:
 - Under a grammar a detected loop is steered out of (engine.loop_exit): the gate picks the tokens
   that close the repeating list or string once the grammar allows them.
 - The gate can start late (`start_after`): a thinking model writes its reasoning freely and is held
-  to the grammar only once the text that ends the thinking has been sampled.
+  to the grammar only once the text that ends the thinking has been sampled. A lazy tool-call
+  grammar (`feed_trigger`) starts at its trigger text (`<tool_call>`): when the trigger has been
+  sampled, the text from the trigger on is fed through the grammar first, as llama.cpp's lazy
+  grammars do, and the grammar holds the rest of the call.
 """
 
 from __future__ import annotations
@@ -304,6 +307,7 @@ class GrammarGate:
         start_after: str | None = None,
         greedy: bool = False,
         loop_exit: LoopExit | None = None,
+        feed_trigger: bool = False,
     ):
         import llama_cpp
 
@@ -318,6 +322,7 @@ class GrammarGate:
             raise UsageError(f"{grammar.source}: llama.cpp refused the grammar")
         self.start_after = start_after
         self.active = not start_after
+        self.feed_trigger = feed_trigger  # the grammar begins with `start_after` itself (lazy)
         # llama.cpp's greedy sampler only marks its pick: the candidates need no copy to filter again.
         self.greedy = greedy
         self._seen = ""  # text sampled so far, while waiting for `start_after`
@@ -513,8 +518,27 @@ class GrammarGate:
         n = llama.llama_token_to_piece(self.vocab, token, piece, 256, 0, True)  # control tokens as text
         self._seen += piece.raw[: max(n, 0)].decode("utf-8", errors="replace")
         if self.start_after in self._seen:
+            if self.feed_trigger:
+                self._start_at_trigger()
+                return
             self.active = True
             self._seen = ""
+
+    def _start_at_trigger(self) -> None:
+        """Feed the text from the trigger on through the grammar and switch it on. When the
+        grammar refuses that text (the token that completed the trigger carried more than the
+        grammar allows), it stays off: the reply is free text and the parser decides."""
+        assert self.start_after is not None
+        tail = self._seen[self._seen.index(self.start_after) :]
+        self._seen = ""
+        tokens = self._tokenize(tail)
+        if not self._allows_all(tokens):
+            return
+        for token in tokens:
+            self._llama.llama_sampler_accept(self.grammar, token)
+            if self.loop_exit is not None:
+                self.nesting.feed(self._piece(token))
+        self.active = True
 
     def _reset(self, smpl: Any) -> None:
         self._llama.llama_sampler_reset(self.inner)
@@ -543,6 +567,7 @@ def constrained(
     start_after: str | None = None,
     greedy: bool = False,
     loop_exit: LoopExit | None = None,
+    feed_trigger: bool = False,
 ) -> Any:
     """Where a sampler chain's samplers after the penalties go: `chain` itself without a grammar,
     else a new inner chain that a `GrammarGate` in `chain` owns. Add the penalties to `chain`
@@ -553,6 +578,8 @@ def constrained(
     import llama_cpp
 
     inner = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-    gate = GrammarGate(vocab, grammar, inner, start_after=start_after, greedy=greedy, loop_exit=loop_exit)
+    gate = GrammarGate(
+        vocab, grammar, inner, start_after=start_after, greedy=greedy, loop_exit=loop_exit, feed_trigger=feed_trigger
+    )
     llama_cpp.llama_sampler_chain_add(chain, gate.sampler)
     return inner

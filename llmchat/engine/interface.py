@@ -90,6 +90,9 @@ class GenerateRequest:
     markup: Mapping[int, bytes] | None = None
     grammar: Grammar | None = None
     grammar_after: str | None = None
+    # A lazy grammar (a tool call with --tool-choice auto): `grammar_after` is the text that opens
+    # what the grammar describes, so it is fed through the grammar when it appears.
+    grammar_from_trigger: bool = False
     slot: int | None = None
 
     @property

@@ -110,6 +110,7 @@ def sampler_chain(
     start_after: str | None = None,
     history: Sequence[int] = (),
     loop_exit: LoopExit | None = None,
+    feed_trigger: bool = False,
 ) -> Any:
     """The chain `Llama._init_sampler` builds: repetition penalty, then greedy at temperature 0, else
     top-k / typical / top-p / min-p / temperature / dist(seed). With a grammar, the samplers after
@@ -126,7 +127,15 @@ def sampler_chain(
     llama_cpp.llama_sampler_chain_add(chain, penalties)
     remember(chain, history[max(0, len(history) - penalty_last_n) :] if penalty_last_n > 0 else ())
     temperature = sampling.temperature
-    rest = constrained(chain, vocab, grammar, start_after=start_after, greedy=temperature == 0, loop_exit=loop_exit)
+    rest = constrained(
+        chain,
+        vocab,
+        grammar,
+        start_after=start_after,
+        greedy=temperature == 0,
+        loop_exit=loop_exit,
+        feed_trigger=feed_trigger and start_after is not None,
+    )
     add = lambda sampler: llama_cpp.llama_sampler_chain_add(rest, sampler)  # noqa: E731
     if temperature < 0:
         add(llama_cpp.llama_sampler_init_dist(seed))

@@ -13,5 +13,6 @@ One module per job:
 - choice.py: --tool-choice and --chain-limit as a plan per round;
 - tools_file.py: `--tools FILE` for `template render|show`.
 
-Nothing here imports llama_cpp; the tool loop that uses these pieces lives with the decode driver.
+Nothing here imports llama_cpp; the tool loop that uses these pieces is one more use of the decode
+driver (llmchat.turn.tool_loop), and `ask`/`chat` offer the tools (llmchat.commands.tool_options).
 """

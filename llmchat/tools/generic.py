@@ -33,8 +33,8 @@ def system_text(tools: Sequence[ToolSpec]) -> str:
     )
 
 
-def reply_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
-    """The reply as JSON schema: a call to one of the tools with valid arguments, or a response."""
+def call_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
+    """A reply that calls one of the tools with valid arguments (a forced call: `--tool-choice required`)."""
     calls = [
         {
             "type": "object",
@@ -45,21 +45,26 @@ def reply_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
         for spec in tools
     ]
     return {
-        "oneOf": [
-            {
-                "type": "object",
-                "properties": {"tool_call": {"oneOf": calls} if calls else False},
-                "required": ["tool_call"],
-                "additionalProperties": False,
-            },
-            {
-                "type": "object",
-                "properties": {"response": {"type": "string"}},
-                "required": ["response"],
-                "additionalProperties": False,
-            },
-        ]
+        "type": "object",
+        "properties": {"tool_call": {"oneOf": calls} if calls else False},
+        "required": ["tool_call"],
+        "additionalProperties": False,
     }
+
+
+def response_schema() -> dict[str, Any]:
+    """A reply that answers the user (the round after the chain limit: no more calls)."""
+    return {
+        "type": "object",
+        "properties": {"response": {"type": "string"}},
+        "required": ["response"],
+        "additionalProperties": False,
+    }
+
+
+def reply_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
+    """The reply as JSON schema: a call to one of the tools with valid arguments, or a response."""
+    return {"oneOf": [call_schema(tools), response_schema()]}
 
 
 def with_system_text(messages: Sequence[dict[str, Any]], tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:

@@ -69,18 +69,21 @@ def _list_of(item: str) -> str:
     return f'"[" ws {item} (ws "," ws {item})* ws "]"'
 
 
-def _per_family(family: Family, tools: Sequence[ToolSpec]) -> tuple[str, list[str]]:
-    """(root body, extra rules) for this family; `tN-root` is tool N's arguments."""
+def _per_family(family: Family, tools: Sequence[ToolSpec], lazy: bool = False) -> tuple[str, list[str]]:
+    """(root body, extra rules) for this family; `tN-root` is tool N's arguments. `lazy`: the
+    grammar starts at the family's trigger (where the call grammar itself starts elsewhere)."""
     rules: list[str] = []
     calls = []
+    bodies = _LAZY_CALL_BODY if lazy and family.id in _LAZY_CALL_BODY else _CALL_BODY
     for index, spec in enumerate(tools):
         args = f"t{index}-root"
         call_rule = f"t{index}-call"
-        body = _CALL_BODY[family.id](spec, args, index, rules)
+        body = bodies[family.id](spec, args, index, rules)
         rules.append(f"{call_rule} ::= {body}")
         calls.append(call_rule)
     rules.append(f"call ::= {' | '.join(calls)}")
-    return _ROOT[family.id], rules
+    root = _LAZY_ROOT[family.id] if lazy and family.id in _LAZY_ROOT else _ROOT[family.id]
+    return root, rules
 
 
 def _qwen3_coder_call(spec: ToolSpec, args: str, index: int, rules: list[str]) -> str:
@@ -101,7 +104,7 @@ _CALL_BODY: dict[str, Callable[[ToolSpec, str, int, list[str]], str]] = {
         f'ws "," ws "\\"id\\"" ws ":" ws "\\"" [a-zA-Z0-9]{{9}} "\\"" ws "}}"'
     ),
     "command_r7b": lambda s, a, i, r: (
-        f'"{{" ws "\\"tool_call_id\\"" ws ":" ws "\\"" [0-9]+ "\\"" ws "," ws "\\"tool_name\\"" ws ":" ws '
+        f'"{{" ws "\\"tool_call_id\\"" ws ":" ws "\\"" [0-9]{{1,6}} "\\"" ws "," ws "\\"tool_name\\"" ws ":" ws '
         f'{literal(json.dumps(s.name))} ws "," ws "\\"parameters\\"" ws ":" ws {a} ws "}}"'
     ),
     "functionary_v3_1": lambda s, a, i, r: f'"<function=" {literal(s.name)} ">" {a} "</function>"',
@@ -130,15 +133,29 @@ _ROOT: dict[str, str] = {
 }
 
 
-def call_grammar(family: Family, tools: Sequence[ToolSpec]) -> ToolGrammar:
+# A lazy gate feeds the text from the trigger on through the grammar, so the grammar must start
+# with the trigger. Most families' calls do; these two start elsewhere (Functionary v3.2's `>>>`
+# ends its generation prompt; gpt-oss's trigger is inside the channel header).
+_LAZY_ROOT: dict[str, str] = {
+    "functionary_v3_2": '">>>" call',
+    "gpt_oss": '" to=functions." call',
+}
+_LAZY_CALL_BODY: dict[str, Callable[[ToolSpec, str, int, list[str]], str]] = {
+    "gpt_oss": lambda s, a, i, r: f'{literal(s.name)} " <|constrain|>json<|message|>" {a}',
+}
+
+
+def call_grammar(family: Family, tools: Sequence[ToolSpec], *, forced: bool = False, lazy: bool = False) -> ToolGrammar:
     """The grammar of one reply that calls one of `tools` in `family`'s syntax. A schema the
-    converter cannot enforce is a UsageError naming the tool."""
+    converter cannot enforce is a UsageError naming the tool. The generic format's reply is a
+    call or a response; `forced`: a call only. `lazy`: the grammar a lazy gate switches on at
+    the family's first trigger (it starts with that trigger)."""
     if not tools:
         raise ValueError("a call grammar needs at least one tool")
     if family is GENERIC:
-        text = schema_to_gbnf(generic.reply_schema(tools))
-        return ToolGrammar(Grammar(text, "the generic tool reply"), ())
-    root, rules = _per_family(family, tools)
+        schema = generic.call_schema(tools) if forced else generic.reply_schema(tools)
+        return ToolGrammar(Grammar(schema_to_gbnf(schema), "the generic tool reply"), ())
+    root, rules = _per_family(family, tools, lazy)
     parts = [f"root ::= {root}", *rules, WS]
     if family.id == "qwen3_coder":
         parts.append("xml-value ::= [^<]*")
@@ -154,3 +171,8 @@ def _tool_rules(spec: ToolSpec, prefix: str) -> str:
         return prefixed_schema_rules(spec.parameters, prefix)
     except UsageError as err:
         raise UsageError(f"tool {spec.name} ({spec.source}): its parameters schema: {err}") from None
+
+
+def answer_grammar() -> Grammar:
+    """The generic format's reply once no more calls may be made: a response only."""
+    return Grammar(schema_to_gbnf(generic.response_schema()), "the generic tool reply (an answer)")

@@ -25,6 +25,9 @@ class TurnObserver(Protocol):
     def thinking(self, fragment: str) -> None: ...  # a reasoning model's thinking (may show nothing)
     def token(self, generated: int, t_first: float, now: float) -> None: ...
     def finished(self, result: TurnResult) -> None: ...
+    # A tool turn's round ended (llmchat.turn.tool_loop): the live readout stops before the calls
+    # are shown and approved; the next round's prefill_started starts it again.
+    def round_ended(self) -> None: ...
 
 
 class NullObserver:
@@ -41,6 +44,9 @@ class NullObserver:
         pass
 
     def finished(self, result: TurnResult) -> None:
+        pass
+
+    def round_ended(self) -> None:
         pass
 
 

@@ -12,6 +12,7 @@ from llmchat.errors import ContextOverflowError
 if TYPE_CHECKING:
     from llmchat.chat_template import ModelFacts
     from llmchat.conversation import Budget, Conversation, FitResult
+    from llmchat.engine.grammar import Grammar
     from llmchat.engine.interface import ChatEngine, Prompt
     from llmchat.engine.kv_store import Restored
     from llmchat.reasoning import ThinkingTracker
@@ -37,6 +38,10 @@ class PreparedTurn:
     # (`ChatSession.request_for`), fed by whoever reads the reply's text.
     tracker: ThinkingTracker | None = None
     markup: dict[int, bytes] | None = None  # the format's control-token markers, shown as text
+    # A tool round (llmchat.turn.tool_loop): the call grammar, and the trigger text that switches it
+    # on (None: from the first answer token, a forced call).
+    tool_grammar: Grammar | None = None
+    tool_trigger: str | None = None
 
     @property
     def prompt(self) -> Prompt:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from llmchat.attachments import Attachment
     from llmchat.metrics import TurnStats
+    from llmchat.tools.spec import CallRecord
 
 
 @dataclass
@@ -28,6 +29,11 @@ class TurnResult:
     error: str | None = None  # structured output: why the reply is not what was asked (invalid, cut off)
     token_ids: list[int] | None = None  # the reply as sampled, when they spell it exactly (not in records)
     attachments: tuple[Attachment, ...] = ()  # files sent inside `user` (llmchat.attachments; not in records)
+    # A turn with tools offered: each call (llmchat.tools.spec), and the assistant `tool_calls` and
+    # `tool` messages that go between the user's message and the reply. None: no tools offered.
+    tool_calls: list[CallRecord] | None = None
+    tool_messages: list[dict[str, Any]] = field(default_factory=list)
+    raw_reply: str = ""  # everything decoded, thinking and markup included (a tool round's parser reads it)
 
     @property
     def interrupted(self) -> bool:
@@ -48,6 +54,7 @@ class TurnResult:
             stats=self.stats.to_dict(),
             error=self.error,
             parsed=self.parsed,
+            tool_calls=None if self.tool_calls is None else [call.as_json() for call in self.tool_calls],
         )
 
 
@@ -70,6 +77,7 @@ def _record(
     stats: dict[str, Any] | None = None,
     error: str | None,
     parsed: Any = None,
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Both kinds of record are built here, so they cannot drift apart."""
     return {
@@ -85,6 +93,7 @@ def _record(
         "stats": stats,
         "error": error,
         "parsed": parsed,
+        "tool_calls": tool_calls,
     }
 
 

@@ -68,6 +68,7 @@ class TurnSink:
                 sampling=sampling | {"seed": result.seed},
                 reasoning=result.reasoning,
                 attachments=result.attachments,
+                tool_messages=stored_tool_messages(result),
             )
             result.saved = True
         except HistoryError as err:
@@ -100,3 +101,19 @@ class TurnSink:
     def close(self) -> None:
         if self.history is not None:
             self.history.close()
+
+
+def stored_tool_messages(result: TurnResult) -> list[dict[str, Any]]:
+    """A tool turn's messages as the history keeps them: each result with how its call went."""
+    calls = iter(result.tool_calls or [])
+    stored = []
+    for message in result.tool_messages:
+        message = dict(message)
+        if message.get("role") == "tool":
+            call = next(calls, None)
+            if call is not None:
+                message.update(approved=call.approved, duration_s=round(call.duration_s, 6))
+                if call.error is not None:
+                    message["error"] = True
+        stored.append(message)
+    return stored

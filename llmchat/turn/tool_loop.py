@@ -1,0 +1,313 @@
+"""The tool loop: one turn in rounds of the same decode (generate, call, feed back, generate).
+
+A round is `ChatSession.prepare` + `ChatSession.decode`, as for any turn; what differs is only what
+surrounds it:
+- the prompt carries the tools and, after the user's message, the calls so far and their results
+  (llmchat.tools.prompt), rendered through the model's own template and its trust boundary: a
+  tool's output is message content, tokenized as text, never as control tokens;
+- the round's reply is held to the family's call grammar: from its first token when the call is
+  forced (`--tool-choice required` or a tool's name, first round only), lazily from the family's
+  trigger text with `auto`, and the generic format's whole reply is always one JSON object;
+- the reply is parsed with the family's parser; each call is shown on stderr, approved or not
+  (llmchat.tools.approval), run (llmchat.tools.execute) and its result goes back as a `tool`
+  message. Every failure is text for the model: the turn goes on.
+The rounds extend one prompt, so each round prefills only the calls and results (KV prefix reuse).
+The chain stops when a reply calls nothing, or after `--chain-limit` rounds of calls (one notice):
+the round after that still lists the tools (the same prefix) but runs no call.
+
+Stats: the counts and times add up the rounds, `stats.rounds` has each; TTFT is the first round's,
+`ttfa_s` the time to the final answer's first token. Only the final answer reaches stdout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from llmchat.errors import UsageError
+from llmchat.tools.approval import ApprovalPolicy, format_call
+from llmchat.tools.choice import DEFAULT_CHAIN_LIMIT, ChainGuard, ToolChoice, parse_tool_choice, plan_round
+from llmchat.tools.families import GENERIC, detect_family
+from llmchat.tools.prompt import Capabilities, assistant_tool_calls, capabilities, template_variables, tool_result
+
+if TYPE_CHECKING:
+    from llmchat.attachments import Attachment
+    from llmchat.engine.grammar import Grammar
+    from llmchat.session import ChatSession
+    from llmchat.tools.approval import Answer
+    from llmchat.tools.call_parsers import ParsedReply
+    from llmchat.tools.families import Family
+    from llmchat.tools.spec import CallRecord, ToolSpec
+    from llmchat.turn.observer import TurnObserver
+    from llmchat.turn.record import TurnResult
+
+
+@dataclass
+class ToolIO:
+    """Where the loop talks to the person: a call before it runs, notices (stderr), and the
+    approval question (None: no terminal, nobody to ask)."""
+
+    show_call: Callable[[str], None]
+    notice: Callable[[str], None]
+    ask: Callable[[str, Any], Answer] | None = None
+
+
+@dataclass
+class ToolOffer:
+    """The tools a session offers, in the model's own call format, and who approves their calls."""
+
+    specs: dict[str, ToolSpec]
+    family: Family
+    caps: Capabilities
+    choice: ToolChoice
+    policy: ApprovalPolicy
+    io: ToolIO
+    chain_limit: int = DEFAULT_CHAIN_LIMIT
+    enabled: bool = True  # /tool on|off
+    _grammars: dict[tuple[tuple[str, ...], bool, bool], Grammar] = field(default_factory=dict, repr=False)
+
+    @property
+    def active(self) -> bool:
+        return self.enabled and self.choice.mode != "none" and bool(self.specs)
+
+    def listed(self) -> list[ToolSpec]:
+        return list(self.specs.values())
+
+    def shape(self, messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The messages as this family's template takes them, and the template variables (`tools`)."""
+        from llmchat.tools.prompt import messages_for_template
+
+        specs = self.listed()
+        return messages_for_template(messages, self.family, specs, self.caps), template_variables(self.family, specs)
+
+    def grammar(self, names: Sequence[str], forced: bool, lazy: bool = False) -> Grammar:
+        """The call grammar for these tools: forced (from the first token), or lazy (it starts at
+        the family's first trigger)."""
+        from llmchat.tools.grammar import call_grammar
+
+        key = (tuple(names), forced, lazy)
+        if key not in self._grammars:
+            specs = [self.specs[n] for n in names]
+            self._grammars[key] = call_grammar(self.family, specs, forced=forced, lazy=lazy).grammar
+        return self._grammars[key]
+
+
+def make_offer(
+    session: ChatSession,
+    specs: Sequence[ToolSpec],
+    io: ToolIO,
+    *,
+    tool_choice: str = "auto",
+    chain_limit: int = DEFAULT_CHAIN_LIMIT,
+    approve_all: bool = False,
+    interactive: bool = False,
+) -> ToolOffer:
+    """The session's tool offer; every grammar is built and checked here, so a schema the gate
+    cannot enforce is a usage error before anything is generated."""
+    engine = session.engine
+    if engine.caps.remote:
+        raise UsageError("tools run with a local model only for now; drop --server or the tool options")
+    if session.structured is not None:
+        raise UsageError("tools and --schema/--format/--grammar cannot be combined; drop one of them")
+    ChainGuard(chain_limit)  # --chain-limit 0: a usage error
+    by_name = {spec.name: spec for spec in specs}
+    choice = parse_tool_choice(tool_choice, list(by_name))
+    family = detect_family(session.template.text)
+    offer = ToolOffer(
+        by_name,
+        family,
+        capabilities(session.template.text, family),
+        choice,
+        ApprovalPolicy(interactive=interactive, approve_all=approve_all),
+        io,
+        chain_limit,
+    )
+    if offer.active:
+        names = list(by_name)
+        engine.check_grammar(offer.grammar(names, False, lazy=family is not GENERIC))
+        if choice.mode in ("required", "named"):
+            forced = plan_round(choice, 0, names).grammar_tools
+            engine.check_grammar(offer.grammar(forced, True))
+        if family is GENERIC:
+            from llmchat.tools import generic
+
+            io.notice(generic.NOTICE)
+    return offer
+
+
+class _HeldText:
+    """A round's observer: the live readout goes on, the reply's text is held back (a call is not
+    an answer; the parsed answer is shown once the chain ends)."""
+
+    def __init__(self, observer: TurnObserver):
+        self.observer = observer
+
+    def prefill_started(self, prompt_tokens: int, cached_tokens: int, context_limit: int) -> None:
+        self.observer.prefill_started(prompt_tokens, cached_tokens, context_limit)
+
+    def text(self, fragment: str) -> None:
+        pass
+
+    def thinking(self, fragment: str) -> None:
+        self.observer.thinking(fragment)
+
+    def token(self, generated: int, t_first: float, now: float) -> None:
+        self.observer.token(generated, t_first, now)
+
+    def finished(self, result: TurnResult) -> None:
+        pass
+
+    def round_ended(self) -> None:
+        self.observer.round_ended()
+
+
+@dataclass
+class _Round:
+    result: TurnResult
+    t_submit: float
+    parsed: ParsedReply
+
+
+def tool_turn(
+    session: ChatSession,
+    user_text: str,
+    observer: TurnObserver,
+    *,
+    record: bool = True,
+    on_commit: Callable[[TurnResult], object] | None = None,
+    attachments: tuple[Attachment, ...] = (),
+) -> TurnResult:
+    """One turn with tools: rounds until a reply calls nothing (or the chain limit). The result is
+    the final round's, with every call (`tool_calls`) and the messages that carry them."""
+    offer = session.tools
+    assert offer is not None
+    names = list(offer.specs)
+    guard = ChainGuard(offer.chain_limit)
+    schemas = {name: spec.parameters for name, spec in offer.specs.items()}
+    held = _HeldText(observer)
+    after_user: list[dict[str, Any]] = []
+    calls: list[CallRecord] = []
+    rounds: list[_Round] = []
+    stopped: BaseException | None = None
+    last_prepared = None
+    try:
+        while True:
+            final = guard.exhausted
+            if final:
+                line = guard.notice()
+                if line:
+                    offer.io.notice(line)
+            prepared = session.prepare(user_text, after_user=after_user)
+            last_prepared = prepared
+            plan = plan_round(offer.choice, len(rounds), names)
+            if final:
+                if offer.family is GENERIC:  # the format's reply is JSON: held to an answer
+                    from llmchat.tools.grammar import answer_grammar
+
+                    prepared.tool_grammar = answer_grammar()
+            elif plan.forced or offer.family is GENERIC:
+                prepared.tool_grammar = offer.grammar(plan.grammar_tools, plan.forced)
+            else:
+                prepared.tool_grammar = offer.grammar(plan.grammar_tools, False, lazy=True)
+                prepared.tool_trigger = offer.family.triggers[0]
+            if not rounds:  # later rounds extend this prompt: its tokens stay as they were
+                ids = prepared.prompt
+                session.kept_prefix = (session.last_rendered, list(ids)) if isinstance(ids, list) else None
+            result, stopped = session.decode(prepared, held, restore=not rounds)
+            held.round_ended()
+            # An interrupted reply is parsed too (its text before any call is the answer so far),
+            # but no call of it runs.
+            # gpt-oss writes its call in the channel header (`to=functions.NAME`), which the
+            # reasoning split leaves out of the answer: its parser reads the whole reply.
+            text = result.raw_reply if offer.family.id == "gpt_oss" else result.reply
+            parsed = offer.family.parse(text, schemas)
+            rounds.append(_Round(result, prepared.t_submit, parsed))
+            if stopped is not None or result.finish_reason in ("interrupted", "error") or final or not parsed.calls:
+                break
+            first_index = len(calls)
+            call_pairs = [(call.name, call.arguments) for call in parsed.calls]
+            messages: list[dict[str, Any]] = [assistant_tool_calls(call_pairs, parsed.content, first_index)]
+            for number, call in enumerate(parsed.calls):
+                offer.io.show_call(format_call(call.name, call.arguments))
+                done = _run(offer, call.name, call.arguments)
+                if done.approved and done.error is not None:  # the model reads it too; the person sees it here
+                    offer.io.notice(f"tool call {call.name} failed: {done.error.splitlines()[0] if done.error else ''}")
+                calls.append(done)
+                messages.append(tool_result(first_index + number, call.name, done.text_for_model))
+            after_user.extend(messages)
+            guard.record_round()
+
+    finally:
+        session.kept_prefix = None
+    assert last_prepared is not None
+    final_result = _combine(rounds, calls, after_user, user_text)
+    final_result.attachments = tuple(attachments)
+    if final_result.reply and stopped is None:
+        observer.text(final_result.reply)
+    session.commit(last_prepared, final_result, record=record)
+    session.sink.save_kv(final_result)
+    if on_commit is not None:
+        on_commit(final_result)
+    if stopped is not None:
+        raise stopped
+    observer.finished(final_result)
+    return final_result
+
+
+def _run(offer: ToolOffer, name: str, arguments: Any) -> CallRecord:
+    from llmchat.tools.execute import run_call
+
+    return run_call(offer.specs, name, arguments, offer.policy, ask=offer.io.ask, notify=offer.io.notice)
+
+
+def _combine(rounds: list[_Round], calls: list[CallRecord], after_user: list[dict[str, Any]], user: str) -> TurnResult:
+    """The final round's result, with the answer parsed out of its reply and stats over all rounds."""
+    first, last = rounds[0], rounds[-1]
+    result = last.result
+    raw = result.reply
+    result.reply = last.parsed.content
+    if result.reply != raw:
+        result.token_ids = None  # the ids spell the raw reply, not the answer shown
+    result.user = user
+    result.tool_calls = list(calls)
+    result.tool_messages = list(after_user)
+    notices: list[str] = []
+    for each in rounds:
+        notices.extend(line for line in each.result.notices if line not in notices)
+    result.notices = notices
+    per_round = [r.result.stats for r in rounds]
+    stats = replace(result.stats)
+    stats.ttft_s = first.result.stats.ttft_s
+    stats.total_s = time.perf_counter() - first.t_submit
+    stats.prefill_s = sum(s.prefill_s for s in per_round)
+    stats.decode_s = sum(s.decode_s for s in per_round)
+    stats.prompt_tokens = sum(s.prompt_tokens for s in per_round)
+    stats.cached_tokens = sum(s.cached_tokens for s in per_round)
+    stats.generated_tokens = sum(s.generated_tokens for s in per_round)
+    stats.answer_tokens = sum(s.answer_tokens for s in per_round)
+    stats.thinking_tokens = sum(s.thinking_tokens for s in per_round)
+    stats.context_used = last.result.stats.prompt_tokens + last.result.stats.generated_tokens
+    stats.loop_steered = sum(s.loop_steered for s in per_round)
+    last_ttfa = last.result.stats.ttfa_s
+    # The final answer's first token, from when the turn was submitted (the last round's own
+    # clock started when that round was prepared).
+    stats.ttfa_s = (last.t_submit - first.t_submit + last_ttfa) if last_ttfa is not None and result.reply else None
+    stats.rounds = [
+        {
+            "prompt_tokens": s.prompt_tokens,
+            "cached_tokens": s.cached_tokens,
+            "generated_tokens": s.generated_tokens,
+            "ttft_s": round(s.ttft_s, 4),
+            "prefill_s": round(s.prefill_s, 4),
+            "decode_s": round(s.decode_s, 4),
+            "finish_reason": s.finish_reason,
+        }
+        for s in per_round
+    ]
+    if first.result.stats.disk_cached_tokens:
+        stats.disk_cached_tokens = first.result.stats.disk_cached_tokens
+        stats.restore_s = first.result.stats.restore_s
+    result.stats = stats
+    return result
