@@ -19,6 +19,7 @@ from llmchat.errors import ContextOverflowError
 
 if TYPE_CHECKING:
     from llmchat.engine.interface import Prompt
+    from llmchat.history import StoredConversation
 
 TRIM_TARGET = 0.65
 
@@ -31,6 +32,18 @@ class Conversation:
     system: str | None = None
     messages: list[dict] = field(default_factory=list)  # {"role", "content"} and maybe "interrupted"
     window_start: int = 0
+
+    @classmethod
+    def from_stored(cls, stored: StoredConversation) -> Conversation:
+        """A conversation continued from the history store (`ask -c`, `chat --resume`, `/load`)."""
+        conversation = cls(system=stored.system_prompt)
+        for message in stored.messages:
+            if message.role in ("user", "assistant", "tool"):
+                # A tool turn's calls and results come back as they were sent (StoredMessage.tool).
+                conversation.messages.append(message.chat_message())
+                if getattr(message, "reasoning", None):  # kept beside the reply, never sent back
+                    conversation.messages[-1]["reasoning"] = message.reasoning
+        return conversation
 
     def prompt_messages(self, pending_user: str | None = None, start: int | None = None) -> list[dict]:
         start = self.window_start if start is None else start

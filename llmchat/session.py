@@ -2,10 +2,10 @@
 
 A turn is one road for every mode (ask, chat, batch, batch `--parallel`), assembled here from parts
 that each have one job (llmchat.turn):
-1. `prepare` (the plan): conversation + system -> template render -> token ids, fitted to the budget;
-   `request_for` makes it the `GenerateRequest` the engine decodes.
-2. decoding: `engine.generate` for one sequence, or a decoder over several (batch); every one runs
-   the same reply rules and steering (llmchat.engine.driver) and fills the same `GenerationOutcome`.
+1. `prepare` (the plan): conversation + system -> template render -> token ids (llmchat.turn.tokens),
+   fitted to the budget; `request_for` makes it the `GenerateRequest` the engine decodes.
+2. decoding: `engine.generate` for one sequence (read by llmchat.turn.stream), or a decoder over
+   several (batch); every one runs the same reply rules and steering (llmchat.engine.driver).
 3. `finish` (llmchat.turn.stats): the outcome becomes a `TurnResult` with its stats and notices.
 4. `commit`: the exchange joins the conversation, and the sink (llmchat.turn.sink) saves it under
    one failure policy: a failed save is reported in the result (`saved`, `notices`), never raised.
@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Callable
 from llmchat.chat_template import ModelFacts, ResolvedTemplate, render_prompt, resolve_template
 from llmchat.conversation import Budget, Conversation, default_reply_reserve, fit_to_context
 from llmchat.engine.interface import GenerateRequest, prompt_ids
-from llmchat.errors import ServerError
 from llmchat.reasoning import (
     ReasoningSettings,
     ThinkingSplitter,
@@ -33,12 +32,14 @@ from llmchat.reasoning import (
     starts_in_thinking,
     thinking_variables,
 )
-from llmchat.turn.observer import NullObserver, ThinkingDisplay, TurnObserver
+from llmchat.turn.observer import NullObserver, TurnObserver
 from llmchat.turn.plan import EngineVocabulary, PreparedTurn, check_message_size, model_facts
 from llmchat.turn.policy import DEFAULT_REPLY_CAP, LOOP_NOTICE, reply_cap
 from llmchat.turn.record import RECORD_KEYS, TurnResult, error_record
 from llmchat.turn.sink import ConversationFacts, TurnSink
 from llmchat.turn.stats import result_of
+from llmchat.turn.stream import read_reply
+from llmchat.turn.tokens import prompt_of, shape_for_template
 
 if TYPE_CHECKING:
     from llmchat.attachments import Attachment
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
     from llmchat.engine.grammar import Grammar
     from llmchat.engine.interface import ChatEngine, Prompt
     from llmchat.engine.kv_store import KVStore
-    from llmchat.engine.prompt_pieces import PromptPiece
     from llmchat.engine.reply import GenerationOutcome
     from llmchat.history import HistoryStore, StoredConversation
     from llmchat.reasoning import ReasoningFormat
@@ -204,63 +204,16 @@ class ChatSession:
 
     # --- tokens and budget ------------------------------------------------------------------
     def tokenize_messages(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> Prompt:
-        # Earlier replies go back to the model as the ids they were sampled as (exact KV reuse).
-        sampled = {m["content"]: m["token_ids"] for m in messages if m["role"] == "assistant" and m.get("token_ids")}
-        variables = self.template_vars
-        if self.tools is not None and self.tools.active:
-            # The tool list and the calls and results in the template's own shape; every content
-            # (a tool's output included) still goes through the trust boundary of render_prompt.
-            messages, tool_variables = self.tools.shape(messages)
-            variables = {**variables, **tool_variables}
-        elif any(m.get("tool_calls") or m["role"] == "tool" for m in messages):
-            # An earlier tool turn, continued without tools (ask -c, /tool off): its calls and
-            # results as plain JSON text, which every template can render.
-            from llmchat.tools.generic import as_plain_messages
-
-            messages = as_plain_messages(messages)
+        """The prompt of `messages` as the engine takes it (llmchat.turn.tokens)."""
+        shaped, variables = shape_for_template(messages, self.tools, self.template_vars)
         rendered = render_prompt(
-            self.template,
-            messages,
-            self.facts,
-            add_generation_prompt=add_generation_prompt,
-            variables=variables,
+            self.template, shaped, self.facts, add_generation_prompt=add_generation_prompt, variables=variables
         )
         if add_generation_prompt:
             # The generation prompt ends every render the same way, whichever messages were trimmed.
             self._prompt_tail = rendered.text[-256:]
             self.last_rendered = rendered.text
-        pieces = [(piece.text, piece.trusted, piece.role) for piece in rendered.pieces]
-        if self.kept_prefix is not None and rendered.text.startswith(self.kept_prefix[0]):
-            # A later round of a tool turn: the first round's prompt is in the KV cache as these
-            # very ids. Tokenizing the joined text again could merge its last token with the call
-            # that follows (`[/INST]` + `[TOOL_CALLS]` is `][` in a vocabulary without those
-            # control tokens), so only what follows it is tokenized.
-            kept_text, kept_ids = self.kept_prefix
-            _, tail = split_pieces(pieces, len(kept_text))
-            tail_ids = self._tokens_after(self._with_sampled(tail, sampled))
-            if tail_ids is not None:
-                return [*kept_ids, *tail_ids]
-        return self.engine.prompt_tokens(self._with_sampled(pieces, sampled))
-
-    @staticmethod
-    def _with_sampled(pieces: list[Piece3], sampled: dict[str, list[int]]) -> list[PromptPiece]:
-        return [(text, trusted, sampled.get(text) if role == "assistant" else None) for text, trusted, role in pieces]
-
-    def _tokens_after(self, pieces: list[PromptPiece]) -> list[int] | None:
-        """The ids of pieces that continue a prompt (no BOS of their own); None where the engine
-        cannot say (its prompts are messages, or its BOS is not one token)."""
-        lead = self.engine.prompt_tokens([])
-        if not isinstance(lead, list):
-            return None
-        if not lead:
-            tokens = self.engine.prompt_tokens(pieces)
-            return tokens if isinstance(tokens, list) else None
-        # The engine puts a BOS in front of a prompt that lacks one: give it one as text, then drop it.
-        marker: PromptPiece = (self.engine.bos_text, True)
-        if not self.engine.bos_text or self.engine.prompt_tokens([marker]) != lead:
-            return None
-        tokens = self.engine.prompt_tokens([marker, *pieces])
-        return tokens[len(lead) :] if isinstance(tokens, list) else None
+        return prompt_of(self.engine, rendered, messages, self.kept_prefix)
 
     def budget(self, sampling: SamplingParams | None = None) -> Budget:
         max_tokens = (sampling or self.sampling).max_tokens
@@ -385,10 +338,9 @@ class ChatSession:
         self, prepared: PreparedTurn, observer: TurnObserver, *, restore: bool = True
     ) -> tuple[TurnResult, BaseException | None]:
         """Decode one prepared prompt (one round of a turn) with the engine, streaming it to
-        `observer`, and make it a TurnResult. Ctrl-C ends the reply as interrupted. SIGTERM, a
-        closed stdout or a remote stream cut mid-reply also end it, and come back as the exception
-        to raise once the reply is saved. `restore`: try the KV cache on disk first (the first
-        round of a turn; later rounds extend what is already in the context)."""
+        `observer` (llmchat.turn.stream), and make it a TurnResult; with the exception to raise once
+        it is saved, if the reply was cut by one. `restore`: try the KV cache on disk first (the
+        first round of a turn; later rounds extend what is already in the context)."""
         ids = prompt_ids(prepared.prompt)
         if prepared.fit.messages_dropped and self.engine.caps.kv_shift:
             self.engine.shift_out_dropped(ids)
@@ -396,46 +348,13 @@ class ChatSession:
             prepared.restored = self.kv_store.restore(ids)
         tracker = prepared.tracker
         generation = self.engine.generate(self.request_for(prepared))
-        outcome = generation.outcome
         observer.prefill_started(len(prepared.prompt), self.engine.cached_prefix(ids), self.engine.n_ctx)
-        fragments: list[str] = []
-        raw: list[str] = []
-        t_first_written: float | None = None
-        stopped: BaseException | None = None
-        shown = ThinkingDisplay(observer, self.reasoning.display)
-        try:
-            for event in generation:
-                raw.append(event.text)
-                if event.text and tracker is not None:
-                    shown.show(tracker.feed(event.text, outcome.generated_tokens, time.perf_counter()))
-                elif event.text:
-                    fragments.append(event.text)
-                    observer.text(event.text)
-                now = time.perf_counter()
-                if t_first_written is None:
-                    t_first_written = now
-                observer.token(outcome.generated_tokens, t_first_written, now)
-        except KeyboardInterrupt:
-            outcome.finish_reason = "interrupted"
-        except (SystemExit, BrokenPipeError) as err:
-            # SIGTERM (raised as SystemExit by cli) or the reader closing stdout: the process ends,
-            # but the partial reply is saved first, marked interrupted, as for Ctrl-C.
-            outcome.finish_reason = "interrupted"
-            stopped = err
-        except ServerError as err:
-            # A remote stream cut mid-reply: what arrived is kept (saved, marked as an error), then
-            # the error is reported with its exit code.
-            outcome.finish_reason = "error"
-            stopped = err
-        if tracker is not None:
-            held = tracker.flush(outcome.generated_tokens, time.perf_counter())
-            if stopped is None:  # with stdout closed, showing more would raise before the save
-                shown.show(held)
-                shown.close()
-            fragments = [tracker.splitter.answer]
-        result = self.finish(prepared, outcome, "".join(fragments), generation.seed, t_first_written, tracker=tracker)
-        result.raw_reply = "".join(raw)
-        return result, stopped
+        read = read_reply(generation, tracker, observer, self.reasoning.display)
+        result = self.finish(
+            prepared, generation.outcome, read.answer, generation.seed, read.t_first_written, tracker=tracker
+        )
+        result.raw_reply = read.raw
+        return result, read.stopped
 
     def finish(
         self,
@@ -513,13 +432,7 @@ class ChatSession:
 
     def load_conversation(self, stored: StoredConversation) -> None:
         """Continue a conversation from the history store."""
-        self.conversation = Conversation(system=stored.system_prompt)
-        for message in stored.messages:
-            if message.role in ("user", "assistant", "tool"):
-                # A tool turn's calls and results come back as they were sent (StoredMessage.tool).
-                self.conversation.messages.append(message.chat_message())
-                if getattr(message, "reasoning", None):  # kept beside the reply, never sent back
-                    self.conversation.messages[-1]["reasoning"] = message.reasoning
+        self.conversation = Conversation.from_stored(stored)
         self.conversation_id = stored.id
         self.last_result = None
         self.fork_from = None
@@ -531,23 +444,3 @@ class ChatSession:
         self.conversation = replace(self.conversation, system=system or None)
         if self.history is not None and self.conversation_id is not None:
             self.history.update_system_prompt(self.conversation_id, system or None)
-
-
-Piece3 = tuple[str, bool, "str | None"]  # a rendered piece: text, trusted, the role of its message
-
-
-def split_pieces(pieces: list[Piece3], offset: int) -> tuple[list[Piece3], list[Piece3]]:
-    """The pieces before and after character `offset` of their joined text (a piece across it is cut)."""
-    head: list[Piece3] = []
-    tail: list[Piece3] = []
-    at = 0
-    for text, trusted, role in pieces:
-        if at + len(text) <= offset:
-            head.append((text, trusted, role))
-        elif at >= offset:
-            tail.append((text, trusted, role))
-        else:
-            head.append((text[: offset - at], trusted, role))
-            tail.append((text[offset - at :], trusted, role))
-        at += len(text)
-    return head, tail

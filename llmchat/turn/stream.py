@@ -1,0 +1,71 @@
+"""Reading one generation into the observer: the answer or the thinking as it arrives, the time
+the first token was written, and the ways a reply ends early.
+
+Ctrl-C ends the reply as interrupted. SIGTERM, a closed stdout or a remote stream cut mid-reply
+end it too, and come back as the exception to raise once the reply is saved (`Read.stopped`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from llmchat.errors import ServerError
+from llmchat.turn.observer import ThinkingDisplay
+
+if TYPE_CHECKING:
+    from llmchat.engine.interface import GenerationLike
+    from llmchat.reasoning import ThinkingTracker
+    from llmchat.turn.observer import TurnObserver
+
+
+@dataclass
+class Read:
+    answer: str  # the reply's answer (the thinking split off where a tracker ran)
+    raw: str  # everything decoded, thinking and markup included (a tool round's parser reads it)
+    t_first_written: float | None
+    stopped: BaseException | None  # to raise once the reply is saved
+
+
+def read_reply(
+    generation: GenerationLike, tracker: ThinkingTracker | None, observer: TurnObserver, display: str
+) -> Read:
+    """Stream `generation` to `observer` (its thinking through a ThinkingDisplay in `display` mode)."""
+    outcome = generation.outcome
+    fragments: list[str] = []
+    raw: list[str] = []
+    t_first_written: float | None = None
+    stopped: BaseException | None = None
+    shown = ThinkingDisplay(observer, display)
+    try:
+        for event in generation:
+            raw.append(event.text)
+            if event.text and tracker is not None:
+                shown.show(tracker.feed(event.text, outcome.generated_tokens, time.perf_counter()))
+            elif event.text:
+                fragments.append(event.text)
+                observer.text(event.text)
+            now = time.perf_counter()
+            if t_first_written is None:
+                t_first_written = now
+            observer.token(outcome.generated_tokens, t_first_written, now)
+    except KeyboardInterrupt:
+        outcome.finish_reason = "interrupted"
+    except (SystemExit, BrokenPipeError) as err:
+        # SIGTERM (raised as SystemExit by cli) or the reader closing stdout: the process ends, but
+        # the partial reply is saved first, marked interrupted, as for Ctrl-C.
+        outcome.finish_reason = "interrupted"
+        stopped = err
+    except ServerError as err:
+        # A remote stream cut mid-reply: what arrived is kept (saved, marked as an error), then the
+        # error is reported with its exit code.
+        outcome.finish_reason = "error"
+        stopped = err
+    if tracker is not None:
+        held = tracker.flush(outcome.generated_tokens, time.perf_counter())
+        if stopped is None:  # with stdout closed, showing more would raise before the save
+            shown.show(held)
+            shown.close()
+        fragments = [tracker.splitter.answer]
+    return Read("".join(fragments), "".join(raw), t_first_written, stopped)
