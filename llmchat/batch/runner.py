@@ -32,13 +32,13 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
+from typing import TYPE_CHECKING, Callable, cast
 
 from llmchat.batch.items import BatchItem, attach_files, id_key, parse_input
 from llmchat.batch.progress import Progress
 from llmchat.batch.sink import InOrder, RecordSink, read_done_ids
 from llmchat.conversation import Conversation
-from llmchat.engine.driver import SerialDecoder
+from llmchat.engine.driver import DecodedResult, SerialDecoder
 from llmchat.engine.interface import QueuedRequest, prompt_ids
 from llmchat.errors import LlmchatError, ServerError, UsageError
 from llmchat.options import RunOptions
@@ -54,27 +54,8 @@ if TYPE_CHECKING:
     from llmchat.engine.remote.streams import ConcurrentStreams
 
     Decoder = SerialDecoder | ParallelDecoder | ConcurrentStreams
-    from llmchat.engine.reply import GenerationOutcome
     from llmchat.sampling import SamplingParams
     from llmchat.session import ChatSession, PreparedTurn
-
-
-class DecodedSequence(Protocol):
-    """One decoded sequence: `DecodedResult` (one at a time), `ParallelResult` (one context) or
-    `StreamResult` (a server)."""
-
-    @property
-    def key(self) -> Any: ...
-    @property
-    def outcome(self) -> GenerationOutcome: ...
-    @property
-    def text(self) -> str: ...
-    @property
-    def seed(self) -> int: ...
-    @property
-    def error(self) -> str | None: ...
-    @property
-    def t_submit(self) -> float: ...
 
 
 PROGRESS_MODES = ("auto", "bar", "lines", "json", "off")
@@ -243,11 +224,11 @@ class BatchRunner:
 
     def _finisher(
         self, ready: dict[int, tuple[BatchItem, PreparedTurn]], writer: InOrder, progress: Progress
-    ) -> Callable[[DecodedSequence], None]:
+    ) -> Callable[[DecodedResult], None]:
         """What happens to each decoded sequence: finished by `ChatSession.finish`, as a serial
         turn, then written (in input order)."""
 
-        def on_done(done: DecodedSequence) -> None:
+        def on_done(done: DecodedResult) -> None:
             item, prepared = ready.pop(done.key)
             if done.error:
                 self._fail(item, done.error, writer, progress)

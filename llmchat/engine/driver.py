@@ -159,7 +159,8 @@ class SequenceState:
 
 @dataclass
 class DecodedResult:
-    """One finished sequence of a `SerialDecoder` (the shape of ParallelResult and StreamResult)."""
+    """One finished sequence, whichever backend decoded it: `SerialDecoder`, `ParallelDecoder`
+    (engine.parallel) or a server's streams (engine.remote.streams, which adds its retries)."""
 
     key: Any
     outcome: GenerationOutcome

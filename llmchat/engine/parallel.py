@@ -39,17 +39,15 @@ prefilled in full.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import llama_cpp
 
 from llmchat.engine import logs
-from llmchat.engine.driver import SequenceState, common_prefix
+from llmchat.engine.driver import DecodedResult, SequenceState, common_prefix
 from llmchat.engine.grammar import Grammar, constrained
 from llmchat.engine.interface import QueuedRequest, prompt_ids
 from llmchat.engine.loop_exit import LoopExit
-from llmchat.engine.reply import GenerationOutcome
 from llmchat.errors import ModelError, UsageError
 from llmchat.sampling import SamplingParams
 
@@ -59,19 +57,6 @@ if TYPE_CHECKING:
 # A new item waits for another slot's prefill only when that saves at least this many tokens.
 MIN_WAIT_GAIN = 4
 KV_ROUND = 256
-
-
-@dataclass
-class ParallelResult:
-    """One finished item: its text and the same `GenerationOutcome` a serial `Generation` fills."""
-
-    key: Any
-    outcome: GenerationOutcome
-    seed: int = 0
-    text: str = ""
-    error: str | None = None
-    t_submit: float = 0.0  # the item took a slot (its TTFT is measured from here)
-    t_done: float = 0.0
 
 
 class _Slot:
@@ -85,7 +70,7 @@ class _Slot:
         self.waiting_on: tuple[_Slot, int] | None = None  # (source slot, prefix length) to copy first
         self.next_token: int | None = None  # sampled, to be evaluated next step
         self.sampler = None
-        self.result: ParallelResult | None = None
+        self.result: DecodedResult | None = None
         self.state: SequenceState | None = None  # the item's reply rules, steering, seed and limit
         self.batch_index = -1  # where this slot's logits are in the current batch
 
@@ -171,7 +156,7 @@ def remember(chain: Any, tokens: Sequence[int]) -> None:
 class ParallelDecoder:
     """Decode up to `n_seq` items at once in one context sized `n_seq × n_ctx_per_seq`.
 
-    Usage: `ParallelDecoder(engine, 4, 2048).run(items, on_done)`; `on_done(ParallelResult)` is
+    Usage: `ParallelDecoder(engine, 4, 2048).run(items, on_done)`; `on_done(DecodedResult)` is
     called as each item finishes (out of input order). The context is freed when `run` returns.
     """
 
@@ -265,7 +250,7 @@ class ParallelDecoder:
     def run(
         self,
         items: Iterable[QueuedRequest],
-        on_done: Callable[[ParallelResult], None],
+        on_done: Callable[[DecodedResult], None],
         on_step: Callable[["ParallelDecoder"], None] | None = None,
     ) -> None:
         """Decode every item; `on_done` gets each result as it finishes; `on_step` after each decode."""
@@ -302,7 +287,7 @@ class ParallelDecoder:
         state = SequenceState(self.engine, item.request, self.n_ctx_per_seq, feeds_steering=True)
         outcome = state.outcome
         outcome.t_start = now
-        result = ParallelResult(key=item.key, outcome=outcome, seed=state.seed, t_submit=now)
+        result = DecodedResult(key=item.key, outcome=outcome, seed=state.seed, t_submit=now)
         if not prompt or len(prompt) >= self.n_ctx_per_seq:
             outcome.finish_reason = "error"
             result.error = (
@@ -310,11 +295,9 @@ class ParallelDecoder:
                 if not prompt
                 else f"the prompt is {len(prompt)} tokens but each sequence holds {self.n_ctx_per_seq}"
             )
-            result.t_done = now
             on_done(result)
             return
         if not state.start(now):  # no room for a single token
-            result.t_done = now
             on_done(result)
             return
         slot.item = item
@@ -476,7 +459,6 @@ class ParallelDecoder:
         assert result is not None and state is not None  # only a busy slot finishes
         state.tail()
         result.text = state.text()
-        result.t_done = now
         self._release(slot)
         on_done(result)
 
@@ -486,7 +468,6 @@ class ParallelDecoder:
         result.outcome.finish_reason = "error"
         result.error = message
         result.text = slot.state.text() if slot.state is not None else ""
-        result.t_done = now
         self._clear(slot)
         self._release(slot)
         on_done(result)

@@ -33,6 +33,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from llmchat.engine.driver import DecodedResult
 from llmchat.engine.remote.group import RemoteEngine, ServersGone, short_reason
 from llmchat.engine.remote.llama_server import RemoteOutcome
 from llmchat.errors import LlmchatError, ServerError
@@ -68,16 +69,10 @@ def with_retries(
 
 
 @dataclass
-class StreamResult:
-    """One finished item, shaped like `engine.parallel.ParallelResult`. `lost`: its server went
+class StreamResult(DecodedResult):
+    """One finished item (its `outcome` a RemoteOutcome), with its retries. `lost`: its server went
     away before it finished; it goes to another server and no record is written for this try."""
 
-    key: Any
-    outcome: RemoteOutcome
-    seed: int = 0
-    text: str = ""
-    error: str | None = None
-    t_submit: float = 0.0
     attempts: int = 0
     retried: list[str] = field(default_factory=list)
     lost: bool = False
