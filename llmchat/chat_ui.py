@@ -349,6 +349,7 @@ class ChatUI:
         except KeyboardInterrupt:
             # Ctrl-C outside the decode loop: before generation (nothing sent: give the text back)
             # or while the finished reply was being shown.
+            interrupts.consume()
             printer.abort()
             if not committed:
                 self.info("[interrupted]")
@@ -384,6 +385,7 @@ class ChatUI:
             except EOFError:
                 break
             except KeyboardInterrupt:  # not expected (Ctrl-C is bound), but never fatal
+                interrupts.consume()
                 pending = ""
                 continue
             pending = ""

@@ -6,14 +6,17 @@ that is where a signal's handler usually runs. An exception raised inside a ctyp
 leave it: ctypes reports it as "unraisable" and drops it. With Python's default handler a Ctrl-C
 during the load vanished that way, and the command went on to answer in full and exit 0.
 
-So llmchat's handler looks at where it runs. Outside a callback it raises at once, as Python's
-would (KeyboardInterrupt for SIGINT, SystemExit(143) for SIGTERM). Inside one it only records the
-signal; the callbacks and the code around every native call then act on the record:
+So llmchat's handler records the signal, and looks at where it runs. Outside a callback it also
+raises at once, as Python's would (KeyboardInterrupt for SIGINT, SystemExit(143) for SIGTERM).
+Inside one it only records it; the callbacks and the code around every native call act on the
+record:
 - the load progress callback returns false, which makes llama.cpp abort the load;
 - `raise_pending()` raises the recorded signal's exception at the next safe point (after the
   load, at each decoded token, and before the process exits).
-The same record catches the rarer places where Python itself drops an exception (a `__del__`, a
-weakref callback): `install()` also hooks `sys.unraisablehook` for the signals' exceptions.
+The same record catches the places where Python itself drops an exception: a `__del__` or a
+weakref callback (`install()` also hooks `sys.unraisablehook`), and C code that runs Python and
+clears whatever it raised, which reports nothing at all. A signal's exception stays recorded until
+a checkpoint raises it or the code that caught it on purpose calls `consume()`.
 
 This module imports only the standard library: `llmchat.launch` installs it before anything else.
 """
@@ -66,11 +69,14 @@ def _handle(signum: int, frame: FrameType | None) -> None:
         if _state["terminated"]:
             return
         _state["terminated"] = True
+    if _state["pending"] is None or signum == signal.SIGTERM:
+        _state["pending"] = signum
     if _inside_callback(frame):
-        if _state["pending"] is None or signum == signal.SIGTERM:
-            _state["pending"] = signum
         return
-    _state["pending"] = None
+    # Raised at once, and still recorded: CPython clears an exception in a few places of its own
+    # (C code that runs Python and drops any error it raised), so a raise alone can vanish. The
+    # next checkpoint raises it again, unless the code that caught it on purpose and goes on has
+    # called `consume()`; nothing goes on after a SIGTERM.
     raise _exception_for(signum)
 
 
@@ -108,16 +114,23 @@ def _signal_of(error: BaseException | None) -> int | None:
 
 
 def pending() -> bool:
-    """Whether a signal arrived inside a native callback and has not been raised yet."""
+    """Whether a signal is recorded and not yet consumed (the load progress callback stops on it)."""
     return _state["pending"] is not None
 
 
 def raise_pending() -> None:
-    """Raise the exception of a signal that arrived inside a native callback, if any."""
+    """Raise the exception of a recorded signal, if any: one that arrived inside a native callback,
+    or whose first raise was dropped."""
     signum = _state["pending"]
     if signum is not None:
+        raise _exception_for(signum)  # still recorded: this raise, too, could be dropped
+
+
+def consume() -> None:
+    """Say that a Ctrl-C's KeyboardInterrupt was caught on purpose (a turn ended by it, a prompt
+    cleared), so that no checkpoint raises it again. A SIGTERM stays: the process ends by it."""
+    if _state["pending"] == signal.SIGINT:
         _state["pending"] = None
-        raise _exception_for(signum)
 
 
 def terminated() -> bool:

@@ -120,7 +120,20 @@ def test_the_unsignalled_run_outlasts_every_signal(isolated_home):
     assert len(result.stdout.split()) >= 100, result.stdout
 
 
-def test_pending_signal_is_raised_at_the_next_safe_point():
+@pytest.fixture
+def handlers_restored(monkeypatch):
+    """install() in this process, undone afterwards: later tests expect Python's own handlers."""
+    from llmchat import interrupts
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    monkeypatch.setattr(interrupts, "_state", dict(interrupts._state, installed=False))
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def test_pending_signal_is_raised_at_the_next_safe_point(handlers_restored):
     """The mechanism itself: a signal that lands inside a native callback is recorded, not raised
     (an exception there would be dropped by ctypes), and raised at the next checkpoint."""
     from llmchat import interrupts
@@ -140,11 +153,55 @@ def test_pending_signal_is_raised_at_the_next_safe_point():
     assert interrupts.pending()
     with pytest.raises(KeyboardInterrupt):
         interrupts.raise_pending()
+    assert interrupts.pending(), "raised, but no longer recorded: a dropped raise would lose it"
+    interrupts.consume()  # what the code that catches the Ctrl-C on purpose says
     assert not interrupts.pending()
     with pytest.raises(KeyboardInterrupt):  # outside a callback it raises at once, as Python's would
         os.kill(os.getpid(), signal.SIGINT)
         for _ in range(1000):
             pass
+    interrupts.consume()
+    assert not interrupts.pending()
+
+
+def test_a_raise_that_is_dropped_is_raised_again():
+    """CPython itself drops an exception in a few places (C code that runs Python and clears any
+    error, reporting nothing): a SIGTERM's SystemExit that vanished there is raised again at the
+    next checkpoint, and a SIGTERM is never consumed. A Ctrl-C is raised again until the code that
+    caught it says so. (In a child process: the handlers and their record are process-wide.)"""
+    script = """
+import os, signal
+from llmchat import interrupts
+interrupts.install()
+
+def dropped(signum):  # stands for the C code that swallows what the handler raised in it
+    try:
+        os.kill(os.getpid(), signum)
+        for _ in range(1000):
+            pass
+    except BaseException as err:
+        return type(err).__name__
+    return "nothing raised"
+
+print(dropped(signal.SIGINT))
+try:
+    interrupts.raise_pending()
+except KeyboardInterrupt:
+    print("raised again")
+interrupts.consume()
+assert not interrupts.pending()
+
+print(dropped(signal.SIGTERM))
+interrupts.consume()  # consumes a Ctrl-C only
+for _ in range(2):
+    try:
+        interrupts.raise_pending()
+    except SystemExit as err:
+        print("exit", err.code)
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:5] == ["KeyboardInterrupt", "raised again", "SystemExit", "exit 143", "exit 143"]
 
 
 def test_a_signal_python_would_drop_is_kept():
@@ -165,6 +222,7 @@ try:
     interrupts.raise_pending()
 except KeyboardInterrupt:
     print("raised")
+interrupts.consume()
 assert not interrupts.pending()
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)

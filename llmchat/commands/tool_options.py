@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
+from llmchat import interrupts
 from llmchat.commands.tools import FUNCTIONS_HELP, MCP_HELP, TOOL_HELP
 
 if TYPE_CHECKING:
@@ -139,7 +140,8 @@ def ask_on_terminal(name: str, arguments: Any) -> "Answer":
         sys.stderr.flush()
         try:
             line = sys.stdin.readline()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # Ctrl-C at the question is a "no", not the end of the run
+            interrupts.consume()
             sys.stderr.write("\n")
             return "n"
         return line if line else "n"

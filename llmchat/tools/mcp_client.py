@@ -146,6 +146,9 @@ class McpConnection:
         try:
             self._client = self._stack.enter_context(self._portal.wrap_async_context_manager(client))
             listed = self._portal.call(self._list_tools_with_timeout)
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C or SIGTERM while it starts: not its failure
+            self.close()
+            raise
         except BaseException as err:  # a server that cannot start: one line, with its last stderr line
             detail = self._failure(err)
             self.close()
@@ -184,6 +187,8 @@ class McpConnection:
             result = self._portal.call(self._call, tool, arguments, timeout_s)
         except TimeoutError:
             raise ToolFailure(f"MCP server {self.server.name} did not answer within {timeout_s:g} s") from None
+        except (KeyboardInterrupt, SystemExit):  # the user stopped the call: the turn ends, as in decode
+            raise
         except BaseException as err:  # the server died or broke the protocol: text for the model
             raise ToolFailure(f"MCP server {self.server.name} failed: {self._failure(err)}") from None
         text = "\n".join(_content_text(block) for block in result.content)

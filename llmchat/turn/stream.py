@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from llmchat import interrupts
 from llmchat.errors import ServerError
 from llmchat.turn.observer import ThinkingDisplay
 
@@ -51,6 +52,7 @@ def read_reply(
                 t_first_written = now
             observer.token(outcome.generated_tokens, t_first_written, now)
     except KeyboardInterrupt:
+        interrupts.consume()  # the Ctrl-C ends this reply (and, in chat, only this reply)
         outcome.finish_reason = "interrupted"
     except (SystemExit, BrokenPipeError) as err:
         # SIGTERM (raised as SystemExit by cli) or the reader closing stdout: the process ends, but
