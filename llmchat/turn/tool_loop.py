@@ -107,8 +107,10 @@ def make_offer(
     """The session's tool offer; every grammar is built and checked here, so a schema the gate
     cannot enforce is a usage error before anything is generated."""
     engine = session.engine
-    if engine.caps.remote:
-        raise UsageError("tools run with a local model only for now; drop --server or the tool options")
+    if engine.caps.renders_template:
+        raise UsageError(
+            "tools with an OpenAI-compatible server are not supported yet; use llama-server or a local model"
+        )
     if session.structured is not None:
         raise UsageError("tools and --schema/--format/--grammar cannot be combined; drop one of them")
     ChainGuard(chain_limit)  # --chain-limit 0: a usage error
