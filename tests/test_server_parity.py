@@ -103,3 +103,83 @@ def test_a_schema_holds_the_server_reply_and_is_checked_here(cli, smollm2_path, 
     local, remote = both(cli, smollm2_path, server, *args)
     assert local["parsed"] is not None and local["error"] is None, local
     assert_same(local, remote)
+
+
+# --- tool turns ----------------------------------------------------------------------------------
+QWEN25 = TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja"
+WEATHER = '''
+from pathlib import Path
+
+
+def get_weather(city: str) -> str:
+    """Get the current weather for a city."""
+    with open(Path(__file__).with_name("calls.txt"), "a", encoding="utf-8") as out:
+        out.write(city + "\\n")
+    return f"Sunny, 21 C in {city}"
+'''
+
+
+def assert_same_tool_turn(local: dict, remote: dict) -> None:
+    assert_same(local, remote)
+    assert local["tool_calls"], "no call was made"
+    for key in ("name", "arguments", "result", "error", "approved"):
+        assert [c.get(key) for c in remote["tool_calls"]] == [c.get(key) for c in local["tool_calls"]], key
+    # Round by round: the same prompt and the same reply; from the second round on, the same
+    # prefix reused (the first round's depends on what the server's slot held before).
+    same = ("prompt_tokens", "generated_tokens", "finish_reason")
+    rounds = local["stats"]["rounds"], remote["stats"]["rounds"]
+    assert [[r[k] for k in same] for r in rounds[1]] == [[r[k] for k in same] for r in rounds[0]]
+    assert [r["cached_tokens"] for r in rounds[1][1:]] == [r["cached_tokens"] for r in rounds[0][1:]]
+    for each in rounds:
+        assert each[1]["cached_tokens"] >= each[0]["prompt_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("choice", "prompt"),
+    [
+        # Forced: the call grammar holds the first round from its first token.
+        ("get_weather", "What is the weather in Paris?"),
+        # auto: the reply is free until the model writes `<tool_call>`; llama-server's own lazy
+        # grammar then holds the call, as the local gate does (this prompt makes the small model
+        # write the trigger; it calls nothing when merely asked about the weather).
+        ("auto", 'Print the text "<tool_call>".'),
+    ],
+)
+def test_a_tool_turn_gives_the_same_record_on_the_server(cli, smollm2_path, server, tmp_path, choice, prompt):
+    folder = {side: tmp_path / side for side in ("local", "remote")}
+    for path in folder.values():
+        path.mkdir()
+        (path / "tools.py").write_text(WEATHER, encoding="utf-8")
+    records = []
+    for side in ("local", "remote"):
+        where = ("-m", str(smollm2_path), "--ctx", str(CTX)) if side == "local" else ("--server", server.url)
+        run = cli(
+            "ask",
+            *where,
+            "--json",
+            "--no-history",
+            "--temp",
+            "0",
+            "--seed",
+            "1",
+            "-n",
+            "64",
+            "--template",
+            str(QWEN25),
+            "--functions",
+            str(folder[side] / "tools.py"),
+            "--tool-choice",
+            choice,
+            "--approve-tools",
+            "--chain-limit",
+            "1",
+            prompt,
+        )
+        assert run.returncode == 0, run.stderr
+        records.append(json.loads(run.stdout))
+        calls = (folder[side] / "calls.txt").read_text(encoding="utf-8").splitlines()
+        assert calls == [c["arguments"]["city"] for c in records[-1]["tool_calls"]]  # each ran once
+    local, remote = records
+    assert_same_tool_turn(local, remote)
+    assert local["reply"].strip()
+    assert len(local["stats"]["rounds"]) == 2

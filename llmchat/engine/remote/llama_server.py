@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 # The repeat penalty's window: llama-server's default, the same as the local engine's (engine.core).
 # The server runs it over the prompt and the reply, and so does the local engine now.
 PENALTY_LAST_N = 64
+# llama.cpp's common_grammar_trigger_type: a trigger given as text (one that is a single token
+# becomes a token trigger on the server).
+GRAMMAR_TRIGGER_WORD = 1
 # Tokenizations kept: the pieces of a few long conversations. Past this the cache starts afresh.
 _TOKENIZE_CACHE_MAX = 8192
 
@@ -332,6 +335,14 @@ class ServerGeneration:
         }
         if grammar is not None:
             body["grammar"] = grammar.text
+            trigger = self.request.grammar_after if self.request.grammar_from_trigger else None
+            if trigger:
+                # A lazy grammar (a tool call with --tool-choice auto): llama-server's own, which
+                # switches on where the trigger word appears and feeds it through the grammar, as
+                # the local gate does. A trigger that is one token must be a preserved token there.
+                body["grammar_lazy"] = True
+                body["grammar_triggers"] = [{"type": GRAMMAR_TRIGGER_WORD, "value": trigger}]
+                body["preserved_tokens"] = [trigger]
         return body
 
     def __iter__(self) -> Iterator[RemoteToken]:
@@ -341,7 +352,9 @@ class ServerGeneration:
         if not state.start(time.perf_counter()):
             return
         request = self.request
-        after = request.grammar_after if request.grammar is not None else None
+        # The grammar after a closed thinking block starts with a new request; a lazy one is the
+        # server's own from the first request on.
+        after = request.grammar_after if request.grammar is not None and not request.grammar_from_trigger else None
         try:
             while True:
                 grammar = request.grammar if after is None else None
