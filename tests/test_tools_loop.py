@@ -592,3 +592,37 @@ def test_slash_tools_lists_them_and_slash_tool_switches_them(tmp_path):
     without = slash.CommandContext(SimpleNamespace(tools=None), out=None, error=errors.append, info=infos.append)
     slash.dispatch("/tools", without)
     assert "start it with -T NAME" in errors[-1]
+
+
+def test_a_call_repeated_with_the_same_arguments_is_not_run_twice(cli, smollm2_path, tmp_path):
+    """In the generic format (SmolLM2's own template has no tool format) the small model asks for
+    the same call again after reading its result. It is not run twice: the earlier result goes back
+    once more, one notice says so, and the next round answers (instead of calling up to the limit)."""
+    tools = functions_file(tmp_path)
+    run = cli(
+        "ask",
+        "-m",
+        str(smollm2_path),
+        "--temperature",
+        "0",
+        "--seed",
+        "1",
+        "--no-history",
+        "--max-tokens",
+        "48",
+        "--functions",
+        str(tools),
+        "--tool-choice",
+        "record_city",
+        "--approve-tools",
+        "--json",
+        "What is the weather in Paris?",
+    )
+    assert run.returncode == 0, run.stderr
+    record = json.loads(run.stdout)
+    assert calls_made(tmp_path) == ["Paris"]  # once, although the model asked twice
+    assert [call["arguments"] for call in record["tool_calls"]] == [{"city": "Paris"}]
+    assert "called record_city again with the same arguments" in run.stderr
+    assert "--chain-limit" not in run.stderr
+    assert len(record["stats"]["rounds"]) == 3  # the call, its repeat, the answer
+    assert record["reply"].strip()

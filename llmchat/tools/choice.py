@@ -57,12 +57,13 @@ def plan_round(choice: ToolChoice, round_index: int, tool_names: Sequence[str]) 
 
 @dataclass
 class ChainGuard:
-    """Counts the rounds that called tools; past the limit the next round gets no tools and the
-    person gets one notice."""
+    """Counts the rounds that called tools; past the limit, or after a round that only repeated
+    calls already made, the next round runs no call and the person gets one notice."""
 
     limit: int = DEFAULT_CHAIN_LIMIT
     rounds_with_calls: int = 0
     notice_given: bool = False
+    repeated: str | None = None  # the call a round repeated (its name)
 
     def __post_init__(self) -> None:
         if self.limit < 1:
@@ -71,15 +72,25 @@ class ChainGuard:
     def record_round(self) -> None:
         self.rounds_with_calls += 1
 
+    def record_repeat(self, name: str) -> None:
+        """A round whose every call was made before, with the same arguments. Its result is
+        already in the conversation; a small model would otherwise repeat the call until the limit."""
+        self.repeated = name
+
     @property
     def exhausted(self) -> bool:
-        return self.rounds_with_calls >= self.limit
+        return self.rounds_with_calls >= self.limit or self.repeated is not None
 
     def notice(self) -> str | None:
         """The one line to show when the chain is stopped (None after the first time)."""
         if not self.exhausted or self.notice_given:
             return None
         self.notice_given = True
+        if self.repeated is not None:
+            return (
+                f"the model called {self.repeated} again with the same arguments; the call was not run "
+                "twice, and the model answers with the result it has"
+            )
         return (
             f"tool chain stopped after {self.limit} rounds of calls (--chain-limit {self.limit}); "
             "the model answers with what it has"

@@ -25,11 +25,9 @@ def system_text(tools: Sequence[ToolSpec]) -> str:
     return (
         "You can call tools. Available tools, as JSON schemas:\n"
         f"{described}\n\n"
-        "Reply with exactly one JSON object and nothing else: either\n"
-        '{"tool_call": {"name": "<tool name>", "arguments": {<arguments>}}}\n'
-        "to call a tool, or\n"
-        '{"response": "<your answer>"}\n'
-        "to answer the user."
+        "Respond in JSON format, with exactly one object: either with `tool_call` (a request to call a "
+        'tool: {"tool_call": {"name": ..., "arguments": {...}}}) or with `response` (your reply to the '
+        "user's request, as a string). Once a tool has given you what you need, respond with the answer."
     )
 
 

@@ -12,8 +12,9 @@ surrounds it:
   (llmchat.tools.approval), run (llmchat.tools.execute) and its result goes back as a `tool`
   message. Every failure is text for the model: the turn goes on.
 The rounds extend one prompt, so each round prefills only the calls and results (KV prefix reuse).
-The chain stops when a reply calls nothing, or after `--chain-limit` rounds of calls (one notice):
-the round after that still lists the tools (the same prefix) but runs no call.
+The chain stops when a reply calls nothing, or after `--chain-limit` rounds of calls, or at a reply
+that only repeats calls already made with the same arguments (not run twice; one notice each): the
+round after that still lists the tools (the same prefix) but runs no call.
 
 Stats: the counts and times add up the rounds, `stats.rounds` has each; TTFT is the first round's,
 `ttfa_s` the time to the final answer's first token. Only the final answer reaches stdout.
@@ -21,6 +22,7 @@ Stats: the counts and times add up the rounds, `stats.rounds` has each; TTFT is 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -191,6 +193,7 @@ def tool_turn(
     held = _HeldText(observer)
     after_user: list[dict[str, Any]] = []
     calls: list[CallRecord] = []
+    made: dict[str, str] = {}  # the calls run in this turn (name and arguments): what the model read
     rounds: list[_Round] = []
     stopped: BaseException | None = None
     last_prepared = None
@@ -228,15 +231,24 @@ def tool_turn(
             rounds.append(_Round(result, prepared.t_submit, parsed))
             if stopped is not None or result.finish_reason in ("interrupted", "error") or final or not parsed.calls:
                 break
-            first_index = len(calls)
+            first_index = sum(1 for message in after_user if message["role"] == "tool")  # the calls' ids
             call_pairs = [(call.name, call.arguments) for call in parsed.calls]
             messages: list[dict[str, Any]] = [assistant_tool_calls(call_pairs, parsed.content, first_index)]
+            keys = [_call_key(call.name, call.arguments) for call in parsed.calls]
+            if all(key in made for key in keys):
+                # Not run twice: the earlier results go back again, and the next round answers.
+                guard.record_repeat(parsed.calls[0].name)
+                for number, (call, key) in enumerate(zip(parsed.calls, keys)):
+                    messages.append(tool_result(first_index + number, call.name, made[key]))
+                after_user.extend(messages)
+                continue
             for number, call in enumerate(parsed.calls):
                 offer.io.show_call(format_call(call.name, call.arguments))
                 done = _run(offer, call.name, call.arguments)
                 if done.approved and done.error is not None:  # the model reads it too; the person sees it here
                     offer.io.notice(f"tool call {call.name} failed: {done.error.splitlines()[0] if done.error else ''}")
                 calls.append(done)
+                made[keys[number]] = done.text_for_model
                 messages.append(tool_result(first_index + number, call.name, done.text_for_model))
             after_user.extend(messages)
             guard.record_round()
@@ -256,6 +268,10 @@ def tool_turn(
         raise stopped
     observer.finished(final_result)
     return final_result
+
+
+def _call_key(name: str, arguments: Any) -> str:
+    return name + "\0" + json.dumps(arguments, sort_keys=True, ensure_ascii=False)
 
 
 def _run(offer: ToolOffer, name: str, arguments: Any) -> CallRecord:
