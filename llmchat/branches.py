@@ -77,7 +77,7 @@ def draw_tree(family: list[ConversationSummary], current: str | None = None) -> 
     lines: list[str] = []
 
     def describe(member: ConversationSummary) -> str:
-        turns = (member.n_messages + 1) // 2
+        turns = member.n_turns
         parts = [member.id + (f" ({member.name})" if member.name else ""), f"{turns} turn{'s' if turns != 1 else ''}"]
         if member.branch_at is not None and member.parent_id in ids:
             parts.append(f"branch at turn {member.branch_at}")

@@ -125,6 +125,7 @@ class ConversationSummary:
     parent_id: str | None = None  # a branch: forked from this conversation ...
     branch_at: int | None = None  # ... sharing its first `branch_at` turns
     children: int = 0  # branches forked from this one
+    n_turns: int = 0  # its user messages (a tool turn stores more than two messages)
 
 
 # --------------------------------------------------------------------------- ids and time
@@ -778,7 +779,8 @@ SELECT c.id, c.name, c.model, c.created_at, c.updated_at,
        (SELECT m.content FROM messages m WHERE m.conversation_id = c.id AND m.role = 'user'
         ORDER BY m.seq LIMIT 1),
        c.parent_id, c.branch_at,
-       (SELECT COUNT(*) FROM conversations k WHERE k.parent_id = c.id)
+       (SELECT COUNT(*) FROM conversations k WHERE k.parent_id = c.id),
+       (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id AND m.role = 'user')
 FROM conversations c {where}
 """
 _LIST_SQL = _SUMMARY_SQL.format(where="") + " ORDER BY c.updated_at DESC, c.id DESC LIMIT ?"
@@ -915,9 +917,19 @@ def _unique_prefix(db: sqlite3.Connection, ref: str) -> str:
 
 
 def _summary(row: tuple) -> ConversationSummary:
-    conversation_id, name, model, created_at, updated_at, n_messages, first_user, parent, at, children = row
+    conversation_id, name, model, created_at, updated_at, n_messages, first_user, parent, at, children, turns = row
     return ConversationSummary(
-        conversation_id, name, model, created_at, updated_at, n_messages, _preview(first_user), parent, at, children
+        conversation_id,
+        name,
+        model,
+        created_at,
+        updated_at,
+        n_messages,
+        _preview(first_user),
+        parent,
+        at,
+        children,
+        turns,
     )
 
 

@@ -66,6 +66,24 @@ def test_fork_copies_the_shared_turns_with_their_files(tmp_path):
     assert "m005_branches" in [fn.__name__ for fn in MIGRATIONS]
 
 
+def test_a_tool_turn_counts_as_one_turn_in_the_tree(tmp_path):
+    """A turn with tools stores its calls and results as messages between the question and the
+    answer: the tree counts turns by their user messages, and a fork point counts the same way."""
+    from llmchat.tools.prompt import assistant_tool_calls, tool_result
+
+    with HistoryStore.open(tmp_path / "h.db") as store:
+        cid = store.new_conversation(model="m", model_path="/m", template="t", system_prompt=None, sampling={})
+        calls = assistant_tool_calls([("record_city", {"city": "Paris"})])
+        store.add_turn(cid, "Weather in Paris?", "Sunny.", tool_messages=[calls, tool_result(0, "record_city", "21 C")])
+        store.add_turn(cid, "And tomorrow?", "Rain.")
+        branch = store.fork(cid, 1)
+        family = store.family(cid)
+        assert [member.n_messages for member in family] == [6, 4]
+        lines = draw_tree(family)
+        assert "· 2 turns ·" in lines[0]
+        assert re.match(rf"└─ {branch} · 1 turn · branch at turn 1 · ", lines[1])
+
+
 def test_history_fork_command(cli, isolated_home):
     with HistoryStore.open() as store:
         parent = _conversation(store, 3)
