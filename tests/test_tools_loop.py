@@ -10,6 +10,10 @@ use the generic format (a JSON reply); the upstream templates are exercised in t
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -626,3 +630,55 @@ def test_a_call_repeated_with_the_same_arguments_is_not_run_twice(cli, smollm2_p
     assert "--chain-limit" not in run.stderr
     assert len(record["stats"]["rounds"]) == 3  # the call, its repeat, the answer
     assert record["reply"].strip()
+
+
+SLOW = '''
+from pathlib import Path
+import time
+
+
+def slow_lookup(city: str) -> str:
+    """Look a city up (slowly)."""
+    Path(__file__).with_name("started").write_text(city, encoding="utf-8")
+    time.sleep(120)
+    return "never"
+'''
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_while_a_tool_runs_ends_the_turn_and_keeps_it(smollm2_path, isolated_home, tmp_path, sig, code):
+    """Ctrl-C (or SIGTERM) while a call runs: the turn ends there, with one line and the signal's
+    exit code, and is saved with its call, cancelled, marked interrupted, as a cut reply is."""
+    from tests.test_robustness import assert_clean_failure, env_for, finish
+
+    tools = tmp_path / "slow_tools.py"
+    tools.write_text(SLOW, encoding="utf-8")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmchat", "ask", "-m", str(smollm2_path), "--temperature", "0", "--max-tokens", "48"]
+        + ["--functions", str(tools), "--tool-choice", "slow_lookup", "--approve-tools", "Look up Paris."],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env_for(isolated_home),
+    )
+    started = tmp_path / "started"
+    for _ in range(600):  # bounded: the load and one forced round take seconds
+        if started.exists() or proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    assert started.exists(), proc.communicate()[1]
+    proc.send_signal(sig)
+    result = finish(proc)
+    assert_clean_failure(result, code, "interrupted" if sig == signal.SIGINT else "terminated")
+    shown = subprocess.run(
+        [sys.executable, "-m", "llmchat", "history", "show", "last", "--json"],
+        capture_output=True,
+        text=True,
+        env=env_for(isolated_home),
+    )
+    assert shown.returncode == 0, shown.stderr
+    messages = json.loads(shown.stdout)["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert messages[1]["tool"]["tool_calls"][0]["function"]["name"] == "slow_lookup"
+    assert messages[2]["content"].startswith("Cancelled: interrupted")
+    assert messages[3]["interrupted"] is True

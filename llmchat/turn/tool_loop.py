@@ -28,11 +28,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from llmchat import interrupts
 from llmchat.errors import UsageError
 from llmchat.tools.approval import ApprovalPolicy, format_call
 from llmchat.tools.choice import DEFAULT_CHAIN_LIMIT, ChainGuard, ToolChoice, parse_tool_choice, plan_round
 from llmchat.tools.families import GENERIC, detect_family
 from llmchat.tools.prompt import Capabilities, assistant_tool_calls, capabilities, template_variables, tool_result
+from llmchat.tools.spec import CallRecord
 
 if TYPE_CHECKING:
     from llmchat.attachments import Attachment
@@ -41,9 +43,12 @@ if TYPE_CHECKING:
     from llmchat.tools.approval import Answer
     from llmchat.tools.call_parsers import ParsedReply
     from llmchat.tools.families import Family
-    from llmchat.tools.spec import CallRecord, ToolSpec
+    from llmchat.tools.spec import ToolSpec
     from llmchat.turn.observer import TurnObserver
     from llmchat.turn.record import TurnResult
+
+
+INTERRUPTED_CALL = "Cancelled: interrupted by the user"
 
 
 @dataclass
@@ -242,15 +247,31 @@ def tool_turn(
                     messages.append(tool_result(first_index + number, call.name, made[key]))
                 after_user.extend(messages)
                 continue
+            cut: BaseException | None = None  # Ctrl-C or SIGTERM while a call ran
             for number, call in enumerate(parsed.calls):
-                offer.io.show_call(format_call(call.name, call.arguments))
-                done = _run(offer, call.name, call.arguments)
-                if done.approved and done.error is not None:  # the model reads it too; the person sees it here
+                if cut is None:
+                    try:
+                        offer.io.show_call(format_call(call.name, call.arguments))
+                        done = _run(offer, call.name, call.arguments)
+                    except (KeyboardInterrupt, SystemExit) as err:
+                        cut = err
+                if cut is not None:  # this call and any after it: each call keeps its result message
+                    done = CallRecord(call.name, call.arguments, False, 0.0, error=INTERRUPTED_CALL)
+                elif done.approved and done.error is not None:  # the model reads it too; the person sees it here
                     offer.io.notice(f"tool call {call.name} failed: {done.error.splitlines()[0] if done.error else ''}")
                 calls.append(done)
                 made[keys[number]] = done.text_for_model
                 messages.append(tool_result(first_index + number, call.name, done.text_for_model))
             after_user.extend(messages)
+            if cut is not None:
+                # The turn ends here and is saved with the calls made so far, marked interrupted,
+                # as a reply cut by Ctrl-C is; a SIGTERM then ends the process.
+                result.finish_reason = "interrupted"
+                if isinstance(cut, KeyboardInterrupt):
+                    interrupts.consume()
+                else:
+                    stopped = cut
+                break
             guard.record_round()
 
     finally:
@@ -296,7 +317,7 @@ def _combine(rounds: list[_Round], calls: list[CallRecord], after_user: list[dic
         notices.extend(line for line in each.result.notices if line not in notices)
     result.notices = notices
     per_round = [r.result.stats for r in rounds]
-    stats = replace(result.stats)
+    stats = replace(result.stats, finish_reason=result.finish_reason)  # a call cut short: interrupted
     stats.ttft_s = first.result.stats.ttft_s
     stats.total_s = time.perf_counter() - first.t_submit
     stats.prefill_s = sum(s.prefill_s for s in per_round)
