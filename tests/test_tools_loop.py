@@ -10,6 +10,7 @@ use the generic format (a JSON reply); the upstream templates are exercised in t
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -299,6 +300,32 @@ def test_on_a_terminal_the_person_decides(isolated_home, smollm2_path, tmp_path,
         child.close()
     assert child.exitstatus == 0
     assert len(calls_made(tmp_path)) == runs
+
+
+def test_with_stdin_piped_the_question_goes_to_the_terminal(isolated_home, smollm2_path, tmp_path):
+    """`echo ... | llmchat ask`: stdin is the pipe, so the answer is read from the controlling
+    terminal, as sudo reads a password; nothing runs before it."""
+    import shlex
+
+    pexpect = pytest.importorskip("pexpect")
+    tools = functions_file(tmp_path)
+    command = shlex.join(
+        [sys.executable, "-m", "llmchat", "ask", "-m", str(smollm2_path), *FORCED, "--functions", str(tools)]
+        + ["--tool-choice", "record_city", "What is the weather in this city?"]
+    )
+    env = dict(os.environ, LLMCHAT_HOME=str(isolated_home), TERM="xterm-256color")
+    child = pexpect.spawn(
+        "bash", ["-c", f"echo Paris | {command}"], env=env, encoding="utf-8", dimensions=(30, 160), timeout=300
+    )
+    try:
+        child.expect(QUESTION)
+        assert calls_made(tmp_path) == []
+        child.send("y\r")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+    assert len(calls_made(tmp_path)) == 1
 
 
 def test_always_runs_the_tool_without_asking_again(isolated_home, smollm2_path, tmp_path):

@@ -11,7 +11,7 @@ and without one nothing runs unless --approve-tools or the tool's `approve = "al
 import json
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TextIO
 
 import typer
 
@@ -108,7 +108,8 @@ def offer(session: "ChatSession", toolset: "ToolSet", request: ToolRequest, *, d
     from llmchat.output import is_tty, notice
     from llmchat.turn.tool_loop import ToolIO, make_offer
 
-    interactive = is_tty(sys.stdin) and is_tty(sys.stderr)
+    answers = answer_source() if is_tty(sys.stderr) else None
+    interactive = answers is not None
 
     def show_call(text: str) -> None:
         line = f"tool call: {text}"
@@ -118,7 +119,11 @@ def offer(session: "ChatSession", toolset: "ToolSet", request: ToolRequest, *, d
             sys.stderr.write(line + "\n")
             sys.stderr.flush()
 
-    io = ToolIO(show_call=show_call, notice=notice, ask=ask_on_terminal if interactive else None)
+    io = ToolIO(
+        show_call=show_call,
+        notice=notice,
+        ask=(lambda name, arguments: ask_on_terminal(name, arguments, answers)) if answers is not None else None,
+    )
     session.tools = make_offer(
         session,
         toolset.specs(),
@@ -130,16 +135,32 @@ def offer(session: "ChatSession", toolset: "ToolSet", request: ToolRequest, *, d
     )
 
 
-def ask_on_terminal(name: str, arguments: Any) -> "Answer":
-    """Ask on the terminal (stderr for the question, stdin for the answer). End of input and
-    Ctrl-C at the question are no: the call is refused and the turn goes on."""
+def answer_source() -> TextIO | None:
+    """Where the person's answers to approval questions come from: stdin on a terminal; with stdin
+    piped (`cat notes.txt | llmchat ask ...`), the controlling terminal, as sudo and ssh ask for a
+    password; None where there is no terminal at all (then nothing runs unapproved)."""
+    from llmchat.output import is_tty
+
+    if is_tty(sys.stdin):
+        return sys.stdin
+    try:
+        return open("/dev/tty", encoding="utf-8", errors="replace")  # closed at exit
+    except OSError:
+        return None
+
+
+def ask_on_terminal(name: str, arguments: Any, answers: TextIO | None = None) -> "Answer":
+    """Ask on the terminal (stderr for the question, `answers` (stdin) for the answer). End of
+    input and Ctrl-C at the question are no: the call is refused and the turn goes on."""
     from llmchat.tools.approval import ask_on_terminal as ask_until_known
+
+    source = answers if answers is not None else sys.stdin
 
     def read(question: str) -> str:
         sys.stderr.write(question)
         sys.stderr.flush()
         try:
-            line = sys.stdin.readline()
+            line = source.readline()
         except KeyboardInterrupt:  # Ctrl-C at the question is a "no", not the end of the run
             interrupts.consume()
             sys.stderr.write("\n")
