@@ -221,10 +221,12 @@ def _item_tools(
                 resolved.append(name)
         names = list(dict.fromkeys(resolved))
     choice = item.tool_choice or request.tool_choice
-    if not names:
-        if choice not in ("auto", "none"):
-            given = f"tool_choice {choice!r}" if item.tool_choice else f"--tool-choice {choice}"
-            raise UsageError(f'{where}: {given}, but no tools are offered to it; give it "tools" or drop the choice')
+    if not names:  # answered without tools; --tool-choice is for the items that have some
+        if item.tool_choice not in (None, "auto", "none"):
+            raise UsageError(
+                f"{where}: tool_choice {item.tool_choice!r}, but no tools are offered to it; "
+                'give it "tools" or drop the choice'
+            )
         return None
     try:
         parse_tool_choice(choice, names)
