@@ -259,3 +259,69 @@ def test_an_item_may_name_a_configured_tool_that_approves_itself(cli, tmp_path, 
     call = check_tool_record(first, "stamp")
     assert call["arguments"] == {"word": word} and call["result"] == f"stamped {word}\n"
     assert second["tool_calls"] is None
+
+
+def test_item_tools_resolve_like_dash_t_or_to_offered_tools(tmp_path, isolated_home):
+    """The resolution itself (no model): no `tools` gets the command line's; `mcp:SERVER` a server's
+    tools (here one started with --mcp); a configured [tools.NAME] the command line did not offer is
+    gathered too; `tool_choice` none answers without tools."""
+    from llmchat.batch.tools import ItemTools, plan_tools
+    from llmchat.commands.tool_options import tool_request
+
+    functions, _ = setup(tmp_path)
+    isolated_home.mkdir(parents=True, exist_ok=True)
+    (isolated_home / "config.toml").write_text(
+        '[tools.hello]\ncommand = ["echo", "hi"]\ndescription = "Say hi"\n', encoding="utf-8"
+    )
+    items = parse_input(
+        jsonl(
+            {"id": "all", "prompt": "p"},
+            {"id": "time", "prompt": "p", "tools": ["mcp:time"], "tool_choice": "required"},
+            {"id": "mixed", "prompt": "p", "tools": ["add", "hello", "add"], "tool_choice": "hello"},
+            {"id": "none", "prompt": "p", "tool_choice": "none"},
+            {"id": "empty", "prompt": "p", "tools": []},
+        ).encode()
+    )
+    request = tool_request(
+        None, [str(functions)], ["mcp-server-time --local-timezone UTC"], "auto", 5, True, offered_elsewhere=True
+    )
+    plan = plan_tools(request, items, None)
+    assert plan is not None
+    try:
+        time_tools = ("time_get_current_time", "time_convert_time")
+        got = {item.id: plan.for_item(item) for item in items}
+        assert got["all"] == ItemTools(("record_city", "add", *time_tools), "auto")
+        assert got["time"] == ItemTools(time_tools, "required")
+        assert got["mixed"] == ItemTools(("add", "hello"), "hello")
+        assert got["none"] is None and got["empty"] is None
+        assert plan.specs["hello"].source == "config:tools.hello"  # gathered for the item alone
+    finally:
+        plan.close()
+
+
+def test_a_failing_tool_is_text_for_the_model_and_an_item_that_cannot_fit_fails(cli, tmp_path):
+    functions, _ = setup(tmp_path)
+    functions.write_text(
+        FUNCTIONS + '\n\ndef explode(reason: str) -> str:\n    """Fail.\n\n    Args:\n        reason: Why.\n    """\n'
+        "    _log(reason)\n    raise RuntimeError('the fuse blew')\n",
+        encoding="utf-8",
+    )
+    items = tmp_path / "items.jsonl"
+    items.write_text(
+        jsonl(
+            {"id": "long", "prompt": "Weather? " + "alpha beta gamma delta " * 150, "tool_choice": "record_city"},
+            {"id": "boom", "prompt": "Blow the fuse.", "tool_choice": "explode"},
+        ),
+        encoding="utf-8",
+    )
+    run = cli("batch", str(items), "--ctx", "512", "--functions", str(functions), "--approve-tools", *GREEDY)
+    assert run.returncode == 1, run.stderr  # one item failed
+    long, boom = records(run.stdout)
+    assert long["error"] and "context" in long["error"] and long["reply"] is None
+    assert boom["error"] is None and isinstance(boom["reply"], str)
+    [call] = boom["tool_calls"]
+    assert call["name"] == "explode" and call["approved"] is True
+    assert call["error"] == "RuntimeError: the fuse blew" and "result" not in call
+    assert len(calls_made(tmp_path)) == 1  # only the explode call ran
+    assert 'item "boom": tool call explode failed: RuntimeError: the fuse blew' in run.stderr
+    assert "1 of 2 items failed" in run.stderr
