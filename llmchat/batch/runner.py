@@ -21,6 +21,11 @@ streams to a server, retried when it is busy (`engine.remote.streams.ConcurrentS
 backend runs the same reply rules and steering per sequence (`engine.driver.SequenceState`).
 Records are emitted in input order.
 
+An item with tools (llmchat.batch.tools) is a turn through the tool loop (llmchat.turn.tool_loop),
+as `ask` runs it, on the session's own engine, one at a time: with N = 1 in its place in the input;
+with N sequences or several servers after the plain items, which decode together first. The
+records still go out in input order (InOrder), so `--resume` stays exact.
+
 Every item's reply is bounded: its `max_tokens`, else `--max-tokens`, else the default reply cap
 every mode uses (llmchat.turn.policy); a runaway item cannot hold the batch for the whole window.
 
