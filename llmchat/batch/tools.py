@@ -113,12 +113,13 @@ def plan_tools(
     """Resolve and check the tools of these items (the ones about to run), starting the MCP servers
     they need. None when no item offers tools. UsageError (exit 2) naming the item for a bad name
     or choice, a tool item held to a schema, or tools that would need someone to approve them."""
-    if not request.wanted and not any(item.tools or item.tool_choice for item in items if not item.error):
-        if request.tool_choice not in ("auto", "none"):
-            raise UsageError(
-                f"--tool-choice {request.tool_choice}: no tools are offered; add -T, --functions or --mcp, "
-                'or "tools" to the items'
-            )
+    runnable = [item for item in items if not item.error]
+    if not request.wanted and not any(item.tools for item in runnable) and request.tool_choice not in ("auto", "none"):
+        raise UsageError(
+            f"--tool-choice {request.tool_choice}: no tools are offered; add -T, --functions or --mcp, "
+            'or "tools" to the items'
+        )
+    if not request.wanted and not any(item.tools or item.tool_choice for item in runnable):
         return None
     from llmchat.config import load_config
 
@@ -128,15 +129,13 @@ def plan_tools(
         plan.toolsets.append(gather_tools(config, request.tools, request.functions, request.mcp))
         base = plan.toolsets[0]
         servers = _server_sources(config, request)
-        extra = _extra_names(items, base, servers, config)
+        extra = _extra_names(runnable, base, servers, config)
         if extra:
             plan.toolsets.append(gather_tools(config, extra))
             clashes = ToolSet()
             for spec in (*base.specs(), *plan.toolsets[1].specs()):
                 clashes.add(spec)  # two tools with one name: refused, naming both sources
-        for item in items:
-            if item.error:
-                continue
+        for item in runnable:
             wanted = _item_tools(item, request, list(base.tools), plan.specs, servers)
             if wanted is not None:
                 if structured is not None or item.structured is not None:
@@ -173,9 +172,7 @@ def _extra_names(items: Sequence[BatchItem], base: ToolSet, servers: dict[str, s
     offered_sources = {spec.source for spec in base.tools.values()}
     extra: list[str] = []
     for item in items:
-        if item.error or not item.tools:
-            continue
-        for name in item.tools:
+        for name in item.tools or ():
             if name in base.tools or name in extra:
                 continue
             if name.startswith(MCP_PREFIX):
