@@ -325,3 +325,42 @@ def test_a_failing_tool_is_text_for_the_model_and_an_item_that_cannot_fit_fails(
     assert len(calls_made(tmp_path)) == 1  # only the explode call ran
     assert 'item "boom": tool call explode failed: RuntimeError: the fuse blew' in run.stderr
     assert "1 of 2 items failed" in run.stderr
+
+
+def test_ctrl_c_in_a_tool_item_stops_the_batch_and_resume_finishes_it(tmp_path):
+    """Ctrl-C while a tool item runs (its call shown, its answer being decoded): the batch stops
+    (exit 130) with whole records only and none for that item; --resume runs it again and the
+    rest, each id once, in order."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    functions, items = setup(tmp_path)
+    out = tmp_path / "out.jsonl"
+    args = [sys.executable, "-m", "llmchat", "batch", str(items), "-o", str(out), "--progress", "off"]
+    args += ["--functions", str(functions), *TOOL_OPTIONS, *GREEDY]
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    seen = []
+    for raw in proc.stderr:
+        seen.append(raw.decode("utf-8", "replace"))
+        if 'item "weather": tool call: ' in seen[-1]:
+            break
+    while not calls_made(tmp_path) and proc.poll() is None:  # the call ran: the answer round is next
+        time.sleep(0.05)
+    time.sleep(1.5)  # into the answer's prefill or decode, where Ctrl-C ends the reply
+    proc.send_signal(signal.SIGINT)
+    rest = proc.communicate(timeout=300)[1].decode("utf-8", "replace")
+    stderr = "".join(seen) + rest
+    assert proc.returncode == 130, stderr
+    assert "--resume" in stderr and "Traceback" not in stderr
+    data = out.read_bytes()
+    assert data == b"" or data.endswith(b"\n")
+    assert all(r["finish_reason"] != "interrupted" for r in records(data.decode("utf-8")))  # none half-answered
+    resumed = subprocess.run([*args, "--resume"], capture_output=True, env=dict(os.environ), timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    got = records(out.read_text(encoding="utf-8"))
+    assert [r["id"] for r in got] == [item["id"] for item in ITEMS]
+    made = calls_made(tmp_path)
+    check_records(got, made[-2:])  # the interrupted item's call may have run once before the stop

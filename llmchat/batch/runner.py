@@ -215,6 +215,8 @@ class BatchRunner:
             return
         finally:
             session.conversation, session.sampling, session.tools = saved
+        if result.interrupted:  # Ctrl-C ends the reply (as in ask): the batch stops, this item is not written
+            raise KeyboardInterrupt
         writer.put(item.index, result.to_record(item.id))
         progress.item_done(result.error is None, result.stats.generated_tokens)
 
