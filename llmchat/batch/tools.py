@@ -251,6 +251,6 @@ def _check_approval(plan: BatchTools) -> None:
     if asking:
         shown = ", ".join(asking[:5]) + (f" and {len(asking) - 5} more" if len(asking) > 5 else "")
         raise UsageError(
-            f"batch: nobody is at a terminal to approve tool calls ({shown}); add --approve-tools to run them, "
+            f"nobody is at a terminal to approve the calls of a batch ({shown}); add --approve-tools to run them, "
             'set approve = "always" in their config tables, or give the items "tools": []'
         )
