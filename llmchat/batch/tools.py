@@ -135,8 +135,9 @@ def plan_tools(
             clashes = ToolSet()
             for spec in (*base.specs(), *plan.toolsets[1].specs()):
                 clashes.add(spec)  # two tools with one name: refused, naming both sources
+        base_names, every = list(base.tools), plan.specs
         for item in runnable:
-            wanted = _item_tools(item, request, list(base.tools), plan.specs, servers)
+            wanted = _item_tools(item, request, base_names, every, servers)
             if wanted is not None:
                 if structured is not None or item.structured is not None:
                     raise UsageError(
