@@ -2,9 +2,11 @@
 
 A JSON item holds `id?`, `prompt` or `messages`, `system?` and optional sampling (`temperature`,
 `top_p`, `top_k`, `min_p`, `repeat_penalty`, `max_tokens`, `seed`, `stop`), and an optional `schema`
-of its own (a JSON Schema object, or a string as `--schema` takes it), and `files`: paths (globs,
-folders) attached before the prompt, relative to the input file's folder (llmchat.attachments). Items without an id get
-their 1-based line number. Duplicate ids are errors.
+of its own (a JSON Schema object, or a string as `--schema` takes it), `files`: paths (globs,
+folders) attached before the prompt, relative to the input file's folder (llmchat.attachments), and
+`tools` (names, as `-T` takes them, or tools offered on the command line) and `tool_choice`, which
+replace the command line's for this item (their names are checked by llmchat.batch.tools). Items
+without an id get their 1-based line number. Duplicate ids are errors.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class BatchItem:
     structured: StructuredOutput | None = None  # the item's own `schema` (None: the run's --schema, if any)
     error: str | None = None  # the line could not be used
     files: list[str] = field(default_factory=list)  # "files": paths relative to the input file's folder
+    tools: list[str] | None = None  # "tools": this item's own (None: the command line's)
+    tool_choice: str | None = None  # "tool_choice": this item's own (None: the command line's)
 
 
 def id_key(value: Any) -> str:
@@ -140,6 +144,18 @@ def _fill_from_json(item: BatchItem, obj: dict) -> None:
         if not isinstance(files, list) or not all(isinstance(f, str) and f and f != "-" for f in files):
             raise ValueError("'files' must be a list of paths (relative to the input file's folder)")
         item.files = list(files)
+    if "tools" in obj:
+        tools = obj["tools"]
+        if isinstance(tools, str):
+            tools = [tools]
+        if not isinstance(tools, list) or not all(isinstance(name, str) and name.strip() for name in tools):
+            raise ValueError("'tools' must be a list of tool names (as -T takes them), or [] for none")
+        item.tools = list(tools)
+    if "tool_choice" in obj:
+        choice = obj["tool_choice"]
+        if not isinstance(choice, str) or not choice.strip():
+            raise ValueError("'tool_choice' must be auto, required, none or a tool's name")
+        item.tool_choice = choice
     if "schema" in obj:
         from llmchat.structured import item_structured
 

@@ -21,6 +21,11 @@ streams to a server, retried when it is busy (`engine.remote.streams.ConcurrentS
 backend runs the same reply rules and steering per sequence (`engine.driver.SequenceState`).
 Records are emitted in input order.
 
+An item with tools (llmchat.batch.tools) is a turn through the tool loop (llmchat.turn.tool_loop),
+as `ask` runs it, on the session's own engine, one at a time: with N = 1 in its place in the input;
+with N sequences or several servers after the plain items, which decode together first. The
+records still go out in input order (InOrder), so `--resume` stays exact.
+
 Every item's reply is bounded: its `max_tokens`, else `--max-tokens`, else the default reply cap
 every mode uses (llmchat.turn.policy); a runaway item cannot hold the batch for the whole window.
 
@@ -47,6 +52,8 @@ from llmchat.turn.policy import reply_cap
 from llmchat.turn.record import error_record
 
 if TYPE_CHECKING:
+    from llmchat.batch.tools import BatchTools
+    from llmchat.commands.tool_options import ToolRequest
     from llmchat.engine.core import Engine
     from llmchat.engine.parallel import ParallelDecoder
     from llmchat.engine.remote.llama_server import LlamaServerEngine
@@ -73,8 +80,10 @@ class BatchRunner:
         sink: RecordSink,
         verbose: bool = False,
         per_server: int | None = None,
+        tools: BatchTools | None = None,
     ):
         self.session = session
+        self.tools = tools  # the items' tools (llmchat.batch.tools); None: no item offers any
         self.verbose = verbose
         self.engine = session.engine
         self.parallel = parallel
@@ -112,11 +121,14 @@ class BatchRunner:
             structured=item.structured,
         )
 
+    @property
+    def servers(self) -> int:
+        engine = self.engine
+        return 1 + len(cast("LlamaServerEngine | OpenAICompatEngine", engine).peers) if engine.caps.remote else 1
+
     def run(self, items: list[BatchItem]) -> int:
         """Answer every item; returns how many failed."""
-        servers = (
-            1 + len(cast("LlamaServerEngine | OpenAICompatEngine", self.engine).peers) if self.engine.caps.remote else 1
-        )
+        servers = self.servers
         label = f" ({servers} servers)" if servers > 1 else f" (parallel {self.parallel})" if self.parallel > 1 else ""
         progress = Progress(len(items), self.progress_mode, label=label)
         writer = InOrder((item.index for item in items), self.sink.write)
@@ -142,13 +154,76 @@ class BatchRunner:
         )
         progress.item_done(False)
 
-    # --- one road: prepare every item, decode N at a time, finish each as a serial turn ------------
     def _run(self, items: list[BatchItem], writer: InOrder, progress: Progress) -> None:
-        ready: dict[int, tuple[BatchItem, PreparedTurn]] = {}
+        runnable = []
         for item in items:
             if item.error:
                 self._fail(item, item.error, writer, progress)
-                continue
+            else:
+                runnable.append(item)
+        try:
+            for phase in self._phases(runnable):
+                if isinstance(phase, list):
+                    self._decode(phase, writer, progress)
+                else:
+                    self._tool_item(phase, writer, progress)
+        except ServerError as err:  # every server gone (ServersGone), or one failing the finish of an item
+            path = self.sink.path
+            if path is None:
+                then = "the records so far went to stdout; run it with -o OUTPUT, then --resume finishes it"
+            else:
+                kept = self.skipped + writer.written
+                then = f"{kept} records are in {path}: start a server and rerun with --resume -o {path}"
+            raise ServerError(f"{err}; {then}") from None
+
+    def _phases(self, items: list[BatchItem]) -> list[list[BatchItem] | BatchItem]:
+        """The order of the work: runs of plain items (decoded N at a time) and items with tools
+        (each alone, through the tool loop, which needs the session's own engine). One sequence at
+        a time, the input order; with N sequences or several servers, every plain item first, so
+        they decode together, then the tool items. The records come out in input order either way."""
+        tools = self.tools
+        if tools is None or not any(tools.for_item(item) for item in items):
+            return [items] if items else []
+        if self.parallel > 1 or self.servers > 1:
+            plain = [item for item in items if tools.for_item(item) is None]
+            return [*([plain] if plain else []), *(item for item in items if tools.for_item(item) is not None)]
+        phases: list[list[BatchItem] | BatchItem] = []
+        for item in items:
+            if tools.for_item(item) is not None:
+                phases.append(item)
+            elif phases and isinstance(phases[-1], list):
+                phases[-1].append(item)
+            else:
+                phases.append([item])
+        return phases
+
+    def _tool_item(self, item: BatchItem, writer: InOrder, progress: Progress) -> None:
+        """An item with tools: a turn of its own conversation through the tool loop
+        (llmchat.turn.tool_loop), as `ask` runs it; the session is given back as it was."""
+        assert self.tools is not None and item.user is not None
+        session = self.session
+        saved = session.conversation, session.sampling, session.tools
+        session.conversation = self.conversation_for(item)
+        session.sampling = self.sampling_for(item)
+        session.tools = self.tools.offer_for(item)
+        try:
+            result = session.turn(item.user, record=False)
+        except ServerError:
+            raise
+        except LlmchatError as err:  # it cannot fit, the engine refused it: this item fails
+            self._fail(item, str(err), writer, progress)
+            return
+        finally:
+            session.conversation, session.sampling, session.tools = saved
+        if result.interrupted:  # Ctrl-C ends the reply (as in ask): the batch stops, this item is not written
+            raise KeyboardInterrupt
+        writer.put(item.index, result.to_record(item.id))
+        progress.item_done(result.error is None, result.stats.generated_tokens)
+
+    # --- one road: prepare every item, decode N at a time, finish each as a serial turn ------------
+    def _decode(self, items: list[BatchItem], writer: InOrder, progress: Progress) -> None:
+        ready: dict[int, tuple[BatchItem, PreparedTurn]] = {}
+        for item in items:
             try:
                 ready[item.index] = (item, self.prepare(item))
             except LlmchatError as err:
@@ -164,14 +239,6 @@ class BatchRunner:
         work = [QueuedRequest(index, self.session.request_for(p)) for index, (_, p) in ready.items()]
         try:
             decoder.run(work, self._finisher(ready, writer, progress), on_step)
-        except ServerError as err:  # every server gone (ServersGone), or one failing the finish of an item
-            path = self.sink.path
-            if path is None:
-                then = "the records so far went to stdout; run it with -o OUTPUT, then --resume finishes it"
-            else:
-                kept = self.skipped + writer.written
-                then = f"{kept} records are in {path}: start a server and rerun with --resume -o {path}"
-            raise ServerError(f"{err}; {then}") from None
         finally:
             if self.verbose:
                 notice(decoder.summary())
@@ -288,9 +355,10 @@ def run_batch(
     progress: str,
     fsync: bool,
     opts: RunOptions,
+    tools: ToolRequest | None = None,
 ) -> tuple[int, int]:
     """The whole command; returns (items failed, items run). `parallel`: None when not given (1, or
-    over several servers each server's slots)."""
+    over several servers each server's slots). `tools`: the tool options (llmchat.batch.tools)."""
     per_server, parallel = parallel, 1 if parallel is None else parallel
     check_arguments(input_path, output, parallel=parallel, resume=resume, progress=progress, opts=opts)
     from llmchat.structured import from_options
@@ -320,24 +388,39 @@ def run_batch(
 
     if output is not None and not output.parent.is_dir():
         raise UsageError(f"the folder of {output} does not exist")
+    from llmchat.batch.tools import plan_tools
     from llmchat.loading import start_session
 
-    # Before the output is opened: a model that fails to load clobbers nothing. A batch is not a
-    # conversation, so nothing goes to the history store.
-    session = start_session(
-        replace(opts, parallel=parallel, every_server=True), overflow="error", with_history=False, disk_cache=True
-    )
+    # Every tool name and choice, and the approval, before the load (MCP servers start here).
+    batch_tools = plan_tools(tools, items, structured) if tools is not None else None
     sink = None
     try:
-        session.hold_to(structured)
-        sink = RecordSink(output, append=resume, fsync=fsync)
-        runner = BatchRunner(
-            session, parallel=parallel, progress_mode=progress, sink=sink, verbose=opts.verbose, per_server=per_server
+        # Before the output is opened: a model that fails to load clobbers nothing. A batch is not a
+        # conversation, so nothing goes to the history store.
+        session = start_session(
+            replace(opts, parallel=parallel, every_server=True), overflow="error", with_history=False, disk_cache=True
         )
-        runner.skipped = skipped
-        failed = runner.run(items)
+        try:
+            session.hold_to(structured)
+            if batch_tools is not None:
+                batch_tools.make_offers(session)  # a template or server that cannot take tools: nothing written
+            sink = RecordSink(output, append=resume, fsync=fsync)
+            runner = BatchRunner(
+                session,
+                parallel=parallel,
+                progress_mode=progress,
+                sink=sink,
+                verbose=opts.verbose,
+                per_server=per_server,
+                tools=batch_tools,
+            )
+            runner.skipped = skipped
+            failed = runner.run(items)
+        finally:
+            if sink is not None:
+                sink.close()
+            session.engine.close()
     finally:
-        if sink is not None:
-            sink.close()
-        session.engine.close()
+        if batch_tools is not None:
+            batch_tools.close()
     return failed, len(items)

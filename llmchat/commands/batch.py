@@ -9,6 +9,14 @@ from typing import Annotated, Optional
 
 import typer
 
+from llmchat.commands.tool_options import (
+    ApproveToolsOption,
+    ChainLimitOption,
+    FunctionsOption,
+    McpOption,
+    ToolChoiceOption,
+    ToolOption,
+)
 from llmchat.options import RunOptions, model_command
 
 
@@ -41,6 +49,12 @@ def batch(
     fsync: Annotated[
         bool, typer.Option("--fsync", help="fsync OUTPUT after each record (survives a power cut; slower).")
     ] = False,
+    tool: ToolOption = None,
+    functions: FunctionsOption = None,
+    mcp: McpOption = None,
+    tool_choice: ToolChoiceOption = "auto",
+    chain_limit: ChainLimitOption = 5,
+    approve_tools: ApproveToolsOption = False,
     *,
     opts: RunOptions,
 ) -> None:
@@ -57,15 +71,28 @@ def batch(
     With --server given several times (or a configured group), the items spread over the servers
     by free slots; a server that stops answering hands its items to the others; when all have
     stopped, the exit is 6 and --resume finishes the rest.
+
+    Tools (-T, --functions, --mcp) are offered to every item; an item's own `tools` and
+    `tool_choice` replace them. Nobody is at a terminal to approve a call, so tools run only with
+    --approve-tools (or a tool's approve = "always"); without it the batch stops before the load.
     """
     import sys
 
     from llmchat.batch.runner import run_batch
+    from llmchat.commands.tool_options import tool_request
     from llmchat.errors import ExitCode, LlmchatError
 
+    tools = tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools, offered_elsewhere=True)
     try:
         failed, total = run_batch(
-            input_path, output, parallel=parallel, resume=resume, progress=progress, fsync=fsync, opts=opts
+            input_path,
+            output,
+            parallel=parallel,
+            resume=resume,
+            progress=progress,
+            fsync=fsync,
+            opts=opts,
+            tools=tools,
         )
     except KeyboardInterrupt:
         # Raised as SystemExit: Typer (standalone_mode=False) turns KeyboardInterrupt into a *returned*

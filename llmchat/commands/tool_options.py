@@ -73,7 +73,11 @@ def tool_request(
     tool_choice: str,
     chain_limit: int,
     approve_tools: bool,
+    *,
+    offered_elsewhere: bool = False,
 ) -> ToolRequest:
+    """The options, checked. `offered_elsewhere`: tools may come from elsewhere too (batch items),
+    so a --tool-choice without -T/--functions/--mcp is checked there."""
     from llmchat.errors import UsageError
 
     request = ToolRequest(
@@ -81,7 +85,7 @@ def tool_request(
     )
     if chain_limit < 1:
         raise UsageError("--chain-limit must be 1 or more")
-    if not request.wanted and tool_choice not in ("auto", "none"):
+    if not request.wanted and not offered_elsewhere and tool_choice not in ("auto", "none"):
         raise UsageError(f"--tool-choice {tool_choice}: no tools are offered; add -T, --functions or --mcp")
     return request
 
