@@ -67,9 +67,15 @@ def call_fragments(arguments: list[str], *, name: str = "record_city") -> list[d
     return chunks
 
 
-def scripted(stand_in: StandIn, first_round: list[dict[str, Any]], answer: str = "It is sunny.") -> None:
-    """The first chat request gets `first_round`, every later one the plain `answer`."""
-    stand_in.routes[("GET", "/v1/models")] = openai_models(max_len=2048)
+def scripted(
+    stand_in: StandIn, first_round: list[dict[str, Any]], answer: str = "It is sunny.", owned_by: str | None = None
+) -> None:
+    """The first chat request gets `first_round`, every later one the plain `answer`. `owned_by`:
+    what /v1/models says of the model (llama-server says "llamacpp")."""
+    card: dict[str, Any] = {"id": "tiny", "object": "model", "max_model_len": 2048}
+    if owned_by is not None:
+        card["owned_by"] = owned_by
+    stand_in.routes[("GET", "/v1/models")] = lambda request: (200, {"object": "list", "data": [card]})
 
     def chat(request: dict[str, Any]) -> Any:
         if len(stand_in.chat_requests()) == 1:
@@ -79,9 +85,27 @@ def scripted(stand_in: StandIn, first_round: list[dict[str, Any]], answer: str =
     stand_in.routes[("POST", "/v1/chat/completions")] = chat
 
 
+def other_tool_file(folder: Path) -> Path:
+    path = folder / "other_tools.py"
+    path.write_text(
+        'def spell_word(word: str) -> str:\n    """Spell a word.\n\n    Args:\n        word: The word.\n    """\n'
+        '    return "-".join(word)\n'
+    )
+    return path
+
+
 # --- the wire shape, against a scripted stand-in ---------------------------------------------------
-def test_tools_go_native_and_a_streamed_call_runs_and_goes_back_as_openai_messages(cli, stand_in, tmp_path):
-    scripted(stand_in, call_fragments(['{"ci', 'ty": "Pa', 'ris"}']))
+# A call forced to one tool: OpenAI's object form (vLLM and llama_cpp.server enforce it); llama-server
+# reads tool_choice as a string only, so there it is "required" with that tool alone.
+FORCED_FORMS = {
+    "openai": ({"type": "function", "function": {"name": "record_city"}}, ["record_city", "spell_word"]),
+    "llamacpp": ("required", ["record_city"]),
+}
+
+
+@pytest.mark.parametrize("owned_by", ["openai", "llamacpp"])
+def test_tools_go_native_and_a_streamed_call_runs_and_goes_back_as_openai_messages(cli, stand_in, tmp_path, owned_by):
+    scripted(stand_in, call_fragments(['{"ci', 'ty": "Pa', 'ris"}']), owned_by=owned_by)
     tools = functions_file(tmp_path)
     run = cli(
         "ask",
@@ -89,6 +113,8 @@ def test_tools_go_native_and_a_streamed_call_runs_and_goes_back_as_openai_messag
         stand_in.url,
         "--functions",
         str(tools),
+        "--functions",
+        str(other_tool_file(tmp_path)),
         "--tool-choice",
         "record_city",
         "--approve-tools",
@@ -98,16 +124,18 @@ def test_tools_go_native_and_a_streamed_call_runs_and_goes_back_as_openai_messag
     assert run.returncode == 0, run.stderr
     assert calls_made(tmp_path) == ["Paris"]  # assembled from three pieces, run exactly once
     first, second = (r["body"] for r in stand_in.chat_requests())
-    # The tools in the request's own parameter; a call forced to one tool is that tool, required
-    # (llama-server reads tool_choice as a string only).
-    assert first["tools"] == [RECORD_CITY] and first["tool_choice"] == "required"
+    # The tools in the request's own parameter, and the forced call in the form this server enforces.
+    choice, offered = FORCED_FORMS[owned_by]
+    assert first["tool_choice"] == choice
+    assert [tool["function"]["name"] for tool in first["tools"]] == offered
+    assert first["tools"][0] == RECORD_CITY
     assert first["messages"] == [{"role": "user", "content": "What is the weather in Paris?"}]
-    # The next round: the same tools, "auto", and the call and its result as OpenAI messages.
-    assert second["tools"] == [RECORD_CITY] and second["tool_choice"] == "auto"
+    # The next round: every tool, "auto", and the call and its result as OpenAI messages.
+    assert len(second["tools"]) == 2 and second["tool_choice"] == "auto"
     user, called, result = second["messages"]
     assert user == first["messages"][0]
     [call] = called["tool_calls"]
-    assert called["role"] == "assistant" and called["content"] is None
+    assert called["role"] == "assistant" and called["content"] == ""
     assert call["type"] == "function" and call["function"]["name"] == "record_city"
     assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}  # JSON text, as OpenAI sends it
     assert result == {"role": "tool", "tool_call_id": call["id"], "content": "It is sunny in Paris, 21 degrees."}
@@ -323,3 +351,40 @@ def test_a_server_that_ignores_tools_answers_in_text_with_one_notice(cli, isolat
     assert record["reply"].strip() and record["tool_calls"] == [] and calls_made(tmp_path) == []
     assert run.stderr.count("may not support tools") == 1
     assert "Traceback" not in run.stderr
+
+
+@pytest.mark.server
+def test_llama_cpp_python_server_forces_a_named_call_with_the_openai_object(
+    cli, isolated_home, smollm2_path, server_logs, tmp_path
+):
+    """llama_cpp.server enforces only the object form of tool_choice (a grammar over that tool's
+    arguments), repeats the tool's name in every streamed fragment, and refuses a null content."""
+    server = harness.start_llama_cpp_server(smollm2_path, server_logs)
+    try:
+        name = as_openai(isolated_home, server)
+        tools = functions_file(tmp_path)
+        run = cli(
+            "ask",
+            "--server",
+            name,
+            "--functions",
+            str(tools),
+            "--tool-choice",
+            "record_city",
+            "--approve-tools",
+            "--chain-limit",
+            "1",
+            "--max-tokens",
+            "60",
+            *GREEDY,
+            "What is the weather in Paris?",
+        )
+    finally:
+        server.stop()
+    assert run.returncode == 0, run.stderr
+    record = json.loads(run.stdout)
+    made = calls_made(tmp_path)
+    assert len(made) == 1 and made[0], record
+    [call] = record["tool_calls"]
+    assert call["name"] == "record_city" and call["result"] == f"It is sunny in {made[0]}, 21 degrees."
+    assert len(record["stats"]["rounds"]) == 2 and record["reply"].strip()

@@ -92,6 +92,9 @@ class OpenAICompatEngine:
         self.stream_level = 0  # index into _STREAM_OPTIONS
         self.template_detail = f"rendered by the server ({spec.shown_url}/v1/chat/completions)"
         self.last_outcome: RemoteOutcome | None = None
+        # llama-server reads `tool_choice` as a string only (see `tools_and_choice`); it lists its
+        # model as owned by "llamacpp".
+        self.tool_choice_strings_only = False
         # More servers of the same model, for batch to spread over (llmchat.engine.remote.group).
         self.peers: list[LlamaServerEngine | OpenAICompatEngine] = []
 
@@ -116,6 +119,7 @@ class OpenAICompatEngine:
         if n_ctx is None and kind == "ollama":
             n_ctx = _ollama_ctx(client, model)
         engine = cls(client, spec, kind=kind, model=model, n_ctx=n_ctx or ASSUMED_CTX, ctx_known=n_ctx is not None)
+        engine.tool_choice_strings_only = card.get("owned_by") == "llamacpp"
         engine.notices.append(f"server: {spec.shown_url} ({kind}, OpenAI-compatible), model {model}")
         engine.notices.append(f"server: the server renders the chat template ({engine.template_detail})")
         engine.notices.append(STEERING_NOTICE)
@@ -228,13 +232,11 @@ class OpenAICompatEngine:
 
 
 def _wire_message(message: dict[str, Any]) -> dict[str, Any]:
-    """A message as the request carries it: role and content (None beside tool calls, as OpenAI's
-    API has it), and a tool turn's `tool_calls` / `tool_call_id`."""
-    content = message.get("content")
-    wire: dict[str, Any] = {
-        "role": str(message["role"]),
-        "content": None if content is None and message.get("tool_calls") else str(content or ""),
-    }
+    """A message as the request carries it: role and content, and a tool turn's `tool_calls` /
+    `tool_call_id`. Calls without text carry an empty content: OpenAI's API allows null or none,
+    but llama_cpp.server refuses null (a string when present) and its templates read
+    `message['content']` on every message."""
+    wire: dict[str, Any] = {"role": str(message["role"]), "content": str(message.get("content") or "")}
     for key in _WIRE_KEYS:
         if message.get(key):
             wire[key] = message[key]
@@ -252,14 +254,15 @@ def _estimate(text: str) -> int:
 
 
 def tools_and_choice(
-    tools: list[dict[str, Any]], choice: str | dict[str, Any] | None
-) -> tuple[list[dict[str, Any]], str]:
-    """The `tools` and `tool_choice` to send. A call forced to one tool goes as that tool alone with
-    "required": llama-server reads `tool_choice` as a string only, and takes the OpenAI object
-    form ({"type": "function", ...}) as "auto" (server-common.cpp, `json_value` with a string
-    default), so the object would force nothing there; "required" is understood by llama-server,
-    vLLM and llama_cpp.server alike."""
-    if isinstance(choice, dict):
+    tools: list[dict[str, Any]], choice: str | dict[str, Any] | None, *, strings_only: bool = False
+) -> tuple[list[dict[str, Any]], str | dict[str, Any]]:
+    """The `tools` and `tool_choice` to send. A call forced to one tool is OpenAI's object form
+    ({"type": "function", "function": {"name": ...}}), which vLLM and llama_cpp.server enforce
+    (llama_cpp.server enforces nothing else: "required" is plain text there). llama-server reads
+    `tool_choice` as a string only and takes the object as "auto" (tools/server/server-common.cpp,
+    `json_value` with a string default), so there (`strings_only`) it goes as that tool alone with
+    "required"."""
+    if isinstance(choice, dict) and strings_only:
         name = (choice.get("function") or {}).get("name")
         only = [tool for tool in tools if (tool.get("function") or {}).get("name") == name]
         return (only or tools), "required"
@@ -312,7 +315,9 @@ class ChatGeneration:
         if self.stops:
             body["stop"] = list(self.stops)
         if self.prompt.tools:
-            body["tools"], body["tool_choice"] = tools_and_choice(self.prompt.tools, self.tool_choice)
+            body["tools"], body["tool_choice"] = tools_and_choice(
+                self.prompt.tools, self.tool_choice, strings_only=self.engine.tool_choice_strings_only
+            )
         if stream_options is not None:
             body["stream_options"] = stream_options
         return body
@@ -406,8 +411,9 @@ class ChatGeneration:
 
 def _add_call_fragments(calls: dict[int, dict[str, str]], fragments: Any) -> bool:
     """Add a delta's `tool_calls` fragments to the calls being assembled: the id and the name come
-    once, the arguments in pieces (text; an object from a server that sends it whole). True when
-    the delta carried any."""
+    once (llama_cpp.server repeats the name in every fragment: a repeat is not appended), the
+    arguments in pieces (text; an object from a server that sends it whole). True when the delta
+    carried any."""
     if not isinstance(fragments, list) or not fragments:
         return False
     for position, fragment in enumerate(fragments):
@@ -418,8 +424,9 @@ def _add_call_fragments(calls: dict[int, dict[str, str]], fragments: Any) -> boo
         if isinstance(fragment.get("id"), str):
             call["id"] = fragment["id"]
         function = fragment.get("function") or {}
-        if isinstance(function.get("name"), str):
-            call["name"] += function["name"]
+        name = function.get("name")
+        if isinstance(name, str) and name != call["name"]:
+            call["name"] += name
         arguments = function.get("arguments")
         if isinstance(arguments, str):
             call["arguments"] += arguments
