@@ -94,6 +94,27 @@ def other_tool_file(folder: Path) -> Path:
     return path
 
 
+def test_call_fragments_assemble_the_way_each_server_streams_them():
+    from llmchat.engine.remote.openai_compat import _add_call_fragments, _calls_of
+
+    calls: dict[int, dict[str, str]] = {}
+    # llama-server and vLLM: id and name once, the arguments in pieces.
+    _add_call_fragments(calls, [{"index": 0, "id": "a", "function": {"name": "record_city", "arguments": '{"ci'}}])
+    _add_call_fragments(calls, [{"index": 0, "function": {"arguments": 'ty": "Oslo"}'}}])
+    # llama_cpp.server: the name again in every fragment.
+    _add_call_fragments(calls, [{"index": 1, "id": "b", "function": {"name": "spell_word", "arguments": '{"word"'}}])
+    _add_call_fragments(calls, [{"index": 1, "function": {"name": "spell_word", "arguments": ': "cat"}'}}])
+    # A server that sends the arguments whole, as an object.
+    _add_call_fragments(calls, [{"index": 2, "function": {"name": "record_city", "arguments": {"city": "Rome"}}}])
+    assert not _add_call_fragments(calls, None) and not _add_call_fragments(calls, [])
+    assembled = _calls_of(calls)
+    assert [(c.id, c.name, json.loads(c.arguments)) for c in assembled] == [
+        ("a", "record_city", {"city": "Oslo"}),
+        ("b", "spell_word", {"word": "cat"}),
+        ("", "record_city", {"city": "Rome"}),
+    ]
+
+
 # --- the wire shape, against a scripted stand-in ---------------------------------------------------
 # A call forced to one tool: OpenAI's object form (vLLM and llama_cpp.server enforce it); llama-server
 # reads tool_choice as a string only, so there it is "required" with that tool alone.
@@ -205,6 +226,20 @@ def test_arguments_against_the_schema_never_reach_the_function_and_the_model_hea
     assert call["approved"] is False and "'city' is a required property" in call["error"]
     tool_message = stand_in.chat_requests()[1]["body"]["messages"][-1]
     assert tool_message["role"] == "tool" and tool_message["content"].startswith("Error: invalid arguments")
+
+
+def test_a_forced_round_cut_by_the_token_limit_says_so_once(cli, stand_in, tmp_path):
+    # A server that lets text come before a required call (llama-server does): the limit came first.
+    scripted(stand_in, [delta("Paris is lovely"), delta(finish="length")])
+    tools = functions_file(tmp_path)
+    run = cli(
+        "ask", "--server", stand_in.url, "--functions", str(tools), "--tool-choice", "required", *GREEDY, "Weather?"
+    )
+    assert run.returncode == 0, run.stderr
+    record = json.loads(run.stdout)
+    assert record["reply"] == "Paris is lovely" and record["tool_calls"] == [] and record["finish_reason"] == "length"
+    assert run.stderr.count("token limit before the required tool call") == 1
+    assert "may not support tools" not in run.stderr and calls_made(tmp_path) == []
 
 
 # --- the real llama-server, spoken to as an OpenAI-compatible server ------------------------------
@@ -342,7 +377,7 @@ def test_a_server_that_ignores_tools_answers_in_text_with_one_notice(cli, isolat
         "required",
         "--approve-tools",
         "--max-tokens",
-        "24",
+        "120",
         *GREEDY,
         CALL_PROMPT,
     )

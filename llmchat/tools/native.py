@@ -35,6 +35,10 @@ IGNORED_NOTICE = (
     "the server answered in text where a tool call was required: it may not support tools for this model "
     "(llama-server needs a chat template with a tool format); the text is the answer"
 )
+CUT_NOTICE = (
+    "the reply reached its token limit before the required tool call (the server let text come first); "
+    "the text is the answer: raise --max-tokens, or ask for the call in the prompt"
+)
 
 
 def _text_only(text: str, schemas: Mapping[str, Any] | None = None) -> ParsedReply:
@@ -58,6 +62,11 @@ def round_choice(choice: ToolChoice, plan: RoundPlan, final: bool) -> str | dict
     if choice.mode == "named" and choice.name is not None:
         return {"type": "function", "function": {"name": choice.name}}
     return "required"
+
+
+def missing_call_notice(finish_reason: str) -> str:
+    """What to say once when a forced round brought no call back."""
+    return CUT_NOTICE if finish_reason == "length" else IGNORED_NOTICE
 
 
 def parsed_reply(text: str, calls: Sequence[ServerCall]) -> ParsedReply:

@@ -247,7 +247,7 @@ def tool_turn(
             if offer.native:  # the calls came apart from the text
                 parsed = native.parsed_reply(result.reply, result.server_calls)
                 if plan.forced and not parsed.calls and result.finish_reason not in ("interrupted", "error"):
-                    offer.notice_once(native.IGNORED_NOTICE)
+                    offer.notice_once(native.missing_call_notice(result.finish_reason))
             rounds.append(_Round(result, prepared.t_submit, parsed))
             if stopped is not None or result.finish_reason in ("interrupted", "error") or final or not parsed.calls:
                 break
