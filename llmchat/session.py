@@ -301,6 +301,7 @@ class ChatSession:
             grammar=grammar,
             grammar_after=grammar_after,
             grammar_from_trigger=prepared.tool_trigger is not None and prepared.tool_grammar is not None,
+            tool_choice=prepared.tool_choice,
         )
 
     def turn(

@@ -53,12 +53,14 @@ class EngineInfo:
 
 @dataclass(frozen=True)
 class ChatMessages:
-    """The prompt of an engine that renders its own template: the messages to send, and how many
-    tokens they count (what budgets read, as `len`)."""
+    """The prompt of an engine that renders its own template: the messages to send (with their
+    `tool_calls` and `tool_call_id` where a tool turn has them), the tools it renders (OpenAI
+    `tools` entries; None: no tools), and how many tokens they count (what budgets read, as `len`)."""
 
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     add_generation_prompt: bool
     count: int
+    tools: list[dict[str, Any]] | None = None
 
     def __len__(self) -> int:
         return self.count
@@ -94,6 +96,9 @@ class GenerateRequest:
     # what the grammar describes, so it is fed through the grammar when it appears.
     grammar_from_trigger: bool = False
     slot: int | None = None
+    # A prompt that carries tools (ChatMessages.tools): the OpenAI `tool_choice` ("auto",
+    # "required", "none", or {"type": "function", "function": {"name": ...}}); None: "auto".
+    tool_choice: str | dict[str, Any] | None = None
 
     @property
     def stops(self) -> tuple[str, ...]:

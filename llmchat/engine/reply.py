@@ -49,6 +49,16 @@ class ThinkingSteering(Steering, Protocol):
     def restart(self) -> None: ...  # forget what was fed: the reply starts again (a retry)
 
 
+@dataclass(frozen=True)
+class ServerCall:
+    """A tool call an OpenAI-compatible server returned apart from the text (`delta.tool_calls`),
+    assembled from its stream: the arguments are the JSON text the server sent."""
+
+    name: str
+    arguments: str
+    id: str = ""
+
+
 @dataclass
 class GenerationOutcome:
     """What one sequence's decoding produced, filled in as it runs (complete once it ends)."""
@@ -68,6 +78,9 @@ class GenerationOutcome:
     # A server's own timings (llama-server's `timings`: prompt_ms, cache_n, predicted_per_second...);
     # None for a local reply, or a server that sends none.
     server: dict[str, float] | None = None
+    # Calls a server returned in its own `tool_calls` field (tools sent natively); the reply's text
+    # holds none of them.
+    server_calls: list[ServerCall] = field(default_factory=list)
 
 
 class ReplyAssembler:

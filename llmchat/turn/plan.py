@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from llmchat.chat_template import facts_from_metadata
 from llmchat.errors import ContextOverflowError
@@ -42,6 +42,8 @@ class PreparedTurn:
     # on (None: from the first answer token, a forced call).
     tool_grammar: Grammar | None = None
     tool_trigger: str | None = None
+    # A tool round on a server that takes tools natively: its `tool_choice` (llmchat.tools.native).
+    tool_choice: str | dict[str, Any] | None = None
 
     @property
     def prompt(self) -> Prompt:

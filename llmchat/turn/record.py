@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from llmchat.attachments import Attachment
+    from llmchat.engine.reply import ServerCall
     from llmchat.metrics import TurnStats
     from llmchat.tools.spec import CallRecord
 
@@ -34,6 +35,8 @@ class TurnResult:
     tool_calls: list[CallRecord] | None = None
     tool_messages: list[dict[str, Any]] = field(default_factory=list)
     raw_reply: str = ""  # everything decoded, thinking and markup included (a tool round's parser reads it)
+    # The calls a server returned apart from the text (tools sent natively; llmchat.tools.native).
+    server_calls: list[ServerCall] = field(default_factory=list)
 
     @property
     def interrupted(self) -> bool:

@@ -84,6 +84,7 @@ def result_of(
     result = TurnResult(
         prepared.user, reply, outcome.finish_reason, stats, seed, model=model, template=template, reasoning=reasoning
     )
+    result.server_calls = list(outcome.server_calls)
     if reasoning is None and outcome.generated_ids and engine.detokenize(outcome.generated_ids) == reply:
         result.token_ids = list(outcome.generated_ids)
     if fit.messages_dropped:

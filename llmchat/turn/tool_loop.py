@@ -16,6 +16,10 @@ The chain stops when a reply calls nothing, or after `--chain-limit` rounds of c
 that only repeats calls already made with the same arguments (not run twice; one notice each): the
 round after that still lists the tools (the same prefix) but runs no call.
 
+An OpenAI-compatible server (caps.renders_template) renders the tools with its own template: they
+go in the request's `tools`, each round's `tool_choice` replaces the grammar, and the round's calls
+are the ones the server returned apart from the text (llmchat.tools.native).
+
 Stats: the counts and times add up the rounds, `stats.rounds` has each; TTFT is the first round's,
 `ttfa_s` the time to the final answer's first token. Only the final answer reaches stdout.
 """
@@ -30,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmchat import interrupts
 from llmchat.errors import UsageError
+from llmchat.tools import native
 from llmchat.tools.approval import ApprovalPolicy, format_call
 from llmchat.tools.choice import DEFAULT_CHAIN_LIMIT, ChainGuard, ToolChoice, parse_tool_choice, plan_round
 from llmchat.tools.families import GENERIC, detect_family
@@ -73,11 +78,22 @@ class ToolOffer:
     io: ToolIO
     chain_limit: int = DEFAULT_CHAIN_LIMIT
     enabled: bool = True  # /tool on|off
+    said: set[str] = field(default_factory=set)  # notices given once per session
     _grammars: dict[tuple[tuple[str, ...], bool, bool], Grammar] = field(default_factory=dict, repr=False)
 
     @property
     def active(self) -> bool:
         return self.enabled and self.choice.mode != "none" and bool(self.specs)
+
+    @property
+    def native(self) -> bool:
+        """The server takes the tools in its own `tools` parameter (llmchat.tools.native)."""
+        return self.family is native.NATIVE
+
+    def notice_once(self, line: str) -> None:
+        if line not in self.said:
+            self.said.add(line)
+            self.io.notice(line)
 
     def listed(self) -> list[ToolSpec]:
         return list(self.specs.values())
@@ -112,28 +128,29 @@ def make_offer(
     interactive: bool = False,
 ) -> ToolOffer:
     """The session's tool offer; every grammar is built and checked here, so a schema the gate
-    cannot enforce is a usage error before anything is generated."""
+    cannot enforce is a usage error before anything is generated. A server that renders its own
+    template gets the tools natively, and no grammar (llmchat.tools.native)."""
     engine = session.engine
-    if engine.caps.renders_template:
-        raise UsageError(
-            "tools with an OpenAI-compatible server are not supported yet; use llama-server or a local model"
-        )
     if session.structured is not None:
         raise UsageError("tools and --schema/--format/--grammar cannot be combined; drop one of them")
     ChainGuard(chain_limit)  # --chain-limit 0: a usage error
     by_name = {spec.name: spec for spec in specs}
     choice = parse_tool_choice(tool_choice, list(by_name))
-    family = detect_family(session.template.text)
+    if engine.caps.renders_template:
+        family, caps = native.NATIVE, native.CAPABILITIES
+    else:
+        family = detect_family(session.template.text)
+        caps = capabilities(session.template.text, family)
     offer = ToolOffer(
         by_name,
         family,
-        capabilities(session.template.text, family),
+        caps,
         choice,
         ApprovalPolicy(interactive=interactive, approve_all=approve_all),
         io,
         chain_limit,
     )
-    if offer.active:
+    if offer.active and not offer.native:
         names = list(by_name)
         engine.check_grammar(offer.grammar(names, False, lazy=family is not GENERIC))
         if choice.mode in ("required", "named"):
@@ -212,7 +229,9 @@ def tool_turn(
             prepared = session.prepare(user_text, after_user=after_user)
             last_prepared = prepared
             plan = plan_round(offer.choice, len(rounds), names)
-            if final:
+            if offer.native:  # the server holds its reply to its own call format
+                prepared.tool_choice = native.round_choice(offer.choice, plan, final)
+            elif final:
                 if offer.family is GENERIC:  # the format's reply is JSON: held to an answer
                     from llmchat.tools.grammar import answer_grammar
 
@@ -233,6 +252,10 @@ def tool_turn(
             # reasoning split leaves out of the answer: its parser reads the whole reply.
             text = result.raw_reply if offer.family.id == "gpt_oss" else result.reply
             parsed = offer.family.parse(text, schemas)
+            if offer.native:  # the calls came apart from the text
+                parsed = native.parsed_reply(result.reply, result.server_calls)
+                if plan.forced and not parsed.calls and result.finish_reason not in ("interrupted", "error"):
+                    offer.notice_once(native.missing_call_notice(result.finish_reason))
             rounds.append(_Round(result, prepared.t_submit, parsed))
             if stopped is not None or result.finish_reason in ("interrupted", "error") or final or not parsed.calls:
                 break
@@ -319,6 +342,7 @@ def _combine(rounds: list[_Round], calls: list[CallRecord], after_user: list[dic
     per_round = [r.result.stats for r in rounds]
     stats = replace(result.stats, finish_reason=result.finish_reason)  # a call cut short: interrupted
     stats.ttft_s = first.result.stats.ttft_s
+    stats.server = first.result.stats.server  # a server's own timings, next to the TTFT they explain
     stats.total_s = time.perf_counter() - first.t_submit
     stats.prefill_s = sum(s.prefill_s for s in per_round)
     stats.decode_s = sum(s.decode_s for s in per_round)

@@ -11,9 +11,13 @@ Such a server renders the chat template itself, so llmchat sends messages, not t
   `continuous_usage_stats`); a server that rejects those options is asked again without them, and
   llmchat remembers. Tokens are counted from `usage`, never from chunks (one chunk may hold
   several tokens), except on a server that reports no usage at all;
-- TTFT is taken at the first non-empty `content` or `reasoning_content` delta, never at the
-  role-only first chunk; reasoning text is passed on between `<think>` tags, the way reasoning
-  models write it locally.
+- TTFT is taken at the first non-empty `content` or `reasoning_content` delta (or a tool call's
+  first fragment), never at the role-only first chunk; reasoning text is passed on between
+  `<think>` tags, the way reasoning models write it locally;
+- tools (llmchat.tools.native) go in the request's own `tools` and `tool_choice`, and the server
+  renders them with its template; the stand-in template writes them next to the messages, so they
+  are counted with the prompt. The reply's `delta.tool_calls` fragments (index, id, name, argument
+  pieces) are assembled into `GenerationOutcome.server_calls`, apart from the text.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from llmchat.engine.driver import draw_seed, reply_limit
 from llmchat.engine.interface import ChatMessages, EngineCaps, EngineInfo, GenerateRequest
 from llmchat.engine.prompt_pieces import PromptPiece
 from llmchat.engine.remote.llama_server import RemoteOutcome, RemoteToken
+from llmchat.engine.reply import ServerCall
 from llmchat.errors import ServerError, UsageError
 
 if TYPE_CHECKING:
@@ -36,7 +41,12 @@ if TYPE_CHECKING:
     from llmchat.engine.remote.llama_server import LlamaServerEngine
 
 # The stand-in chat template: the messages as JSON, for the server to render (see the docstring).
-SERVER_TEMPLATE = '{{ {"messages": messages, "add_generation_prompt": add_generation_prompt} | tojson }}'
+SERVER_TEMPLATE = (
+    '{{ {"messages": messages, "add_generation_prompt": add_generation_prompt, '
+    '"tools": tools if tools is defined else none} | tojson }}'
+)
+# The message keys a chat request carries: a tool turn's calls and results (the OpenAI shape).
+_WIRE_KEYS = ("tool_calls", "tool_call_id")
 # When the server does not say its context: Ollama's default window, and a common serving size.
 ASSUMED_CTX = 4096
 # Said once per session (--verbose, and as a warning when --thinking-budget asks for what it cannot do).
@@ -82,6 +92,9 @@ class OpenAICompatEngine:
         self.stream_level = 0  # index into _STREAM_OPTIONS
         self.template_detail = f"rendered by the server ({spec.shown_url}/v1/chat/completions)"
         self.last_outcome: RemoteOutcome | None = None
+        # llama-server reads `tool_choice` as a string only (see `tools_and_choice`); it lists its
+        # model as owned by "llamacpp".
+        self.tool_choice_strings_only = False
         # More servers of the same model, for batch to spread over (llmchat.engine.remote.group).
         self.peers: list[LlamaServerEngine | OpenAICompatEngine] = []
 
@@ -106,6 +119,7 @@ class OpenAICompatEngine:
         if n_ctx is None and kind == "ollama":
             n_ctx = _ollama_ctx(client, model)
         engine = cls(client, spec, kind=kind, model=model, n_ctx=n_ctx or ASSUMED_CTX, ctx_known=n_ctx is not None)
+        engine.tool_choice_strings_only = card.get("owned_by") == "llamacpp"
         engine.notices.append(f"server: {spec.shown_url} ({kind}, OpenAI-compatible), model {model}")
         engine.notices.append(f"server: the server renders the chat template ({engine.template_detail})")
         engine.notices.append(STEERING_NOTICE)
@@ -160,35 +174,47 @@ class OpenAICompatEngine:
         return 0
 
     def prompt_tokens(self, pieces: Sequence[PromptPiece]) -> ChatMessages:
-        """The messages the stand-in template wrote, with their token count."""
+        """The messages (and tools) the stand-in template wrote, with their token count."""
         data = json.loads("".join(piece[0] for piece in pieces))
-        messages = [{"role": str(m["role"]), "content": str(m["content"])} for m in data["messages"]]
+        messages = [_wire_message(m) for m in data["messages"]]
         add_generation_prompt = bool(data.get("add_generation_prompt", True))
-        return ChatMessages(messages, add_generation_prompt, self.count(messages, add_generation_prompt))
+        tools = data.get("tools") or None
+        return ChatMessages(messages, add_generation_prompt, self.count(messages, add_generation_prompt, tools), tools)
 
-    def count(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> int:
+    def count(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool, tools: list[dict[str, Any]] | None = None
+    ) -> int:
         if not messages:
             return 0
         if self.counter == "chat":
+            body: dict[str, Any] = {
+                "model": self.model,
+                "messages": messages,
+                "add_generation_prompt": add_generation_prompt,
+            }
+            if tools:
+                body["tools"] = tools
             try:
-                reply = self.client.post_json(
-                    "/tokenize",
-                    {"model": self.model, "messages": messages, "add_generation_prompt": add_generation_prompt},
-                )
+                reply = self.client.post_json("/tokenize", body)
                 if isinstance(reply, dict) and isinstance(reply.get("count"), int):
                     return int(reply["count"])
             except ServerError:
                 pass
             self.counter = "text"
+        texts = [_message_text(m) for m in messages]
+        tools_text = json.dumps(tools, ensure_ascii=False) if tools else ""
         if self.counter == "text":
             try:
-                return sum(self._count_text(m["content"]) + _MESSAGE_OVERHEAD for m in messages)
+                counted = sum(self._count_text(text) + _MESSAGE_OVERHEAD for text in texts)
+                return counted + self._count_text(tools_text)
             except ServerError:
                 self.counter = "estimate"
         # On the high side: trimming a little early beats a server refusing the prompt.
-        return sum(len(m["content"].encode("utf-8", errors="replace")) // 3 + _MESSAGE_OVERHEAD for m in messages)
+        return sum(_estimate(text) + _MESSAGE_OVERHEAD for text in texts) + _estimate(tools_text)
 
     def _count_text(self, text: str) -> int:
+        if not text:
+            return 0
         reply = self.client.post_json("/extras/tokenize/count", {"input": text, "model": self.model})
         if not isinstance(reply, dict) or not isinstance(reply.get("count"), int):
             raise ServerError("no count")
@@ -203,6 +229,44 @@ class OpenAICompatEngine:
                 f"{self.spec.shown_url} renders its own chat template: it takes messages, not a token prompt"
             )
         return ChatGeneration(self, request, request.prompt)
+
+
+def _wire_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A message as the request carries it: role and content, and a tool turn's `tool_calls` /
+    `tool_call_id`. Calls without text carry an empty content: OpenAI's API allows null or none,
+    but llama_cpp.server refuses null (a string when present) and its templates read
+    `message['content']` on every message."""
+    wire: dict[str, Any] = {"role": str(message["role"]), "content": str(message.get("content") or "")}
+    for key in _WIRE_KEYS:
+        if message.get(key):
+            wire[key] = message[key]
+    return wire
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    """What a message holds to be counted: its content, and its calls' names and arguments."""
+    calls = message.get("tool_calls")
+    return (message.get("content") or "") + (json.dumps(calls, ensure_ascii=False) if calls else "")
+
+
+def _estimate(text: str) -> int:
+    return len(text.encode("utf-8", errors="replace")) // 3 + 1 if text else 0
+
+
+def tools_and_choice(
+    tools: list[dict[str, Any]], choice: str | dict[str, Any] | None, *, strings_only: bool = False
+) -> tuple[list[dict[str, Any]], str | dict[str, Any]]:
+    """The `tools` and `tool_choice` to send. A call forced to one tool is OpenAI's object form
+    ({"type": "function", "function": {"name": ...}}), which vLLM and llama_cpp.server enforce
+    (llama_cpp.server enforces nothing else: "required" is plain text there). llama-server reads
+    `tool_choice` as a string only and takes the object as "auto" (tools/server/server-common.cpp,
+    `json_value` with a string default), so there (`strings_only`) it goes as that tool alone with
+    "required"."""
+    if isinstance(choice, dict) and strings_only:
+        name = (choice.get("function") or {}).get("name")
+        only = [tool for tool in tools if (tool.get("function") or {}).get("name") == name]
+        return (only or tools), "required"
+    return tools, choice or "auto"
 
 
 def _ollama_ctx(client: ServerClient, model: str) -> int | None:
@@ -227,6 +291,7 @@ class ChatGeneration:
         self.sampling = request.sampling
         self.max_tokens = request.max_tokens
         self.stops = request.stops
+        self.tool_choice = request.tool_choice
         self.outcome = RemoteOutcome(prompt_tokens=len(prompt))
         self.seed = draw_seed(request.sampling)
         self.usage_seen = False
@@ -249,6 +314,10 @@ class ChatGeneration:
         }
         if self.stops:
             body["stop"] = list(self.stops)
+        if self.prompt.tools:
+            body["tools"], body["tool_choice"] = tools_and_choice(
+                self.prompt.tools, self.tool_choice, strings_only=self.engine.tool_choice_strings_only
+            )
         if stream_options is not None:
             body["stream_options"] = stream_options
         return body
@@ -279,6 +348,7 @@ class ChatGeneration:
         chunks = 0
         thinking = False
         finished = False
+        calls: dict[int, dict[str, str]] = {}  # the tool calls so far, by index
         try:
             for chunk in self._events(limit):
                 now = time.perf_counter()
@@ -294,7 +364,8 @@ class ChatGeneration:
                     if content:
                         text += ("\n</think>\n\n" if thinking else "") + content
                         thinking = False
-                    if text:
+                    called = _add_call_fragments(calls, delta.get("tool_calls"))
+                    if text or called:
                         chunks += 1
                         if outcome.t_first_token is None:
                             outcome.t_first_token = outcome.t_first_shown = now
@@ -316,6 +387,7 @@ class ChatGeneration:
                 )
         finally:
             engine.last_outcome = outcome
+            outcome.server_calls = _calls_of(calls)  # an interrupted reply's too (none of them runs)
 
     def _read_usage(self, chunk: dict[str, Any]) -> None:
         """`usage` and llama.cpp's `timings`, from whichever chunk carries them."""
@@ -335,3 +407,33 @@ class ChatGeneration:
             outcome.server = {k: float(v) for k, v in timings.items() if isinstance(v, (int, float))}
             if "cache_n" in timings:
                 outcome.cached_tokens = int(timings["cache_n"])
+
+
+def _add_call_fragments(calls: dict[int, dict[str, str]], fragments: Any) -> bool:
+    """Add a delta's `tool_calls` fragments to the calls being assembled: the id and the name come
+    once (llama_cpp.server repeats the name in every fragment: a repeat is not appended), the
+    arguments in pieces (text; an object from a server that sends it whole). True when the delta
+    carried any."""
+    if not isinstance(fragments, list) or not fragments:
+        return False
+    for position, fragment in enumerate(fragments):
+        if not isinstance(fragment, dict):
+            continue
+        index = fragment.get("index")
+        call = calls.setdefault(index if isinstance(index, int) else position, {"id": "", "name": "", "arguments": ""})
+        if isinstance(fragment.get("id"), str):
+            call["id"] = fragment["id"]
+        function = fragment.get("function") or {}
+        name = function.get("name")
+        if isinstance(name, str) and name != call["name"]:
+            call["name"] += name
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            call["arguments"] += arguments
+        elif arguments is not None:
+            call["arguments"] += json.dumps(arguments, ensure_ascii=False)
+    return True
+
+
+def _calls_of(calls: dict[int, dict[str, str]]) -> list[ServerCall]:
+    return [ServerCall(c["name"], c["arguments"], c["id"]) for _, c in sorted(calls.items())]
