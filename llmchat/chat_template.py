@@ -398,28 +398,68 @@ def _pieces(
 ) -> tuple[tuple[Piece, ...], tuple[str, ...]]:
     """Split the reference render into template text and message contents.
 
-    First every content is protected. Reasoning templates rewrite assistant replies (Qwen3 and
-    DeepSeek R1 drop `<think>` blocks), which breaks that; the second try protects only user and
-    system text, the part that comes from outside. Failing both, the prompt is one trusted piece.
+    First every content is protected, and the string values of the arguments of earlier tool
+    calls with them (a call the model wrote is text it sampled; re-rendered, `<|im_end|>` inside an
+    argument must not become the control token). A template that prints arguments in a way the
+    splice cannot follow gets the next try without them. Reasoning templates rewrite assistant
+    replies (Qwen3 and DeepSeek R1 drop `<think>` blocks), which breaks that; the last try protects
+    only user and system text, the part that comes from outside. Failing all, the prompt is one
+    trusted piece.
     """
     if not any(message["content"] for message in conversation):
         return ((Piece(reference, True),) if reference else ()), ()
+    every = {i for i, m in enumerate(conversation) if m["content"]}
+    with_calls = any(m.get("tool_calls") for m in conversation)
     attempts = (
-        ({i for i, m in enumerate(conversation) if m["content"]}, ()),
+        *(((every, True, ()),) if with_calls else ()),
+        (every, False, ()),
         (
             {i for i, m in enumerate(conversation) if m["content"] and m["role"] != "assistant"},
+            False,
             (_ASSISTANT_REWRITE_NOTE,),
         ),
     )
-    for protected, notes in attempts:
+    for protected, arguments, notes in attempts:
         if not protected:
             continue
         spliced = _protected_pieces(
-            compiled, conversation, protected, facts, add_generation_prompt, reference, label, variables
+            compiled, conversation, protected, facts, add_generation_prompt, reference, label, variables, arguments
         )
         if spliced is not None:
             return spliced, notes
     return (Piece(reference, True),), (_ALL_CONTENTS_NOTE,)
+
+
+def _with_argument_placeholders(conversation: list[dict[str, Any]], contents: list[str]) -> list[dict[str, Any]]:
+    """The conversation with each non-empty string value in a tool call's arguments replaced by a
+    placeholder numbered after the messages' own; the values are appended to `contents`."""
+
+    def protect(value: Any) -> Any:
+        if isinstance(value, str) and value:
+            contents.append(value)
+            return _placeholder(len(contents) - 1)
+        if isinstance(value, dict):
+            return {key: protect(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [protect(item) for item in value]
+        return value
+
+    shaped = []
+    for message in conversation:
+        calls = message.get("tool_calls")
+        if message["role"] == "assistant" and isinstance(calls, list):
+            message = {**message, "tool_calls": [_call_with_placeholders(call, protect) for call in calls]}
+        shaped.append(message)
+    return shaped
+
+
+def _call_with_placeholders(call: Any, protect: Any) -> Any:
+    # The arguments as an object (their string values), or as JSON text (the shape some templates
+    # print as it is: DeepSeek R1, Functionary), which is then protected whole.
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("arguments"), (dict, str)):
+        return call
+    return {**call, "function": {**function, "arguments": protect(function["arguments"])}}
 
 
 def _protected_pieces(
@@ -431,14 +471,20 @@ def _protected_pieces(
     reference: str,
     label: str,
     variables: Mapping[str, Any] | None = None,
+    arguments: bool = False,
 ) -> tuple[Piece, ...] | None:
-    """Render with placeholders for the `protected` contents and splice the contents back in.
-    Empty contents are never replaced: there is nothing to protect, and `{% if content %}` must
-    take the same branch in both renders."""
+    """Render with placeholders for the `protected` contents (and, with `arguments`, the string
+    values of tool calls' arguments) and splice them back in. Empty contents are never replaced:
+    there is nothing to protect, and `{% if content %}` must take the same branch in both renders."""
+    contents: list[str] = [message["content"] or "" for message in conversation]
+    roles: list[str | None] = [m["role"] for m in conversation]
     skeleton_messages = [
         {**message, "content": _placeholder(index) if index in protected else message["content"]}
         for index, message in enumerate(conversation)
     ]
+    if arguments:
+        skeleton_messages = _with_argument_placeholders(skeleton_messages, contents)
+        roles.extend([None] * (len(contents) - len(roles)))  # an argument is no message's content
     try:
         skeleton = render_compiled(
             compiled, _context(skeleton_messages, facts, add_generation_prompt, variables), label
@@ -447,9 +493,7 @@ def _protected_pieces(
         if err.kind in ("refused", "limit"):
             raise
         return None
-    return _splice(
-        reference, skeleton, [message["content"] or "" for message in conversation], [m["role"] for m in conversation]
-    )
+    return _splice(reference, skeleton, contents, roles)
 
 
 def _content_variants(content: str) -> list[str]:
@@ -464,7 +508,7 @@ def _content_variants(content: str) -> list[str]:
 
 
 def _splice(
-    reference: str, skeleton: str, contents: Sequence[str], roles: Sequence[str] | None = None
+    reference: str, skeleton: str, contents: Sequence[str], roles: Sequence[str | None] | None = None
 ) -> tuple[Piece, ...] | None:
     """Pieces from the skeleton render with each placeholder replaced by its content, or None
     when that does not give back exactly the reference render."""
