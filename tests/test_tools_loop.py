@@ -713,3 +713,21 @@ def test_a_signal_while_a_tool_runs_ends_the_turn_and_keeps_it(smollm2_path, iso
     assert messages[1]["tool"]["tool_calls"][0]["function"]["name"] == "slow_lookup"
     assert messages[2]["content"].startswith("Cancelled: interrupted")
     assert messages[3]["interrupted"] is True
+
+
+def test_call_markers_that_are_control_tokens_are_shown_as_text(smollm2_path):
+    """Tool-tuned vocabularies make their call markers control tokens ([TOOL_CALLS],
+    <|python_tag|>, <|tool_call|>), which print as nothing, so the parser would never see the call.
+    The offer lists the call grammar's fixed texts that are one control token each; the reply shows
+    those as their text. In SmolLM2's vocabulary <|im_start|> is such a token, <tool_call> is not."""
+    from llmchat.engine import Engine, EngineSettings
+    from llmchat.turn.tool_loop import control_markers
+
+    engine = Engine.load(smollm2_path, EngineSettings(n_ctx=256))
+    try:
+        [start] = engine.tokenize("<|im_start|>", special=True)
+        assert engine.is_control(start) and engine.token_bytes(start) == b""  # prints as nothing
+        grammar = 'root ::= "<|im_start|>" ws "<tool_call>" ws "{" [a-z]+ "}"\nws ::= | " "'
+        assert control_markers(engine, [grammar]) == {start: b"<|im_start|>"}
+    finally:
+        engine.close()

@@ -124,8 +124,8 @@ class ReplyAssembler:
         outcome.t_last_token = now
         outcome.generated_tokens += 1
         outcome.generated_ids.append(token)
-        if piece is None:
-            piece = self.markup.get(token)
+        # A marker's text, whatever its source printed for it (a server prints a control token as nothing).
+        piece = self.markup.get(token, piece)
         text = self.stops.feed(self._decoder.decode(self.vocab.token_bytes(token) if piece is None else piece))
         if self.stops.stopped:
             self._end("stop")

@@ -176,3 +176,17 @@ def _tool_rules(spec: ToolSpec, prefix: str) -> str:
 def answer_grammar() -> Grammar:
     """The generic format's reply once no more calls may be made: a response only."""
     return Grammar(schema_to_gbnf(generic.response_schema()), "the generic tool reply (an answer)")
+
+
+_LITERAL = re.compile(r'"((?:\\.|[^"\\])*)"')
+
+
+def grammar_literals(grammar_text: str) -> set[str]:
+    """The quoted texts of a GBNF grammar: a call format's fixed markers are among them."""
+    found = set()
+    for match in _LITERAL.finditer(grammar_text):
+        try:
+            found.add(json.loads(f'"{match.group(1)}"'))
+        except ValueError:  # a GBNF escape JSON does not have (\x..): not a marker
+            continue
+    return found

@@ -44,6 +44,7 @@ from llmchat.tools.spec import CallRecord
 if TYPE_CHECKING:
     from llmchat.attachments import Attachment
     from llmchat.engine.grammar import Grammar
+    from llmchat.engine.interface import ChatEngine
     from llmchat.session import ChatSession
     from llmchat.tools.approval import Answer
     from llmchat.tools.call_parsers import ParsedReply
@@ -78,6 +79,9 @@ class ToolOffer:
     io: ToolIO
     chain_limit: int = DEFAULT_CHAIN_LIMIT
     enabled: bool = True  # /tool on|off
+    # The call format's markers that are control tokens in this vocabulary ([TOOL_CALLS],
+    # <|python_tag|>): they print as nothing, so the reply shows them as their text for the parser.
+    markup: dict[int, bytes] = field(default_factory=dict)
     said: set[str] = field(default_factory=set)  # notices given once per session
     _grammars: dict[tuple[tuple[str, ...], bool, bool], Grammar] = field(default_factory=dict, repr=False)
 
@@ -160,21 +164,68 @@ def make_offer(
             from llmchat.tools import generic
 
             io.notice(generic.NOTICE)
+        offer.markup = control_markers(engine, [g.text for g in offer._grammars.values()])
     return offer
 
 
-class _HeldText:
-    """A round's observer: the live readout goes on, the reply's text is held back (a call is not
-    an answer; the parsed answer is shown once the chain ends)."""
+def control_markers(engine: ChatEngine, grammar_texts: Sequence[str]) -> dict[int, bytes]:
+    """The fixed texts of the call grammars that are one control token each, by token id."""
+    from llmchat.tools.grammar import grammar_literals
+
+    markup: dict[int, bytes] = {}
+    for text in sorted(set().union(*(grammar_literals(g) for g in grammar_texts))):
+        if not text.strip():
+            continue
+        ids = engine.tokenize(text, special=True)
+        if len(ids) == 1 and engine.is_control(ids[0]):
+            markup[ids[0]] = text.encode("utf-8")
+    return markup
+
+
+class _RoundText:
+    """A round's observer. The live readout goes on, and the reply's text streams as it is decoded
+    up to the call: text that could be the start of the family's trigger waits for the next
+    fragment, and the trigger cuts the stream (the call is shown on stderr when it runs, not as
+    text). A round whose text cannot be told apart from its call (a forced call, the generic
+    format's JSON, gpt-oss' channels) streams nothing: its answer is shown when the chain ends."""
 
     def __init__(self, observer: TurnObserver):
         self.observer = observer
+        self.triggers: tuple[str, ...] | None = None  # None: this round's text is held back
+        self._pending = ""
+        self._cut = False
+        self._ends_line = True
+
+    def start_round(self, triggers: tuple[str, ...] | None) -> None:
+        self.triggers = tuple(t.strip() for t in triggers if t.strip()) if triggers is not None else None
+        self._pending, self._cut = "", False
+
+    @property
+    def streamed(self) -> bool:
+        return self.triggers is not None
 
     def prefill_started(self, prompt_tokens: int, cached_tokens: int, context_limit: int) -> None:
         self.observer.prefill_started(prompt_tokens, cached_tokens, context_limit)
 
     def text(self, fragment: str) -> None:
-        pass
+        if self.triggers is None or self._cut:
+            return
+        pending = self._pending + fragment
+        found = [pending.find(t) for t in self.triggers if t in pending]
+        if found:
+            self._show(pending[: min(found)])
+            self._pending, self._cut = "", True
+            if not self._ends_line:  # the call's line (stderr) starts on a line of its own
+                self._show("\n")
+            return
+        wait = max((n for t in self.triggers for n in range(len(t) - 1, 0, -1) if pending.endswith(t[:n])), default=0)
+        self._show(pending[: len(pending) - wait])
+        self._pending = pending[len(pending) - wait :]
+
+    def _show(self, text: str) -> None:
+        if text:
+            self.observer.text(text)
+            self._ends_line = text.endswith("\n")
 
     def thinking(self, fragment: str) -> None:
         self.observer.thinking(fragment)
@@ -186,6 +237,9 @@ class _HeldText:
         pass
 
     def round_ended(self) -> None:
+        if self.triggers is not None and not self._cut:  # no trigger came: it was text after all
+            self._show(self._pending)
+        self._pending = ""
         self.observer.round_ended()
 
 
@@ -212,7 +266,7 @@ def tool_turn(
     names = list(offer.specs)
     guard = ChainGuard(offer.chain_limit)
     schemas = {name: spec.parameters for name, spec in offer.specs.items()}
-    held = _HeldText(observer)
+    held = _RoundText(observer)
     after_user: list[dict[str, Any]] = []
     calls: list[CallRecord] = []
     made: dict[str, str] = {}  # the calls run in this turn (name and arguments): what the model read
@@ -244,6 +298,9 @@ def tool_turn(
             if not rounds:  # later rounds extend this prompt: its tokens stay as they were
                 ids = prepared.prompt
                 session.kept_prefix = (session.last_rendered, list(ids)) if isinstance(ids, list) else None
+            if offer.markup:
+                prepared.markup = {**(prepared.markup or {}), **offer.markup}
+            held.start_round(_streamed_triggers(offer, plan.forced and not final))
             result, stopped = session.decode(prepared, held, restore=not rounds)
             held.round_ended()
             # An interrupted reply is parsed too (its text before any call is the answer so far),
@@ -302,7 +359,7 @@ def tool_turn(
     assert last_prepared is not None
     final_result = _combine(rounds, calls, after_user, user_text)
     final_result.attachments = tuple(attachments)
-    if final_result.reply and stopped is None:
+    if final_result.reply and stopped is None and not held.streamed:
         observer.text(final_result.reply)
     session.commit(last_prepared, final_result, record=record)
     session.sink.save_kv(final_result)
@@ -312,6 +369,16 @@ def tool_turn(
         raise stopped
     observer.finished(final_result)
     return final_result
+
+
+def _streamed_triggers(offer: ToolOffer, forced: bool) -> tuple[str, ...] | None:
+    """Where a round's streamed text is cut: at the family's triggers; () for a server that sends
+    its calls apart from the text; None where the text is not streamed (see _RoundText)."""
+    if offer.native:
+        return ()
+    if forced or offer.family is GENERIC or offer.family.id == "gpt_oss":
+        return None
+    return offer.family.triggers
 
 
 def _call_key(name: str, arguments: Any) -> str:

@@ -155,6 +155,9 @@ class OpenAICompatEngine:
     def detokenize(self, tokens: Sequence[int]) -> str:
         return ""  # no token ids come back from a chat endpoint; nothing asks for them
 
+    def is_control(self, token_id: int) -> bool:
+        return False  # the vocabulary is on the server
+
     def tokenize(self, text: str, *, special: bool) -> list[int]:
         """Placeholder ids, as many as `text` counts (exactly where the server can count text):
         the server owns the vocabulary, and llmchat only ever needs the count from here."""
