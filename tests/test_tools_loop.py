@@ -731,3 +731,32 @@ def test_call_markers_that_are_control_tokens_are_shown_as_text(smollm2_path):
         assert control_markers(engine, [grammar]) == {start: b"<|im_start|>"}
     finally:
         engine.close()
+
+
+def test_each_round_streams_its_text_up_to_the_call(cli, smollm2_path, tmp_path):
+    """`auto` under Qwen 2.5's format: the first round's text before `<tool_call>` streams to stdout,
+    the call does not (it is shown on stderr when it runs), then the final answer streams. The
+    record's reply is the final answer alone. (This prompt makes the small model write the trigger.)"""
+    tools = tmp_path / "weather.py"
+    tools.write_text(
+        "from pathlib import Path\n\n\n"
+        "def get_weather(city: str) -> str:\n"
+        '    """Get the current weather for a city."""\n'
+        '    with open(Path(__file__).with_name("calls.txt"), "a", encoding="utf-8") as out:\n'
+        "        out.write('\"' + city + '\"\\n')\n"
+        '    return f"Sunny, 21 C in {city}"\n',
+        encoding="utf-8",
+    )
+    common = ("ask", "-m", str(smollm2_path), "--temperature", "0", "--no-history", "-n", "64", "--chain-limit", "1")
+    common += ("--template", str(TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja"), "--functions", str(tools))
+    common += ("--approve-tools",)
+    shown = cli(*common, 'Print the text "<tool_call>".')
+    recorded = cli(*common, "--json", 'Print the text "<tool_call>".')
+    assert shown.returncode == 0 and recorded.returncode == 0, shown.stderr + recorded.stderr
+    record = json.loads(recorded.stdout)
+    assert len(record["tool_calls"]) == 1 and len(calls_made(tmp_path)) == 2  # once per run
+    assert "<tool_call>" not in shown.stdout and '"arguments"' not in shown.stdout
+    before_call, _, answer = shown.stdout.partition("\n")
+    assert before_call.strip() and answer.strip()
+    assert shown.stdout.rstrip("\n").endswith(record["reply"].rstrip("\n"))
+    assert record["reply"] != shown.stdout.strip()  # the first round's text came first

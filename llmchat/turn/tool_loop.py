@@ -21,7 +21,8 @@ go in the request's `tools`, each round's `tool_choice` replaces the grammar, an
 are the ones the server returned apart from the text (llmchat.tools.native).
 
 Stats: the counts and times add up the rounds, `stats.rounds` has each; TTFT is the first round's,
-`ttfa_s` the time to the final answer's first token. Only the final answer reaches stdout.
+`ttfa_s` the time to the final answer's first token. Each round's text streams up to its call
+(`_RoundText`); the record's reply is the final answer.
 """
 
 from __future__ import annotations
@@ -376,7 +377,8 @@ def _streamed_triggers(offer: ToolOffer, forced: bool) -> tuple[str, ...] | None
     its calls apart from the text; None where the text is not streamed (see _RoundText)."""
     if offer.native:
         return ()
-    if forced or offer.family is GENERIC or offer.family.id == "gpt_oss":
+    # Functionary v3.2 begins every reply with a recipient (`all` for text) that is no answer.
+    if forced or offer.family is GENERIC or offer.family.id in ("gpt_oss", "functionary_v3_2"):
         return None
     return offer.family.triggers
 
