@@ -326,6 +326,20 @@ class ChatSession:
         prepared = self.prepare(user_text)
         result, stopped = self.decode(prepared, observer)
         result.attachments = tuple(attachments)
+        return self.conclude(prepared, result, stopped, observer, record=record, on_commit=on_commit)
+
+    def conclude(
+        self,
+        prepared: PreparedTurn,
+        result: TurnResult,
+        stopped: BaseException | None,
+        observer: TurnObserver,
+        *,
+        record: bool,
+        on_commit: Callable[[TurnResult], object] | None,
+    ) -> TurnResult:
+        """The end of every turn, with tools or without: the result kept (history, KV cache on
+        disk), then the exception that stopped the reply raised, or the observer told."""
         self.commit(prepared, result, record=record)
         self.sink.save_kv(result)
         if on_commit is not None:

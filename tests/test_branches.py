@@ -188,7 +188,8 @@ def test_edit_puts_the_last_message_back_and_keeps_the_old_exchange(loaded, caps
 
 
 def _spawn(home, *args):
-    pexpect = pytest.importorskip("pexpect")
+    import pexpect
+
     env = dict(os.environ, LLMCHAT_HOME=str(home), TERM="xterm-256color", PROMPT_TOOLKIT_NO_CPR="1")
     env.pop("LLMCHAT_MODEL", None)
     child = pexpect.spawn(

@@ -96,7 +96,8 @@ def typed_line_entry(text: str) -> str:
 
 
 def spawn_chat(home: Path, *args: str, umask: int):
-    pexpect = pytest.importorskip("pexpect")
+    import pexpect
+
     env = dict(
         os.environ, LLMCHAT_HOME=str(home), TERM="xterm-256color", PROMPT_TOOLKIT_NO_CPR="1", COLUMNS="120", LINES="30"
     )
@@ -339,7 +340,8 @@ def test_rm_all_asks_first_and_takes_no_id(tmp_path):
 
 @pytest.mark.tty
 def test_rm_all_on_a_terminal_asks_and_no_keeps_everything(tmp_path):
-    pexpect = pytest.importorskip("pexpect")
+    import pexpect
+
     home = tmp_path / "home"
     with HistoryStore.open(home / "history.db") as store:
         conversation_id = seed_conversation(store, "hello", "hi")

@@ -267,9 +267,7 @@ QUESTION = r"run record_city\(.*\)\? \[y\]es / \[N\]o / \[a\]lways for this tool
 
 
 def _spawn(home: Path, *args: str):
-    pexpect = pytest.importorskip("pexpect")
-    import os
-    import sys
+    import pexpect
 
     env = dict(os.environ, LLMCHAT_HOME=str(home), TERM="xterm-256color", PROMPT_TOOLKIT_NO_CPR="1")
     env.pop("LLMCHAT_MODEL", None)
@@ -307,7 +305,8 @@ def test_with_stdin_piped_the_question_goes_to_the_terminal(isolated_home, smoll
     terminal, as sudo reads a password; nothing runs before it."""
     import shlex
 
-    pexpect = pytest.importorskip("pexpect")
+    import pexpect
+
     tools = functions_file(tmp_path)
     command = shlex.join(
         [sys.executable, "-m", "llmchat", "ask", "-m", str(smollm2_path), *FORCED, "--functions", str(tools)]

@@ -71,12 +71,8 @@ def chat(
     structured = from_options(opts)  # a bad --schema is a usage error before the model loads
     tools = tool_options.tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools)
     toolset = tool_options.gather(tools)  # a bad --functions file, an unknown -T: exit 2 before the load
-    try:
+    with tool_options.closed_on_failure(toolset):  # MCP servers stop if the model cannot load
         session = start_session(opts, overflow=overflow, with_history=not no_history)
-    except BaseException:
-        if toolset is not None:
-            toolset.close()
-        raise
     try:
         session.hold_to(structured)
         if toolset is not None:

@@ -10,6 +10,8 @@ and without one nothing runs unless --approve-tools or the tool's `approve = "al
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Optional, TextIO
 
@@ -105,6 +107,17 @@ def gather(request: ToolRequest) -> "Optional[ToolSet]":
         toolset.close()
         raise
     return toolset
+
+
+@contextmanager
+def closed_on_failure(toolset: "ToolSet | None") -> Iterator[None]:
+    """Close the gathered tools (their MCP servers) when the block fails, then let it fail."""
+    try:
+        yield
+    except BaseException:
+        if toolset is not None:
+            toolset.close()
+        raise
 
 
 def offer(session: "ChatSession", toolset: "ToolSet", request: ToolRequest, *, dim: bool = False) -> None:

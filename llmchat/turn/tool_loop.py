@@ -362,14 +362,7 @@ def tool_turn(
     final_result.attachments = tuple(attachments)
     if final_result.reply and stopped is None and not held.streamed:
         observer.text(final_result.reply)
-    session.commit(last_prepared, final_result, record=record)
-    session.sink.save_kv(final_result)
-    if on_commit is not None:
-        on_commit(final_result)
-    if stopped is not None:
-        raise stopped
-    observer.finished(final_result)
-    return final_result
+    return session.conclude(last_prepared, final_result, stopped, observer, record=record, on_commit=on_commit)
 
 
 def _streamed_triggers(offer: ToolOffer, forced: bool) -> tuple[str, ...] | None:
