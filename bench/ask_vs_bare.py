@@ -1,4 +1,4 @@
-"""Decode tok/s of `llmchat ask` against a bare llama-cpp-python loop, side by side in one run.
+"""Decode tok/s of `llmchat ask` against a bare loop on llama.cpp's C API, side by side in one run.
 
 Both sides sample the same way: temperature 0 with the same repeat penalty (1.1 by default,
 llmchat's own default) over the same 64-token window, from the same prompt tokens, with the same
@@ -58,35 +58,87 @@ def ask_once(model: str | None, tokens: int, threads: int, repeat_penalty: float
     return json.loads(out)
 
 
-def bare_loop(llm, prompt_tokens: list[int], tokens: int, repeat_penalty: float) -> tuple[float, list[int]]:
+class BareModel:
+    """A model and a context through llama.cpp's C API (llama-cpp-python's ctypes bindings), loaded as
+    the engine loads it and nothing more: no llmchat code runs in the bare loop."""
+
+    def __init__(self, path: str, threads: int, flash_attn: bool):
+        from llmchat.engine import logs
+        from llmchat.engine.bindings import llama_cpp
+        from llmchat.engine.core import cpu_has_amx
+
+        logs.install(False)
+        self.c = llama_cpp
+        llama_cpp.llama_backend_init()
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = 0
+        # Without ggml's AMX buffers where the CPU advertises AMX, as the engine loads (they die
+        # with SIGILL on this project's VMs; see llmchat/engine/core.py).
+        params.use_extra_bufts = not cpu_has_amx()
+        self.model = llama_cpp.llama_model_load_from_file(path.encode(), params)
+        context = llama_cpp.llama_context_default_params()
+        context.n_ctx = context.n_batch = context.n_ubatch = 2048
+        context.n_threads = context.n_threads_batch = threads
+        context.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        self.ctx = llama_cpp.llama_init_from_model(self.model, context)
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+
+    def tokenize(self, text: bytes) -> list[int]:
+        ids = (self.c.llama_token * (len(text) + 2))()
+        n = self.c.llama_tokenize(self.vocab, text, len(text), ids, len(text) + 2, False, True)
+        return ids[:n]
+
+    def detokenize(self, ids: list[int]) -> str:
+        buffer = self.c.ctypes.create_string_buffer(256)
+        pieces = []
+        for token in ids:
+            n = self.c.llama_token_to_piece(self.vocab, token, buffer, 256, 0, False)
+            pieces.append(buffer.raw[:n])
+        return b"".join(pieces).decode("utf-8", errors="replace")
+
+    def eval(self, ids: list[int]) -> None:
+        array = (self.c.llama_token * len(ids))(*ids)
+        if self.c.llama_decode(self.ctx, self.c.llama_batch_get_one(array, len(ids))) != 0:
+            sys.exit("llama_decode failed in the bare loop")
+
+    def clear(self) -> None:
+        self.c.llama_memory_clear(self.c.llama_get_memory(self.ctx), False)
+
+    def close(self) -> None:
+        self.c.llama_free(self.ctx)
+        self.c.llama_model_free(self.model)
+
+
+def bare_loop(bare: BareModel, prompt_tokens: list[int], tokens: int, repeat_penalty: float) -> tuple[float, list[int]]:
     """The minimal loop, on llama.cpp's own API: evaluate the prompt, then sample greedily through
     a sampler chain of the repeat penalty and greedy, evaluate the token, repeat. The penalty's
     window is primed with the prompt's last 64 tokens, as llama-server does and llmchat does.
     Timed first to last token, ending at an end-of-generation token or `tokens`."""
-    import llama_cpp
-
-    vocab = llama_cpp.llama_model_get_vocab(llm._model.model)
+    llama_cpp = bare.c
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
     llama_cpp.llama_sampler_chain_add(
-        chain, llama_cpp.llama_sampler_init_penalties(llm._n_vocab, 64, repeat_penalty, 0.0, 0.0)
+        chain, llama_cpp.llama_sampler_init_penalties(bare.n_vocab, 64, repeat_penalty, 0.0, 0.0)
     )
     llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
     for token in prompt_tokens[-64:]:
         llama_cpp.llama_sampler_accept(chain, token)
-    llm.reset()
-    llm.eval(prompt_tokens)
+    bare.clear()
+    bare.eval(prompt_tokens)
     first = last = 0.0
     ids: list[int] = []
     try:
         while len(ids) < tokens:
-            token = llama_cpp.llama_sampler_sample(chain, llm._ctx.ctx, -1)  # also accepts it
-            if llama_cpp.llama_vocab_is_eog(vocab, token):
+            token = llama_cpp.llama_sampler_sample(chain, bare.ctx, -1)  # also accepts it
+            if llama_cpp.llama_vocab_is_eog(bare.vocab, token):
                 break
             now = time.perf_counter()
             first = first or now
             last = now
             ids.append(token)
-            llm.eval([token])
+            bare.eval([token])
     finally:
         llama_cpp.llama_sampler_free(chain)
     return ((len(ids) - 1) / (last - first) if len(ids) > 1 and last > first else 0.0), ids
@@ -103,10 +155,7 @@ def main() -> None:
     if args.reps < MIN_REPS:
         parser.error(f"--reps must be at least {MIN_REPS}: a ratio is a median of at least {MIN_REPS} rounds")
 
-    import llama_cpp
-
     from llmchat.engine import physical_cores
-    from llmchat.engine.core import _model_params, cpu_has_amx
     from llmchat.models.resolve import bundled_default_model
 
     model_path = args.model or str(bundled_default_model())
@@ -116,22 +165,11 @@ def main() -> None:
     # A first ask: warms the page cache and says which flash-attention setting `auto` picks here.
     probe = ask_once(args.model, 8, threads, args.repeat_penalty)
     flash_attn = bool(probe["stats"]["flash_attn"])
-    # Loaded as the engine loads it: without ggml's AMX buffers where the CPU advertises AMX (they
-    # die with SIGILL on this project's VMs; see llmchat/engine/core.py).
-    with _model_params(use_extra_bufts=not cpu_has_amx()):
-        llm = llama_cpp.Llama(
-            model_path=model_path,
-            n_ctx=2048,
-            n_threads=threads,
-            n_threads_batch=threads,
-            flash_attn=flash_attn,
-            last_n_tokens_size=64,  # the repeat penalty's window, as llmchat sets it
-            verbose=False,
-        )
+    llm = BareModel(model_path, threads, flash_attn)
     # The same rendered prompt llmchat sends (ChatML with SmolLM2's default system prompt); the
     # prompt token counts are compared below, and the replies, so another model's template shows.
     text = f"<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\n{PROMPT}<|im_end|>\n<|im_start|>assistant\n"
-    prompt_tokens = llm.tokenize(text.encode(), add_bos=False, special=True)
+    prompt_tokens = llm.tokenize(text.encode())
 
     rounds: list[tuple[float, float, int]] = []
     raw = []
@@ -149,7 +187,7 @@ def main() -> None:
                 ask_reply = record["reply"]
             else:
                 bare_rate, ids = bare_loop(llm, prompt_tokens, args.tokens, args.repeat_penalty)
-                bare_reply = llm.detokenize(ids).decode("utf-8", errors="replace")
+                bare_reply = llm.detokenize(ids)
         if ask_reply.strip() != bare_reply.strip() or ask_n != len(ids):
             sys.exit(
                 f"round {rep + 1}: the replies differ (ask {ask_n} tokens, bare {len(ids)}): "

@@ -11,7 +11,8 @@ rep after rep, so that drift in machine load hits both alike:
           the grammar checks that one token; on a refusal the top 256 candidates are filtered,
           the whole vocabulary only when none of them is allowed).
 With --llama-cpp, a third mode runs the same grammar through llama.cpp's own grammar sampler
-(`Llama.generate(grammar=...)`, the whole vocabulary at every token) at temperature 0.
+(`llama_sampler_init_grammar` in the same chain, the whole vocabulary at every token) at
+temperature 0.
 The ratio of a rep is (tok/s with the schema) / (tok/s free) of that rep; the table gives the
 median over reps with the min-max spread. Decode tok/s is computed as `ask` does: (generated - 1)
 / (last token - first token); the KV cache is cleared before each run. A run during which other
@@ -57,29 +58,51 @@ def chat_prompt(engine, text: str) -> list[int]:
     return engine.prompt_tokens([(piece.text, piece.trusted) for piece in rendered.pieces])
 
 
+def llama_cpp_chain(engine, sampling, grammar):
+    """llmchat's chain (engine.parallel.sampler_chain's samplers, in its order) with llama.cpp's own
+    grammar sampler in place of the gate."""
+    from llmchat.engine.bindings import llama_cpp
+
+    chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+
+    def add(sampler):
+        llama_cpp.llama_sampler_chain_add(chain, sampler)
+
+    add(
+        llama_cpp.llama_sampler_init_penalties(
+            engine.model.n_vocab, engine.penalty_last_n, sampling.repeat_penalty, 0.0, 0.0
+        )
+    )
+    add(llama_cpp.llama_sampler_init_grammar(engine.model.vocab, grammar.text.encode(), b"root"))
+    if sampling.temperature == 0:
+        add(llama_cpp.llama_sampler_init_greedy())
+    else:
+        add(llama_cpp.llama_sampler_init_top_k(sampling.top_k))
+        add(llama_cpp.llama_sampler_init_typical(1.0, 1))
+        add(llama_cpp.llama_sampler_init_top_p(sampling.top_p, 1))
+        add(llama_cpp.llama_sampler_init_min_p(sampling.min_p, 1))
+        add(llama_cpp.llama_sampler_init_temp(sampling.temperature))
+        add(llama_cpp.llama_sampler_init_dist(sampling.seed if sampling.seed is not None else 1234))
+    return chain
+
+
 def run_once(engine, prompt, sampling, mode, grammar, max_tokens, gates):
     """One reply; returns (decode tok/s, generated tokens, text, gate counts or None)."""
-    engine._llm.reset()  # forget the cached prompt: every run prefills it in full
+    engine.model.clear()  # forget the cached prompt: every run prefills it in full
     gates.clear()
     if mode == "llama.cpp":
-        from llama_cpp import LlamaGrammar
-
         times, ids = [], []
-        stream = engine._llm.generate(
-            prompt,
-            top_k=sampling.top_k,
-            top_p=sampling.top_p,
-            min_p=sampling.min_p,
-            temp=sampling.temperature,
-            repeat_penalty=sampling.repeat_penalty,
-            grammar=LlamaGrammar.from_string(grammar.text),
-        )
+        chain = llama_cpp_chain(engine, sampling, grammar)
+        stream = engine.model.generate(prompt, chain)
         for token in stream:
             if engine.is_end_of_generation(token) or len(ids) >= max_tokens:
                 break
             times.append(time.perf_counter())
             ids.append(token)
         stream.close()
+        from llmchat.engine.bindings import llama_cpp
+
+        llama_cpp.llama_sampler_free(chain)
         text = engine.detokenize(ids)
         n = len(ids)
         span = (times[-1] - times[0]) if n > 1 else 0.0

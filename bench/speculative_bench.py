@@ -61,7 +61,7 @@ def guarded_turn(session, prompt: str, attempts: int, foreign_max: float):
     best = None
     for _ in range(attempts):
         session.new_conversation()
-        session.engine._llm.reset()  # bench-only: forget the cached prompt so every run prefills it
+        session.engine.model.clear()  # bench-only: forget the cached prompt so every run prefills it
         busy0, own0, start = _busy_jiffies(), resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
         result = session.turn(prompt, record=False)
         wall = time.monotonic() - start

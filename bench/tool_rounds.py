@@ -81,7 +81,7 @@ def gate_cost(functions: Path, model: str, reps: int, tokens: int, raw: list[str
             for side in order:
                 # bench-only: forget the cached prompt, so every run prefills it in full (a prompt
                 # reused from the cache is evaluated differently enough to tip a greedy near-tie)
-                session.engine._llm.reset()
+                session.engine.model.clear()
                 generation = session.engine.generate(gated if side == "gated" else free)
                 text[side] = "".join(event.text for event in generation)
                 rate[side] = decode_rate(generation.outcome)

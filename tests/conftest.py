@@ -119,3 +119,32 @@ def run_cli(*args: str, input: str | bytes | None = None, env: dict | None = Non
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture
+def grammar_reference():
+    """The greedy reply that llama.cpp's own grammar sampler gives (it filters the whole vocabulary
+    at every token): `grammar_reference(engine, prompt, gbnf, limit)` -> token ids, up to an end
+    token or `limit` tokens. What llmchat's grammar gate is compared with."""
+
+    def reply(engine, prompt: list[int], gbnf: str, limit: int) -> list[int]:
+        from llmchat.engine.bindings import llama_cpp
+
+        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        grammar = llama_cpp.llama_sampler_init_grammar(engine.model.vocab, gbnf.encode(), b"root")
+        assert grammar, "llama.cpp could not parse the grammar"
+        llama_cpp.llama_sampler_chain_add(chain, grammar)
+        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
+        tokens: list[int] = []
+        stream = engine.model.generate(prompt, chain)
+        try:
+            for token in stream:
+                if engine.is_end_of_generation(token) or len(tokens) >= limit:
+                    break
+                tokens.append(token)
+        finally:
+            stream.close()
+            llama_cpp.llama_sampler_free(chain)
+        return tokens
+
+    return reply

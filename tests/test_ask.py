@@ -19,6 +19,30 @@ def test_reply_goes_to_stdout_and_nothing_else(cli):
     assert "llama_" not in result.stderr and "load_tensors" not in result.stderr  # llama.cpp's log stays quiet
 
 
+def test_one_shot_imports_neither_numpy_nor_the_library_s_llama_class(isolated_home):
+    """A one-shot ask loads llama.cpp's bindings only (llmchat.engine.bindings): numpy and
+    llama-cpp-python's `Llama` with its chat formats cost a small model's ask a tenth of its time."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import atexit, runpy, sys\n"
+        "def report():\n"
+        "    loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'llama_cpp'))\n"
+        "    sys.stderr.write('MODULES ' + ' '.join(loaded) + '\\n')\n"
+        "atexit.register(report)\n"
+        "sys.argv = ['llmchat', 'ask', '--no-history', '--temperature', '0', '--max-tokens', '8', 'Hi']\n"
+        "runpy.run_module('llmchat', run_name='__main__')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip()
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("MODULES ")]
+    loaded = line.split()[1:]
+    assert "llama_cpp.llama_cpp" in loaded
+    assert not [m for m in loaded if m.startswith("numpy") or m in ("llama_cpp.llama", "llama_cpp.llama_chat_format")]
+
+
 def test_json_stats_are_consistent(cli):
     result = cli("ask", *GREEDY, "--max-tokens", "16", "--json", "Name three colours.")
     assert result.returncode == 0, result.stderr

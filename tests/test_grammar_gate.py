@@ -14,9 +14,7 @@ from llmchat.structured import concise_to_schema
 MOVIE = "title, year int, genres list[str]"
 
 
-def test_top_candidates_settle_refusals_and_greedy_equals_llama_cpp(gemma_path, monkeypatch):
-    from llama_cpp import LlamaGrammar
-
+def test_top_candidates_settle_refusals_and_greedy_equals_llama_cpp(gemma_path, monkeypatch, grammar_reference):
     from llmchat.engine import Engine, EngineSettings
     from llmchat.engine import grammar as grammar_module
     from llmchat.engine.grammar import Grammar, schema_to_gbnf
@@ -32,8 +30,7 @@ def test_top_candidates_settle_refusals_and_greedy_equals_llama_cpp(gemma_path, 
     monkeypatch.setattr(grammar_module.GrammarGate, "_free", keep)
     schema = concise_to_schema(MOVIE)
     grammar = Grammar(schema_to_gbnf(schema), "test")
-    # Penalty 1.0 and no loop stop: llmchat puts the prompt's last tokens into the penalty window (as llama-server does)
-    # and llama-cpp-python's own loop does not, and that loop has no loop stop: only so are the two the same.
+    # Penalty 1.0 and no loop stop: the reference chain is llama.cpp's grammar sampler and greedy only.
     sampling = replace(SamplingParams(), temperature=0.0, seed=1, repeat_penalty=1.0, stop_loops=False)
     engine = Engine.load(gemma_path, EngineSettings(n_ctx=512))
     try:
@@ -41,15 +38,7 @@ def test_top_candidates_settle_refusals_and_greedy_equals_llama_cpp(gemma_path, 
         prompt = engine.prompt_tokens([(turn, True)])
         generation = engine.generate(GenerateRequest(prompt, sampling, max_tokens=60, grammar=grammar))
         gate_text = "".join(event.text for event in generation)
-        reference = []
-        stream = engine._llm.generate(
-            prompt, temp=0.0, repeat_penalty=sampling.repeat_penalty, grammar=LlamaGrammar.from_string(grammar.text)
-        )
-        for token in stream:
-            if engine.is_end_of_generation(token) or len(reference) >= 60:
-                break
-            reference.append(token)
-        stream.close()
+        reference = grammar_reference(engine, prompt, grammar.text, 60)
     finally:
         engine.close()
     assert gate_text == engine.detokenize(reference)

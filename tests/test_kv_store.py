@@ -33,8 +33,7 @@ def engine(smollm2_path):
 
 def forget(engine) -> None:
     """What a new process starts with: an empty KV cache."""
-    engine._llm.reset()
-    engine._llm._ctx.kv_cache_clear()
+    engine.model.clear()
 
 
 def chat_prompt(engine, *turns: str) -> list[int]:
@@ -219,12 +218,12 @@ def test_damaged_files_are_skipped_with_one_notice_and_deleted(engine, tmp_path,
         # Still a whole file, but its tokens part from the prompt at the flipped one: it can give
         # at most the tokens before it, which is too little to be worth a read here.
         assert restored is None or restored.tokens < 40
-        assert engine.evaluated_tokens() == next_prompt[: engine._llm.n_tokens]
+        assert engine.evaluated_tokens() == next_prompt[: len(engine.evaluated_tokens())]
         return
     assert restored is None
     assert len(notices) == 1 and path.name in notices[0] and "deleted" in notices[0], notices
     assert not path.exists()
-    assert engine._llm.n_tokens == 0
+    assert engine.evaluated_tokens() == []
     # The turn goes on with a full prefill.
     generation = engine.generate(GenerateRequest(next_prompt, GREEDY, max_tokens=2))
     for _ in generation:

@@ -347,7 +347,7 @@ def test_budget_forces_an_answer_on_a_real_model(loaded):
     assert stats.thinking_tokens + stats.answer_tokens == stats.generated_tokens <= budget + max_tokens
     assert 0 < stats.ttft_s < stats.ttfa_s
     # The close was forced into the reply's tokens: the model answered after it.
-    assert "</think>" in loaded.engine.detokenize(session.engine._llm._input_ids[: session.engine._llm.n_tokens])
+    assert "</think>" in loaded.engine.detokenize(session.engine.evaluated_tokens())
 
 
 def test_kv_reuse_over_five_turns_with_a_reasoning_template(loaded):

@@ -132,16 +132,18 @@ def finish(proc: subprocess.Popen, stdout_head: bytes = b"", stderr_head: str = 
 
 def tokenize_plain(model: Path, texts: list[str]) -> list[int]:
     """Token counts of texts tokenized as plain text (control-token strings stay text)."""
-    import llama_cpp
-
     from llmchat.engine import logs
+    from llmchat.engine.native import LoadedModel
 
     logs.install(False)
-    llm = llama_cpp.Llama(str(model), vocab_only=True, verbose=False)
+    vocab = LoadedModel(
+        model, n_ctx=0, max_ctx=0, n_batch=0, threads=1, gpu_layers=0, mmap=True, mlock=False, flash_attn=False,
+        vocab_only=True,
+    )  # fmt: skip
     try:
-        return [len(llm.tokenize(t.encode(), add_bos=False, special=False)) for t in texts]
+        return [len(vocab.tokenize(t.encode(), add_bos=False, special=False)) for t in texts]
     finally:
-        llm.close()
+        vocab.close()
 
 
 def with_chat_template(source: Path, target: Path, template: str) -> Path:

@@ -141,16 +141,20 @@ def test_drafting_needs_a_batch_of_two(smollm2_path, tmp_path):
 
 
 def test_drafting_keeps_no_per_token_logits(smollm2_path):
-    """With a drafter set, the library would keep an n_ctx × n_vocab float array of logits and
-    fill one row per evaluated token (about 200 KB per token on SmolLM2). llmchat's drafting model
-    asks llama.cpp only for the rows verification samples from."""
+    """Verification samples at the last sampled token and each drafted one, so llama.cpp is asked
+    for logits at those positions only: not one row of n_vocab floats per evaluated token (with
+    llama-cpp-python's `Llama` and a drafter, peak RSS was 1105 MiB instead of 264 on a 3,461-token
+    prompt). llama.cpp answers NULL for a row it did not compute."""
     from llmchat.engine import Engine, EngineSettings
+    from llmchat.engine.bindings import llama_cpp
 
-    engine = Engine.load(smollm2_path, EngineSettings(n_ctx=2048, lookup=True, batch_size=64))
+    engine = Engine.load(smollm2_path, EngineSettings(n_ctx=2048, lookup=True, draft_tokens=8, batch_size=64))
     try:
-        llm = engine._llm
-        assert llm.scores.shape[0] == 64  # n_batch rows, not n_ctx
-        assert engine.settings.flash_attn
+        model = engine.model
+        assert model.output_window == 9 and engine.settings.flash_attn
+        model.eval(engine.tokenize("word " * 100, special=False))  # two chunks of up to 64
+        assert llama_cpp.llama_get_logits_ith(model.ctx, -9)
+        assert not llama_cpp.llama_get_logits_ith(model.ctx, -10)
     finally:
         engine.close()
 
@@ -165,41 +169,50 @@ def test_flash_attention_makes_batched_decode_match_single_decode(smollm2_path):
     """The mechanism the tests above rely on, checked directly on llama.cpp: the logits of a
     continuation decoded one token at a time equal those of the same tokens decoded in batches of 9
     (prompt lookup's 8 drafts + 1) when flash attention is on."""
-    import llama_cpp
     import numpy as np
 
     from llmchat.engine import logs
-    from llmchat.engine.core import _model_params, cpu_has_amx
+    from llmchat.engine.bindings import llama_cpp
+    from llmchat.engine.core import cpu_has_amx
+    from llmchat.engine.native import LoadedModel
 
     logs.install(False)
-    with _model_params(use_extra_bufts=not cpu_has_amx()):  # as the engine loads (no AMX buffers)
-        llm = llama_cpp.Llama(
-            str(smollm2_path),
-            n_ctx=512,
-            n_batch=512,
-            n_threads=2,
-            n_threads_batch=2,
-            logits_all=True,
-            flash_attn=True,
-            verbose=False,
-        )
+    model = LoadedModel(
+        smollm2_path,
+        n_ctx=512,
+        max_ctx=512,
+        n_batch=512,
+        threads=2,
+        gpu_layers=0,
+        mmap=True,
+        mlock=False,
+        flash_attn=True,
+        extra_buffer_types=not cpu_has_amx(),  # as the engine loads (no AMX buffers)
+        output_window=9,
+    )
     try:
-        prompt = llm.tokenize(PROMPTS["copy"].encode(), add_bos=False, special=False)
-        continuation = llm.tokenize(
+        prompt = model.tokenize(PROMPTS["copy"].encode(), add_bos=False, special=False)
+        continuation = model.tokenize(
             b" The old clock in the hall ticked slowly and the kettle began to sing.", add_bos=False, special=False
         )
 
+        def row(index: int) -> np.ndarray:
+            pointer = llama_cpp.llama_get_logits_ith(model.ctx, index)
+            return np.ctypeslib.as_array(pointer, shape=(model.n_vocab,)).copy()
+
         def logits(chunk: int) -> np.ndarray:
-            llm.reset()
-            llm._ctx.kv_cache_clear()
-            llm.eval(prompt)
+            model.clear()
+            model.eval(prompt)
+            rows = [row(-1)]
             for i in range(0, len(continuation), chunk):
-                llm.eval(continuation[i : i + chunk])
-            return np.array(llm.scores[len(prompt) - 1 : len(prompt) + len(continuation) - 1])
+                part = continuation[i : i + chunk]
+                model.eval(part)
+                rows.extend(row(j - len(part)) for j in range(len(part)))
+            return np.array(rows[: len(continuation)])
 
         assert np.array_equal(logits(1), logits(9))
     finally:
-        llm.close()
+        model.close()
 
 
 def test_lookup_and_draft_model_together_is_a_usage_error(smollm2_path, tmp_path):
@@ -234,9 +247,20 @@ def test_prompt_lookup_drafts_what_followed_the_last_three_tokens():
 
     drafter = PromptLookupDrafter(max_tokens=16)
     context = [5, 1, 2, 3, 9, 8, 7, 6, 4, 4, 1, 2, 3]  # ends with 1 2 3, seen at the start
-    assert drafter(np.array(context)).tolist() == [9, 8, 7, 6]  # the first draft is 4 tokens
+    assert drafter(context) == [9, 8, 7, 6]  # the first draft is 4 tokens
     # Only a 2-token match: nothing is proposed (on free text such guesses were mostly wrong).
-    assert drafter(np.array([5, 1, 2, 9, 1, 2])).tolist() == []
+    assert drafter([5, 1, 2, 9, 1, 2]) == []
+
+
+def test_prompt_lookup_matches_whole_tokens_only():
+    """The search runs over the ids' bytes: a match that straddles token boundaries is no match."""
+    from llmchat.engine.drafting import PromptLookupDrafter
+
+    # As 4-byte little-endian ints, 1 << 24, 2 << 24, 3 << 24, 0 holds the bytes of 1, 2, 3 at offset 3.
+    straddling = [1 << 24, 2 << 24, 3 << 24, 0]
+    assert PromptLookupDrafter(max_tokens=16)([7, *straddling, 1, 2, 3]) == []
+    # The more recent straddling "match" is skipped for the real one before it.
+    assert PromptLookupDrafter(max_tokens=16)([1, 2, 3, 9, *straddling, 1, 2, 3]) == [9, *straddling[:3]]
 
 
 def test_draft_length_doubles_after_full_acceptance_and_shrinks_after_a_miss():
@@ -244,16 +268,16 @@ def test_draft_length_doubles_after_full_acceptance_and_shrinks_after_a_miss():
 
     length = DraftLength(max_tokens=16)
     assert length.current == 4
-    length.proposed(10, np.array([1, 2, 3, 4]))
-    length.update(np.array([0] * 10 + [1, 2, 3, 4, 5]))  # all four kept, plus the model's next token
+    length.proposed(10, [1, 2, 3, 4])
+    length.update([0] * 10 + [1, 2, 3, 4, 5])  # all four kept, plus the model's next token
     assert length.current == 8
-    length.proposed(15, np.array([6] * 8))
-    length.update(np.array([0] * 15 + [6, 6, 7]))  # two kept, then the model chose 7
+    length.proposed(15, [6] * 8)
+    length.update([0] * 15 + [6, 6, 7])  # two kept, then the model chose 7
     assert length.current == 2
-    length.proposed(18, np.array([1, 1]))
-    length.update(np.array([0] * 18 + [2]))  # none kept
+    length.proposed(18, [1, 1])
+    length.update([0] * 18 + [2])  # none kept
     assert length.current == 1
     for _ in range(6):
-        length.proposed(0, np.array([0] * length.current))
-        length.update(np.array([0] * 40))
+        length.proposed(0, [0] * length.current)
+        length.update([0] * 40)
     assert length.current == 16  # capped

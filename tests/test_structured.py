@@ -353,22 +353,20 @@ def test_format_json_and_a_gbnf_file(cli, smollm2_path, tmp_path):
     assert "not a usable GBNF grammar" in refused.stderr
 
 
-def test_gate_matches_llama_cpp_grammar_sampler_at_temperature_0(smollm2_path):
+def test_gate_matches_llama_cpp_grammar_sampler_at_temperature_0(smollm2_path, grammar_reference):
     """The gate (sample, check the pick, filter only on refusal) gives the same greedy reply as
     llama.cpp's grammar sampler over the whole vocabulary; and so does --lookup drafting."""
     from dataclasses import replace
-
-    from llama_cpp import LlamaGrammar
 
     from llmchat.engine import Engine, EngineSettings
     from llmchat.sampling import SamplingParams
 
     grammar = Grammar(schema_to_gbnf(MOVIE_SCHEMA), "test")
-    # No repeat penalty: the library's chain keeps no prompt tokens in its window, llmchat's does
-    # (as llama-server); the grammar is what is compared here.
+    # No repeat penalty: the reference chain is grammar + greedy only; the grammar is what is
+    # compared here.
     sampling = replace(SamplingParams(), temperature=0.0, seed=1, repeat_penalty=1.0, stop_loops=False)
     texts = []
-    CAP = 60  # the library's loop runs to the cap: no loop stop on either side
+    CAP = 60  # the reference runs to the cap: no loop stop on either side
     for lookup in (False, True):
         engine = Engine.load(smollm2_path, EngineSettings(n_ctx=512, lookup=lookup))
         try:
@@ -378,18 +376,7 @@ def test_gate_matches_llama_cpp_grammar_sampler_at_temperature_0(smollm2_path):
             generation = engine.generate(GenerateRequest(prompt, sampling, max_tokens=CAP, grammar=grammar))
             texts.append("".join(event.text for event in generation))
             if not lookup:
-                reference = []
-                stream = engine._llm.generate(
-                    prompt,
-                    temp=0.0,
-                    repeat_penalty=sampling.repeat_penalty,
-                    grammar=LlamaGrammar.from_string(grammar.text),
-                )
-                for token in stream:
-                    if engine.is_end_of_generation(token) or len(reference) >= CAP:
-                        break
-                    reference.append(token)
-                texts.append(engine.detokenize(reference))
+                texts.append(engine.detokenize(grammar_reference(engine, prompt, grammar.text, CAP)))
         finally:
             engine.close()
     gate, library, drafted = texts

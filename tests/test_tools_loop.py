@@ -438,7 +438,7 @@ def test_the_lazy_gate_switches_on_at_the_trigger_and_holds_the_call(
     try:
         inner = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         gate = GrammarGate(
-            engine._llm._model.vocab, tool_grammar.grammar, inner, start_after=family.triggers[0], feed_trigger=True
+            engine.model.vocab, tool_grammar.grammar, inner, start_after=family.triggers[0], feed_trigger=True
         )
 
         def sample(text: str) -> None:

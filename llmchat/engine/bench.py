@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-import llama_cpp
 import numpy as np
 
+from llmchat.engine.bindings import llama_cpp
 from llmchat.engine.core import Engine
 
 RANDOM_SEED = 1234  # fixed: every run evaluates the same "random" prompt
@@ -71,30 +71,29 @@ class BenchResult:
 
 
 def describe(engine: Engine) -> BenchModel:
-    llm = engine._llm
-    gpu_layers = int(getattr(llm.model_params, "n_gpu_layers", 0))
-    offloading = bool(llama_cpp.llama_supports_gpu_offload()) and gpu_layers != 0
+    model = engine.model
+    offloading = bool(llama_cpp.llama_supports_gpu_offload()) and model.gpu_layers != 0
+    desc, size_bytes, n_params = model.describe()
     return BenchModel(
-        desc=llm._model.desc(),
-        size_bytes=int(llm._model.size()),
-        n_params=int(llm._model.n_params()),
+        desc=desc,
+        size_bytes=size_bytes,
+        n_params=n_params,
         backend="GPU" if offloading else "CPU",
-        threads=int(llm.n_threads),
-        n_vocab=int(llm.n_vocab()),
+        threads=model.n_threads,
+        n_vocab=model.n_vocab,
     )
 
 
 class _Runner:
     def __init__(self, engine: Engine):
-        self.llm = engine._llm
+        self.model = engine.model
         self.engine = engine
-        self.ctx = self.llm.ctx
-        self.n_vocab = int(self.llm.n_vocab())
+        self.ctx = self.model.ctx
+        self.n_vocab = self.model.n_vocab
         self.rng = np.random.default_rng(RANDOM_SEED)
 
     def clear(self) -> None:
-        self.llm.reset()
-        self.llm._ctx.kv_cache_clear()
+        self.model.clear()
 
     def greedy(self) -> int:
         """Argmax of the last evaluated position's logits (read in place, not copied)."""
@@ -116,7 +115,7 @@ class _Runner:
         tokens = self.prompt(n_prompt)
         self.clear()
         start = time.perf_counter()
-        self.llm.eval(tokens)
+        self.model.eval(tokens)
         llama_cpp.llama_synchronize(self.ctx)
         evaluated = time.perf_counter()
         self.greedy()
@@ -129,7 +128,7 @@ class _Runner:
         token = self.first_token()
         start = time.perf_counter()
         for _ in range(n_gen):
-            self.llm.eval([token])
+            self.model.eval([token])
             llama_cpp.llama_synchronize(self.ctx)
             token = self.greedy()
         return time.perf_counter() - start

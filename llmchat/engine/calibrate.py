@@ -103,7 +103,7 @@ def _cpu_name() -> str:
 
 def calibration_file(model_path: Path, threads: int) -> Path:
     """Where the measurement for this model file, machine and thread count is kept."""
-    import llama_cpp
+    from llmchat.engine.bindings import LIBRARY_VERSION
 
     path = Path(model_path).resolve()
     stat = path.stat()
@@ -112,7 +112,7 @@ def calibration_file(model_path: Path, threads: int) -> Path:
         "cpu": _cpu_name(),
         "host": platform.node(),
         "threads": threads,
-        "llama_cpp": llama_cpp.__version__,
+        "llama_cpp": LIBRARY_VERSION,
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
     return paths.cache_dir() / "flash_attn" / f"{digest}.json"
@@ -144,8 +144,7 @@ def choose(
     batched: bool = False,
 ) -> Choice:
     """What `--flash-attn auto` picks, and why (shown by --verbose, /show, info and --json stats)."""
-    import llama_cpp
-
+    from llmchat.engine.bindings import llama_cpp
     from llmchat.engine.core import physical_cores
 
     if kv_type != "f16":
@@ -177,18 +176,15 @@ class _Probe:
         self.filled = False
 
     def _timed(self, tokens: list[int]) -> float:
-        import llama_cpp
+        from llmchat.engine.bindings import llama_cpp
 
         start = time.perf_counter()
-        self.runner.llm.eval(tokens)
+        self.runner.model.eval(tokens)
         llama_cpp.llama_synchronize(self.runner.ctx)
         return time.perf_counter() - start
 
     def _back_to_depth(self) -> None:
-        import llama_cpp
-
-        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.runner.ctx), 0, self.depth, -1)
-        self.runner.llm.n_tokens = self.depth
+        self.runner.model.keep(self.depth)
 
     def warm_up(self) -> None:
         self.runner.clear()

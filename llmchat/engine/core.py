@@ -1,14 +1,13 @@
 """Load a GGUF model with llama.cpp and stream one sequence's tokens.
 
-Generation goes through `Llama.generate`, which keeps the longest common prefix of the previous
-prompt in the KV cache and evaluates only the new suffix: a chat that re-renders the whole
-conversation each turn prefills only the new turn. It also runs speculative decoding when a
-drafter is set (drafted tokens are verified in one pass).
+Generation goes through `LoadedModel.generate` (llmchat.engine.native), which keeps the longest
+common prefix of the previous prompt in the KV cache and evaluates only the new suffix: a chat
+that re-renders the whole conversation each turn prefills only the new turn. It also runs
+speculative decoding when a drafter is set (drafted tokens are verified in one pass).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import time
@@ -16,15 +15,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Generator, Iterator, Sequence
 
-import llama_cpp
-import numpy as np
-
 from llmchat import interrupts
 from llmchat.engine import logs
-from llmchat.engine.drafting import CountingDrafter, DraftingLlama, DraftModelDrafter, PromptLookupDrafter
+from llmchat.engine.bindings import llama_cpp
+from llmchat.engine.drafting import CountingDrafter, DraftModelDrafter, PromptLookupDrafter
 from llmchat.engine.driver import SequenceState, common_prefix
 from llmchat.engine.grammar import Grammar
 from llmchat.engine.interface import EngineCaps, EngineInfo, GenerateRequest, prompt_ids
+from llmchat.engine.native import LoadedModel
 from llmchat.engine.prompt_pieces import PromptPiece, tokens_for_pieces
 from llmchat.errors import ModelError, UsageError
 
@@ -147,6 +145,8 @@ class Engine:
             flash_attn_why=settings.flash_attn_why or None,
         )
 
+    penalty_last_n = _PENALTY_LAST_N  # the repeat penalty's window (engine.parallel's sampler_chain)
+
     @property
     def batch_size(self) -> int:
         return self.settings.batch_size
@@ -155,29 +155,36 @@ class Engine:
         """UsageError unless llama.cpp can parse `grammar` for this model's vocabulary."""
         from llmchat.engine.grammar import check_grammar
 
-        check_grammar(grammar, self._llm._model.vocab)
+        check_grammar(grammar, self.model.vocab)
 
-    def __init__(self, llm: "llama_cpp.Llama", model_path: Path, settings: EngineSettings, notices: list[str]):
-        self._llm = llm
+    def __init__(
+        self,
+        model: LoadedModel,
+        model_path: Path,
+        settings: EngineSettings,
+        notices: list[str],
+        drafter: CountingDrafter | None = None,
+    ):
+        self.model = model
         self.model_path = model_path
         self.settings = settings
         self.notices = notices  # things worth a line under --verbose
-        self._vocab = llama_cpp.llama_model_get_vocab(llm._model.model)
+        self._vocab = model.vocab
         self._pieces: dict[int, bytes] = {}
         self._max_token_bytes: int | None = None
-        self._drafter: CountingDrafter | None = llm.draft_model
-        self.metadata: dict[str, str] = dict(llm.metadata)
-        self.n_ctx: int = llm.n_ctx()
-        self.n_ctx_train: int = llm._model.n_ctx_train()
+        self._drafter = drafter
+        self.metadata: dict[str, str] = model.metadata()
+        self.n_ctx: int = model.n_ctx
+        self.n_ctx_train: int = model.n_ctx_train
         self.n_layers: int = int(
             self.metadata.get(f"{self.metadata.get('general.architecture', '')}.block_count", 0) or 0
         )
-        self.bos_id: int = llm._model.token_bos()
-        self.eos_id: int = llm._model.token_eos()
-        self.add_bos: bool = bool(llm._model.add_bos_token())
+        self.bos_id: int = int(llama_cpp.llama_vocab_bos(self._vocab))
+        self.eos_id: int = int(llama_cpp.llama_vocab_eos(self._vocab))
+        self.add_bos: bool = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self.bos_text: str = self._token_text(self.bos_id)
         self.eos_text: str = self._token_text(self.eos_id)
-        self.threads: int = llm.n_threads
+        self.threads: int = model.n_threads
 
     # --- loading -----------------------------------------------------------------------------
     @classmethod
@@ -207,26 +214,27 @@ class Engine:
             drafter = PromptLookupDrafter(settings.draft_tokens)
         elif settings.draft_model:
             # The drafter's greedy picks should match the target's: the same attention numerics.
-            draft_llm = _open_llama(
-                settings.draft_model,
-                n_ctx=settings.n_ctx or 0,
+            draft_model = _open_model(
+                settings.draft_model, threads=threads, gpu_layers=gpu_layers, settings=settings, flash_attn=flash_attn
+            )
+            drafter = DraftModelDrafter(draft_model, settings.draft_tokens, penalty_last_n=_PENALTY_LAST_N)
+
+        try:
+            model = _open_model(
+                model_path,
                 threads=threads,
                 gpu_layers=gpu_layers,
                 settings=settings,
                 flash_attn=flash_attn,
+                kv_type=KV_TYPES[settings.kv_type],
+                # Verification samples at the last sampled token and each drafted one: only those
+                # positions need logits (one row of n_vocab floats each).
+                output_window=settings.draft_tokens + 1 if drafter else 1,
             )
-            drafter = DraftModelDrafter(draft_llm, settings.draft_tokens, penalty_last_n=_PENALTY_LAST_N)
-
-        llm = _open_llama(
-            model_path,
-            n_ctx=settings.n_ctx or 0,
-            threads=threads,
-            gpu_layers=gpu_layers,
-            settings=settings,
-            flash_attn=flash_attn,
-            type_kv=KV_TYPES[settings.kv_type],
-            draft_model=CountingDrafter(drafter) if drafter else None,
-        )
+        except BaseException:
+            if isinstance(drafter, DraftModelDrafter):
+                drafter.draft.close()
+            raise
         notices.append(f"flash attention {'on' if flash_attn else 'off'}, KV cache {settings.kv_type}")
         if settings.flash_attn_why:
             notices.append(f"flash attention {'on' if flash_attn else 'off'}: {settings.flash_attn_why}")
@@ -235,19 +243,19 @@ class Engine:
                 f"speculative decoding: {'prompt lookup' if settings.lookup else settings.draft_model}, up to {settings.draft_tokens} drafted tokens per pass"
             )
         notices.append(_backend_notice(gpu_layers, threads))
-        return cls(llm, model_path, settings, notices)
+        return cls(model, model_path, settings, notices, CountingDrafter(drafter) if drafter else None)
 
     def close(self) -> None:
         drafter = self._drafter.inner if self._drafter else None
         if isinstance(drafter, DraftModelDrafter):
             drafter.draft.close()
-        self._llm.close()
+        self.model.close()
 
     # --- vocabulary ----------------------------------------------------------------------------
     def _token_text(self, token_id: int) -> str:
         if token_id < 0:
             return ""
-        return self._llm._model.token_get_text(token_id)
+        return self.model.token_text(token_id)
 
     def has_single_token(self, text: str) -> bool:
         ids = self.tokenize(text, special=True)
@@ -257,7 +265,7 @@ class Engine:
         """Tokenize without adding BOS: the prompt builder decides about BOS exactly once."""
         # errors="replace": a lone surrogate (undecodable bytes smuggled in through surrogateescape,
         # or a "\udcff" escape in JSON input) cannot be encoded; it becomes U+FFFD instead of a crash.
-        return self._llm.tokenize(text.encode("utf-8", errors="replace"), add_bos=False, special=special)
+        return self.model.tokenize(text.encode("utf-8", errors="replace"), add_bos=False, special=special)
 
     def max_token_bytes(self) -> int:
         """The most bytes of text any one token stands for (computed once, on first use).
@@ -296,18 +304,16 @@ class Engine:
         """The bytes a token stands for; control tokens give b"" so they are never shown."""
         piece = self._pieces.get(token_id)
         if piece is None:
-            size = 64
-            while True:
-                buffer = ctypes.create_string_buffer(size)
-                n = llama_cpp.llama_token_to_piece(self._vocab, token_id, buffer, size, 0, False)
-                if n >= 0:
-                    break
-                size = -n  # a negative result is the size needed
-            piece = self._pieces[token_id] = buffer.raw[:n]
+            piece = self._pieces[token_id] = self.model.piece(token_id, special=False)
         return piece
 
     def detokenize(self, tokens: Sequence[int]) -> str:
-        return self._llm.detokenize(list(tokens)).decode("utf-8", errors="replace")
+        text = b"".join(self.token_bytes(token) for token in tokens)
+        # SentencePiece vocabularies write a word's leading space into its piece; after BOS, the
+        # text's first word has none (as llama.cpp's own detokenizer trims it).
+        if tokens and tokens[0] == self.bos_id and text.startswith(b" "):
+            text = text[1:]
+        return text.decode("utf-8", errors="replace")
 
     def prompt_tokens(self, pieces: Sequence[PromptPiece]) -> list[int]:
         """Token ids for a rendered prompt's pieces, by the rules in llmchat.engine.prompt_pieces."""
@@ -323,7 +329,7 @@ class Engine:
     # --- generation ----------------------------------------------------------------------------
     def cached_prefix(self, prompt: Sequence[int]) -> int:
         """How many leading prompt tokens are already in the KV cache (what `generate` will reuse)."""
-        common = common_prefix(self._llm._input_ids[: self._llm.n_tokens], prompt)
+        common = common_prefix(self.model.tokens, prompt)
         # With nothing new to evaluate, the last token is replayed to refresh the logits.
         return min(common, max(len(prompt) - 1, 0))
 
@@ -338,50 +344,43 @@ class Engine:
         approximation, not bit-identical to a fresh prefill (the kept tokens' keys and values were
         computed when the dropped text was still in view). Returns the tokens moved (0: nothing done).
         """
-        llm = self._llm
-        cached = np.asarray(llm._input_ids[: llm.n_tokens])
-        wanted = np.asarray(prompt, dtype=cached.dtype)
-        limit = min(len(cached), len(wanted))
-        mismatch = np.nonzero(cached[:limit] != wanted[:limit])[0]
-        start = int(mismatch[0]) if len(mismatch) else limit
+        model = self.model
+        cached, wanted = model.tokens, list(prompt)
+        start = common_prefix(cached, wanted)
         probe = wanted[start : start + 16]
         if len(probe) < 16 or start >= len(cached):
             return 0
-        for found in np.nonzero(cached[start + 1 :] == probe[0])[0] + start + 1:
-            if len(cached) - found >= len(probe) and np.array_equal(cached[found : found + len(probe)], probe):
+        for found in range(start + 1, len(cached) - len(probe) + 1):
+            if cached[found] == probe[0] and cached[found : found + len(probe)] == probe:
                 break
         else:
             return 0
-        span = min(len(cached) - found, len(wanted) - start)
-        differs = np.nonzero(cached[found : found + span] != wanted[start : start + span])[0]
-        moved = int(differs[0]) if len(differs) else span
-        memory = llama_cpp.llama_get_memory(llm._ctx.ctx)
+        moved = common_prefix(cached[found:], wanted[start:])
+        memory = llama_cpp.llama_get_memory(model.ctx)
         if moved < 32 or not llama_cpp.llama_memory_can_shift(memory):
             return 0  # too little to gain, or a cache (recurrent, some hybrids) that cannot shift
-        gap = int(found - start)
-        if not llama_cpp.llama_memory_seq_rm(memory, 0, start, int(found)):
+        if not llama_cpp.llama_memory_seq_rm(memory, 0, start, found):
             return 0
-        llama_cpp.llama_memory_seq_add(memory, 0, int(found), -1, -gap)
+        llama_cpp.llama_memory_seq_add(memory, 0, found, -1, start - found)
         llama_cpp.llama_memory_seq_rm(memory, 0, start + moved, -1)  # what followed is stale
-        llm.input_ids[start : start + moved] = cached[found : found + moved].copy()
-        llm.n_tokens = start + moved
-        llm._requires_eval = True  # the logits belong to the old sequence
+        model.tokens[start:] = cached[found : found + moved]
+        model.logits_fresh = False  # the logits belong to the old sequence
         return moved
 
     # --- the sequence's state, for the KV cache on disk (llmchat.engine.kv_store) ----------------
     def evaluated_tokens(self) -> list[int]:
         """The token ids whose keys and values the KV cache holds now, in order."""
-        return [int(t) for t in self._llm._input_ids[: self._llm.n_tokens]]
+        return list(self.model.tokens)
 
     def sequence_state(self) -> bytes:
         """llama.cpp's serialized state of sequence 0 (its KV cells), for `evaluated_tokens()`.
 
         Sequence-level (`llama_state_seq_*`), not the whole context: no logits or RNG, and a restore
         can be cut back to any prefix of it."""
-        ctx = self._llm._ctx.ctx
+        ctx = self.model.ctx
         memory = llama_cpp.llama_get_memory(ctx)
-        # Cells past n_tokens (a rejected draft) are stale; drop them so they are not saved.
-        llama_cpp.llama_memory_seq_rm(memory, 0, self._llm.n_tokens, -1)
+        # Cells past the sequence (a rejected draft) are stale; drop them so they are not saved.
+        llama_cpp.llama_memory_seq_rm(memory, 0, len(self.model.tokens), -1)
         size = llama_cpp.llama_state_seq_get_size(ctx, 0)
         buffer = (ctypes.c_uint8 * size)()
         written = llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0)
@@ -393,20 +392,19 @@ class Engine:
         False (and an empty cache) when llama.cpp refuses the data: another model, KV type or
         attention layout. The next `generate` evaluates at least the last prompt token, which
         brings fresh logits (the restored state has none)."""
-        llm = self._llm
-        ctx = llm._ctx.ctx
+        model = self.model
+        ctx = model.ctx
         memory = llama_cpp.llama_get_memory(ctx)
         llama_cpp.llama_memory_seq_rm(memory, 0, 0, -1)
-        llm.n_tokens = 0
+        model.tokens.clear()
+        model.logits_fresh = False
         buffer = (ctypes.c_uint8 * len(state)).from_buffer(state)
         if not llama_cpp.llama_state_seq_set_data(ctx, buffer, len(state), 0):
             llama_cpp.llama_memory_seq_rm(memory, 0, 0, -1)
             return False
         keep = min(keep, len(tokens))
         llama_cpp.llama_memory_seq_rm(memory, 0, keep, -1)
-        llm.input_ids[:keep] = np.asarray(tokens[:keep], dtype=llm.input_ids.dtype)
-        llm.n_tokens = keep
-        llm._requires_eval = True
+        model.tokens.extend(int(token) for token in tokens[:keep])
         return True
 
     def generate(self, request: GenerateRequest, *, feeds_steering: bool = False) -> "Generation":
@@ -429,7 +427,6 @@ class Generation:
     def __iter__(self) -> Iterator[TokenEvent]:
         engine, state, outcome = self.engine, self.state, self.outcome
         outcome.cached_tokens = engine.cached_prefix(self.prompt)
-        engine._llm.set_seed(self.seed)
         if engine._drafter is not None:
             engine._drafter.start_reply(len(self.prompt), self.request.sampling.repeat_penalty)
         if not state.start(time.perf_counter()):
@@ -459,7 +456,7 @@ class Generation:
                 if not forced or state.done:
                     break
                 # Forced tokens (the end of a thinking block): the model continues from prompt +
-                # reply so far + them. `Llama.generate` keeps the matching KV prefix, so only the
+                # reply so far + them. `LoadedModel.generate` keeps the matching KV prefix, so only the
                 # last sampled token and the forced ones are evaluated.
                 stream.close()
                 stream = self._stream(self.prompt + outcome.generated_ids)
@@ -475,25 +472,21 @@ class Generation:
                 )
 
     def _stream(self, tokens: list[int]) -> Generator[int, Any, None]:
-        """`Llama.generate` over `tokens`, sampled through llmchat's own chain (engine.parallel's
-        `sampler_chain`): the repeat penalty's window then holds the prompt's last tokens too, as
-        on llama-server, and a grammar gate when the request has one.
-
-        `Llama.generate` builds its sampler with `self._init_sampler(...)` when it starts (at the
-        first token) and samples every token through it, drafted positions included: so a drafted
-        token is kept only when it equals the token the chain picked. (The library's own
-        `grammar=` would put llama.cpp's full-vocabulary grammar sampler in the chain instead.)"""
+        """The model's decode loop over `tokens`, sampled through llmchat's own chain
+        (engine.parallel's `sampler_chain`): the repeat penalty's window holds the prompt's last
+        tokens too, as on llama-server, and a grammar gate when the request has one. Drafted
+        positions are sampled through the same chain, so a drafted token is kept only when it
+        equals the token the chain picked."""
         from llmchat.engine.parallel import grammar_start, sampler_chain
 
-        llm = self.engine._llm
+        model = self.engine.model
         request = self.request
-        stream = llm.generate(tokens)
         # A restarted stream (forced tokens) may be past the end of thinking already.
-        after = grammar_start(llm, request.grammar_after, tokens[len(self.prompt) :])
+        after = grammar_start(model, request.grammar_after, tokens[len(self.prompt) :])
         chain = sampler_chain(
-            llm._model.vocab,
-            llm._n_vocab,
-            llm.last_n_tokens_size,
+            model.vocab,
+            model.n_vocab,
+            _PENALTY_LAST_N,
             request.sampling,
             self.seed,
             request.grammar,
@@ -502,91 +495,52 @@ class Generation:
             loop_exit=self.state.reply.loop_exit,
             feed_trigger=request.grammar_from_trigger,
         )
-        sampler = _ChainSampler(chain)
-        llm._init_sampler = lambda **_: sampler  # an instance attribute, removed below
+        stream = model.generate(tokens, chain, self.engine._drafter)
         try:
-            try:
-                first = next(stream)
-            finally:
-                del llm._init_sampler
-            yield first
             yield from stream
-        except StopIteration:
-            return
         finally:
             stream.close()
-            if llm._sampler is sampler:
-                llm._sampler = None
-            sampler.close()
+            llama_cpp.llama_sampler_free(chain)
 
 
-class _ChainSampler:
-    """A llama.cpp sampler chain in the shape `Llama` uses its own (`sample(ctx, idx)`)."""
-
-    def __init__(self, chain: Any):
-        self.chain = chain
-
-    def sample(self, ctx: Any, idx: int = -1) -> int:
-        return int(llama_cpp.llama_sampler_sample(self.chain, ctx.ctx, idx))
-
-    def close(self) -> None:
-        if self.chain is not None:
-            llama_cpp.llama_sampler_free(self.chain)
-            self.chain = None
-
-
-def _open_llama(
+def _open_model(
     model_path: Path,
     *,
-    n_ctx: int,
     threads: int,
     gpu_layers: int,
     settings: EngineSettings,
     flash_attn: bool,
-    type_kv: int | None = None,
-    draft_model: CountingDrafter | None = None,
-) -> "llama_cpp.Llama":
-    if n_ctx == 0:
-        n_ctx = min(_trained_context(model_path), DEFAULT_MAX_CTX)
-    kwargs = dict(
-        model_path=str(model_path),
-        n_ctx=n_ctx,
-        n_batch=min(settings.batch_size, n_ctx),
-        n_ubatch=min(settings.batch_size, n_ctx),
-        n_threads=threads,
-        n_threads_batch=threads,
-        n_gpu_layers=gpu_layers,
-        use_mmap=settings.mmap,
-        use_mlock=settings.mlock,
-        flash_attn=flash_attn,
-        last_n_tokens_size=_PENALTY_LAST_N,
-        verbose=False,
-    )
-    if type_kv is not None:
-        kwargs.update(type_k=type_kv, type_v=type_kv)
-    model_class: type[llama_cpp.Llama] = llama_cpp.Llama
-    if draft_model is not None:
-        # Only the logits verification samples from (DraftingLlama), not one row per token.
-        kwargs.update(draft_model=draft_model, logits_all=False, output_window=settings.draft_tokens + 1)
-        model_class = DraftingLlama
+    kv_type: int | None = None,
+    output_window: int = 1,
+) -> LoadedModel:
     logs.recent_errors.clear()
     logs.offloaded.clear()
     try:
-        with _library_templates_off(), _model_params(use_extra_bufts=not cpu_has_amx()):
-            llm = model_class(**kwargs)
+        model = LoadedModel(
+            model_path,
+            n_ctx=settings.n_ctx or 0,
+            max_ctx=DEFAULT_MAX_CTX,
+            n_batch=settings.batch_size,
+            threads=threads,
+            gpu_layers=gpu_layers,
+            mmap=settings.mmap,
+            mlock=settings.mlock,
+            flash_attn=flash_attn,
+            kv_type=kv_type,
+            extra_buffer_types=not cpu_has_amx(),
+            progress_callback=_KEEP_LOADING,
+            output_window=output_window,
+        )
     except (ValueError, RuntimeError, OSError) as err:
         interrupts.raise_pending()  # a load aborted by Ctrl-C is an interruption, not a bad file
         reason = logs.first_error() or str(err)
-    except Exception as err:  # the library's Python side of loading; never a traceback
-        interrupts.raise_pending()
-        reason = logs.first_error() or f"{type(err).__name__}: {err}"
     else:
         try:
             interrupts.raise_pending()  # the signal came in the load's last callbacks
         except BaseException:
-            llm.close()
+            model.close()
             raise
-        return llm
+        return model
     reason = " ".join(reason.split())  # one line, whatever the library said
     lowered = reason.lower()
     if "context" in lowered or "alloc" in lowered or "memory" in lowered:
@@ -594,20 +548,6 @@ def _open_llama(
     else:
         advice = "the file may be damaged or need a newer llama-cpp-python; check it, or download it again"
     raise ModelError(f"llama.cpp could not load {model_path}: {reason}; {advice}")
-
-
-class _UncompiledTemplate:
-    """Stands in for llama-cpp-python's Jinja2ChatFormatter while a model loads: keeps the text,
-    compiles nothing. See `_library_templates_off`."""
-
-    def __init__(self, template: str, *args: object, **kwargs: object):
-        self.template = template
-
-    def to_chat_handler(self):
-        def unavailable(*args: object, **kwargs: object):
-            raise RuntimeError("llmchat renders chat templates itself (llmchat.chat_template)")
-
-        return unavailable
 
 
 def cpu_has_amx() -> bool:
@@ -638,55 +578,3 @@ def _keep_loading(progress: float, user_data: ctypes.c_void_p) -> bool:
 
 
 _KEEP_LOADING = llama_cpp.llama_progress_callback(_keep_loading)  # module-level: ctypes keeps it alive
-
-
-@contextlib.contextmanager
-def _model_params(*, use_extra_bufts: bool) -> Iterator[None]:
-    """Set model parameters that `Llama()` has no keyword for (it builds them from
-    `llama_model_default_params()` inside its constructor): the interruptible load, and the
-    extra buffer types (see `cpu_has_amx`)."""
-    module = llama_cpp.llama.llama_cpp
-    original = module.llama_model_default_params
-
-    def params() -> llama_cpp.llama_model_params:
-        value = original()
-        value.progress_callback = _KEEP_LOADING
-        if not use_extra_bufts:
-            value.use_extra_bufts = False
-        return value
-
-    module.llama_model_default_params = params
-    try:
-        yield
-    finally:
-        module.llama_model_default_params = original
-
-
-@contextlib.contextmanager
-def _library_templates_off() -> Iterator[None]:
-    """Keep `Llama()` from compiling the GGUF's chat templates.
-
-    llama-cpp-python compiles every `tokenizer.chat_template*` string in the file as it loads, with
-    plain Jinja and no limits. The file may come from anyone: a template with a syntax error made
-    the load fail with a traceback, a deeply nested one exhausted the stack, and `--template`
-    could not route around either, because this happens before llmchat's own resolution. llmchat
-    never uses the library's chat handlers; it renders templates itself in its guarded sandbox
-    (llmchat.chat_template), which refuses such templates with a clear message.
-    """
-    from llama_cpp import llama_chat_format
-
-    original = llama_chat_format.Jinja2ChatFormatter
-    llama_chat_format.Jinja2ChatFormatter = _UncompiledTemplate
-    try:
-        yield
-    finally:
-        llama_chat_format.Jinja2ChatFormatter = original
-
-
-def _trained_context(model_path: Path) -> int:
-    """The trained context length, read from the GGUF header without loading weights."""
-    from llmchat.gguf_file import read_metadata
-
-    meta = read_metadata(model_path)
-    arch = meta.scalars.get("general.architecture", "")
-    return int(meta.scalars.get(f"{arch}.context_length", 0) or 4096)

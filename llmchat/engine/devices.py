@@ -11,7 +11,7 @@ import ctypes
 import re
 from dataclasses import dataclass
 
-import llama_cpp
+from llmchat.engine.bindings import LIBRARY_VERSION, llama_cpp
 
 # enum ggml_backend_dev_type
 _DEVICE_KINDS = {0: "CPU", 1: "GPU", 2: "iGPU", 3: "accelerator", 4: "meta"}
@@ -31,7 +31,7 @@ class Device:
 
 
 def _bind():
-    lib = llama_cpp.llama_cpp._lib
+    lib = llama_cpp._lib
     try:
         functions = {
             name: getattr(lib, name)
@@ -102,7 +102,7 @@ def cpu_features() -> list[str]:
 def _ggml_string(name: str) -> str | None:
     """A version string ggml exports (`ggml_version`, `ggml_commit`), where this build has it."""
     try:
-        function = getattr(llama_cpp.llama_cpp._lib, name)
+        function = getattr(llama_cpp._lib, name)
     except AttributeError:
         return None
     function.argtypes = []
@@ -122,7 +122,7 @@ def runtime_versions() -> list[str]:
     )
     features = ", ".join(f for f in cpu_features() if f in ("AVX2", "AVX512", "AMX_INT8", "NEON", "SVE", "SME"))
     return [
-        f"llama-cpp-python {getattr(llama_cpp, '__version__', '?')}",
+        f"llama-cpp-python {LIBRARY_VERSION}",
         f"llama.cpp (ggml) {built or 'version not exported by this build'}",
         f"backend: {backend}" + (f"; CPU features {features}" if features else ""),
     ]

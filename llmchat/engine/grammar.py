@@ -106,7 +106,9 @@ class Grammar:
 def schema_to_gbnf(schema: dict[str, Any]) -> str:
     """The GBNF that holds a reply to `schema`; UsageError for anything the grammar cannot enforce."""
     check_enforceable(schema)
-    from llama_cpp.llama_grammar import SchemaConverter
+    from llmchat.engine.bindings import library_module
+
+    SchemaConverter: Any = library_module("llama_grammar").SchemaConverter
 
     class Converter(SchemaConverter):
         def visit(self, node: dict[str, Any], name: str) -> str:
@@ -272,9 +274,8 @@ def load_gbnf(path: Path) -> Grammar:
 
 def check_grammar(grammar: Grammar, vocab: Any) -> None:
     """Parse the grammar with llama.cpp as the sampler will (UsageError with llama.cpp's reason)."""
-    import llama_cpp
-
     from llmchat.engine import logs
+    from llmchat.engine.bindings import llama_cpp
 
     logs.recent_errors.clear()
     sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.text.encode("utf-8"), b"root")
@@ -309,7 +310,7 @@ class GrammarGate:
         loop_exit: LoopExit | None = None,
         feed_trigger: bool = False,
     ):
-        import llama_cpp
+        from llmchat.engine.bindings import llama_cpp
 
         _retired.clear()
         self._llama = llama_cpp
@@ -575,7 +576,7 @@ def constrained(
     steering out of a loop (engine.loop_exit)."""
     if grammar is None:
         return chain
-    import llama_cpp
+    from llmchat.engine.bindings import llama_cpp
 
     inner = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
     gate = GrammarGate(

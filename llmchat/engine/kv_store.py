@@ -30,13 +30,13 @@ import hashlib
 import json
 import os
 import struct
+import sys
 import time
 import zlib
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
-
-import numpy as np
 
 from llmchat import paths
 from llmchat.private_files import ensure_private_dir, write_private_atomic
@@ -70,7 +70,7 @@ class CorruptFile(Exception):
 class Entry:
     path: Path
     header: dict
-    tokens: np.ndarray
+    tokens: bytes  # the token ids, 4-byte little-endian (as in the file)
     payload_offset: int
     size: int
     mtime: float
@@ -81,7 +81,13 @@ class Entry:
 
     @property
     def n_tokens(self) -> int:
-        return len(self.tokens)
+        return len(self.tokens) // 4
+
+    def token_ids(self) -> list[int]:
+        ids = array("i", self.tokens)
+        if sys.byteorder == "big":
+            ids.byteswap()
+        return ids.tolist()
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,7 @@ class Restored:
 
 def engine_identity(engine: Engine) -> dict:
     """Everything that must match for a saved state to be valid in this engine."""
-    import llama_cpp
+    from llmchat.engine.bindings import LIBRARY_VERSION
 
     path = Path(engine.model_path).resolve()
     stat = path.stat()
@@ -104,7 +110,7 @@ def engine_identity(engine: Engine) -> dict:
         "n_ctx": engine.n_ctx,
         "kv_type": settings.kv_type,
         "flash_attn": settings.flash_attn,
-        "llama_cpp": llama_cpp.__version__,
+        "llama_cpp": LIBRARY_VERSION,
     }
 
 
@@ -112,8 +118,12 @@ def _digest(value: object) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
-def _token_array(tokens: Sequence[int]) -> np.ndarray:
-    return np.asarray(tokens, dtype="<i4")
+def _token_bytes(tokens: Sequence[int]) -> bytes:
+    """Token ids as the file stores them: 4-byte little-endian integers."""
+    ids = array("i", tokens)
+    if sys.byteorder == "big":
+        ids.byteswap()
+    return ids.tobytes()
 
 
 def read_entry(path: Path) -> Entry:
@@ -143,14 +153,20 @@ def read_entry(path: Path) -> Entry:
                 raise CorruptFile("truncated or overlong")
     except OSError as err:
         raise CorruptFile(f"unreadable ({err.strerror or err})") from None
-    tokens = np.frombuffer(raw_tokens, dtype="<i4")
-    return Entry(path, header, tokens, payload_offset, stat.st_size, stat.st_mtime)
+    return Entry(path, header, raw_tokens, payload_offset, stat.st_size, stat.st_mtime)
 
 
-def _common_prefix(saved: np.ndarray, prompt: np.ndarray) -> int:
-    limit = min(len(saved), len(prompt))
-    differs = np.nonzero(saved[:limit] != prompt[:limit])[0]
-    return int(differs[0]) if len(differs) else limit
+def _common_prefix(saved: bytes, prompt: bytes) -> int:
+    """How many leading token ids two token strings (`_token_bytes`) share: a binary search whose
+    every step is one C-level compare of the prefixes."""
+    low, high = 0, min(len(saved), len(prompt)) // 4
+    while low < high:
+        middle = (low + high + 1) // 2
+        if saved[: 4 * middle] == prompt[: 4 * middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 class KVStore:
@@ -204,9 +220,9 @@ class KVStore:
         evaluate, which brings the logits the first sample needs."""
         if len(prompt) < 2:
             return None
-        wanted = _token_array(prompt)[:-1]
+        wanted = _token_bytes(prompt[:-1])
         in_memory = self.engine.cached_prefix(prompt)
-        if len(wanted) - in_memory < MIN_RESTORE_GAIN:
+        if len(prompt) - 1 - in_memory < MIN_RESTORE_GAIN:
             return None  # the usual chat turn: memory already holds all but the new message
         best: tuple[int, Entry] | None = None
         for entry in self._entries():
@@ -223,7 +239,7 @@ class KVStore:
         state = self._read_state(entry)
         if state is None:
             return None
-        if not self.engine.restore_sequence(entry.tokens.tolist(), state, common):
+        if not self.engine.restore_sequence(entry.token_ids(), state, common):
             self._discard(entry.path, "was refused by llama.cpp")
             return None
         with contextlib.suppress(OSError):
@@ -275,7 +291,7 @@ class KVStore:
 def write_entry(folder: Path, identity: dict, tokens: Sequence[int], state: bytes, conversation_id: str | None) -> Path:
     """Write one cache file, whole or not at all; its name is the engine identity and the tokens'
     hash, so two processes saving the same sequence write the same name (the last rename wins)."""
-    token_bytes = _token_array(tokens).tobytes()
+    token_bytes = _token_bytes(tokens)
     header = {
         "identity": identity,
         "conversation_id": conversation_id,

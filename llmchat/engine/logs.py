@@ -19,9 +19,8 @@ import re
 import sys
 from collections import deque
 
-import llama_cpp
-
 from llmchat import interrupts
+from llmchat.engine.bindings import llama_cpp
 
 GGML_LOG_LEVEL_DEBUG = 1  # per-tensor and per-layer lines: thousands per load, not shown
 GGML_LOG_LEVEL_ERROR = 4

@@ -41,9 +41,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
-import llama_cpp
-
 from llmchat.engine import logs
+from llmchat.engine.bindings import llama_cpp
 from llmchat.engine.driver import DecodedResult, SequenceState, common_prefix
 from llmchat.engine.grammar import Grammar, constrained
 from llmchat.engine.interface import QueuedRequest, prompt_ids
@@ -53,6 +52,7 @@ from llmchat.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from llmchat.engine.core import Engine
+    from llmchat.engine.native import LoadedModel
 
 # A new item waits for another slot's prefill only when that saves at least this many tokens.
 MIN_WAIT_GAIN = 4
@@ -136,12 +136,12 @@ def sampler_chain(
     return chain
 
 
-def grammar_start(llm: llama_cpp.Llama, after: str | None, reply: Sequence[int]) -> str | None:
+def grammar_start(model: LoadedModel, after: str | None, reply: Sequence[int]) -> str | None:
     """The text after which a grammar applies, or None once the reply so far already holds it (a
     chain made again after forced tokens closed the thinking block: the grammar applies now)."""
     if after is None or not reply:
         return after
-    so_far = llm.detokenize(list(reply), special=True).decode("utf-8", errors="replace")
+    so_far = b"".join(model.piece(token, special=True) for token in reply).decode("utf-8", errors="replace")
     return None if after in so_far else after
 
 
@@ -166,13 +166,12 @@ class ParallelDecoder:
         self.engine = engine
         self.n_seq = n_seq
         self.n_ctx_per_seq = n_ctx_per_seq
-        llm = engine._llm
-        self.n_batch = max(n_seq, n_batch or llm.n_batch)
-        model = llm._model.model
+        self.n_batch = max(n_seq, n_batch or engine.model.n_batch)
+        model = engine.model.model
         self._model = model
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
-        self.penalty_last_n = int(llm.last_n_tokens_size)
+        self.penalty_last_n = engine.penalty_last_n
         self.can_share = not (llama_cpp.llama_model_is_recurrent(model) or llama_cpp.llama_model_is_hybrid(model))
         self.generated_total = 0
         self.prompt_evaluated = 0  # prompt tokens actually run through the model
@@ -190,8 +189,7 @@ class ParallelDecoder:
 
     # --- resources -----------------------------------------------------------------------------
     def _open(self) -> None:
-        llm = self.engine._llm
-        params = llama_cpp.llama_context_params.from_buffer_copy(llm.context_params)
+        params = llama_cpp.llama_context_params.from_buffer_copy(self.engine.model.context_params)
         # Each stream holds one slot's full window, rounded up to 256 cells as llama.cpp does.
         params.n_ctx = self.n_seq * (-(-self.n_ctx_per_seq // KV_ROUND) * KV_ROUND)
         params.n_batch = self.n_batch
@@ -241,7 +239,7 @@ class ParallelDecoder:
             request.sampling,
             state.seed,
             request.grammar,
-            start_after=grammar_start(self.engine._llm, request.grammar_after, reply),
+            start_after=grammar_start(self.engine.model, request.grammar_after, reply),
             history=list(prompt) + reply,
             loop_exit=state.reply.loop_exit,
         )

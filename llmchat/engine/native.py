@@ -1,0 +1,263 @@
+"""One model and its context on llama.cpp's C API: load, tokenize, evaluate, and the decode loop.
+
+This is what `Engine` (llmchat.engine.core) stands on, in place of llama-cpp-python's `Llama`,
+which costs a one-shot `ask` numpy and the library's chat formats at import
+(llmchat.engine.bindings). It keeps only what llmchat uses:
+- the tokens the KV cache of sequence 0 holds (`tokens`), so that `generate` evaluates only what
+  follows the longest prefix a new prompt shares with them: a chat prefills only its new turn;
+- `eval`, which asks llama.cpp for logits only where they are sampled from: the last position, or
+  the last `output_window` positions when a drafter's guesses are verified in one pass;
+- `generate`, the decode loop: sample through the caller's sampler chain, evaluate, and, with a
+  drafter, evaluate the sampled token and the drafted ones together and keep the drafts up to the
+  first one the chain would not have picked. The reply is the model's own either way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+from typing import Any, Callable, Generator, Protocol, Sequence
+
+from llmchat.engine.bindings import llama_cpp
+
+_INT32_MAX = 0x7FFFFFFF  # n_gpu_layers: every layer
+_backend: dict[str, bool] = {"ready": False}
+
+
+class Drafter(Protocol):
+    """Guesses the tokens that follow `ids` (the context so far); [] for no guess."""
+
+    def __call__(self, ids: Sequence[int], /) -> list[int]: ...
+
+
+class LoadedModel:
+    """A GGUF model, one context for sequence 0, and the tokens its KV cache holds.
+
+    `n_ctx` 0: the trained context, at most `max_ctx`. Raises ValueError when llama.cpp refuses
+    the file or the context (its log says why: llmchat.engine.logs)."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        n_ctx: int,
+        max_ctx: int,
+        n_batch: int,
+        threads: int,
+        gpu_layers: int,
+        mmap: bool,
+        mlock: bool,
+        flash_attn: bool,
+        kv_type: int | None = None,
+        extra_buffer_types: bool = True,
+        progress_callback: Any = None,
+        output_window: int = 1,
+        vocab_only: bool = False,
+    ):
+        if not _backend["ready"]:
+            llama_cpp.llama_backend_init()
+            _backend["ready"] = True
+        self.path = path
+        self.output_window = max(1, output_window)
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = _INT32_MAX if gpu_layers == -1 else gpu_layers
+        params.vocab_only = vocab_only
+        if mmap and mlock:
+            params.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK
+        elif mlock:
+            params.load_mode = llama_cpp.LLAMA_LOAD_MODE_MLOCK
+        elif mmap:
+            params.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP
+        else:
+            params.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
+        if progress_callback is not None:
+            params.progress_callback = progress_callback
+        if not extra_buffer_types:
+            params.use_extra_bufts = False
+        self.model_params = params
+        self.gpu_layers = gpu_layers
+        self.model = llama_cpp.llama_model_load_from_file(str(path).encode("utf-8"), params)
+        if not self.model:
+            raise ValueError(f"failed to load model from file: {path}")
+        self.ctx: Any = None
+        self._batch: Any = None
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(self.model))
+        self.is_recurrent = bool(
+            llama_cpp.llama_model_is_recurrent(self.model) or llama_cpp.llama_model_is_hybrid(self.model)
+        )
+        self.tokens: list[int] = []  # what the KV cache of sequence 0 holds, in order
+        self.logits_fresh = False  # the last eval's logits belong to `tokens` (not a restored state)
+        self.n_threads = threads
+        if vocab_only:
+            self.n_ctx = self.n_batch = 0
+            return
+        n_ctx = n_ctx or min(self.n_ctx_train or max_ctx, max_ctx)
+        self.n_batch = min(n_batch, n_ctx)
+        context = llama_cpp.llama_context_default_params()
+        context.n_ctx = n_ctx
+        context.n_batch = self.n_batch
+        context.n_ubatch = self.n_batch
+        context.n_threads = threads
+        context.n_threads_batch = threads
+        context.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        if kv_type is not None:
+            context.type_k = kv_type
+            context.type_v = kv_type
+        self.context_params = context
+        self.ctx = llama_cpp.llama_init_from_model(self.model, context)
+        if not self.ctx:
+            self.close()
+            raise ValueError("Failed to create llama_context")
+        self.n_ctx = int(llama_cpp.llama_n_ctx(self.ctx))
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+
+    def close(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if self.ctx:
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            llama_cpp.llama_model_free(self.model)
+            self.model = None
+
+    # --- what the file says ------------------------------------------------------------------------
+    def metadata(self) -> dict[str, str]:
+        """The GGUF header's key-value pairs, values as llama.cpp renders them to text."""
+        found: dict[str, str] = {}
+        size = 1024
+        buffer = ctypes.create_string_buffer(size)
+
+        def read(call: Callable[..., int], index: int) -> str:
+            nonlocal buffer, size
+            n = call(self.model, index, buffer, size)
+            if n >= size:
+                size = n + 1
+                buffer = ctypes.create_string_buffer(size)
+                call(self.model, index, buffer, size)
+            return buffer.value.decode("utf-8", errors="replace")
+
+        for index in range(llama_cpp.llama_model_meta_count(self.model)):
+            key = read(llama_cpp.llama_model_meta_key_by_index, index)
+            found[key] = read(llama_cpp.llama_model_meta_val_str_by_index, index)
+        return found
+
+    def describe(self) -> tuple[str, int, int]:
+        """(llama.cpp's one-line description, size in bytes, parameter count)."""
+        buffer = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(self.model, buffer, 256)
+        return (
+            buffer.value.decode("utf-8", errors="replace"),
+            int(llama_cpp.llama_model_size(self.model)),
+            int(llama_cpp.llama_model_n_params(self.model)),
+        )
+
+    # --- vocabulary ----------------------------------------------------------------------------
+    def tokenize(self, text: bytes, *, add_bos: bool, special: bool) -> list[int]:
+        room = len(text) + 2  # a token covers at least one byte; BOS and EOS may be added
+        ids = (llama_cpp.llama_token * room)()
+        n = llama_cpp.llama_tokenize(self.vocab, text, len(text), ids, room, add_bos, special)
+        if n < 0:
+            raise RuntimeError(f"llama.cpp could not tokenize {len(text)} bytes of text")
+        return ids[:n]
+
+    def token_text(self, token: int) -> str:
+        """The token as the vocabulary spells it (control tokens as their markup)."""
+        return llama_cpp.llama_vocab_get_text(self.vocab, token).decode("utf-8", errors="replace")
+
+    def piece(self, token: int, *, special: bool) -> bytes:
+        """The bytes a token stands for; control tokens give b"" unless `special`."""
+        size = 64
+        while True:
+            buffer = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buffer, size, 0, special)
+            if n >= 0:
+                return buffer.raw[:n]
+            size = -n  # a negative result is the size needed
+
+    # --- evaluation ------------------------------------------------------------------------------
+    def clear(self) -> None:
+        """Forget the whole sequence (the KV cache is empty after this). The cells are marked free,
+        not zeroed (as llama-bench clears between runs): zeroing a large cache takes milliseconds."""
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.ctx), False)
+        self.tokens.clear()
+        self.logits_fresh = False
+
+    def keep(self, n: int) -> bool:
+        """Cut the sequence back to its first `n` tokens. False where the cache cannot drop a
+        suffix (a recurrent model): the caller starts over instead."""
+        if n >= len(self.tokens):
+            return True
+        if not llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), -1, n, -1):
+            return False
+        del self.tokens[n:]
+        self.logits_fresh = False
+        return True
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        """Evaluate `tokens` after the sequence so far, in chunks of `n_batch`. Logits are kept for
+        the last `output_window` of them, where sampling reads them."""
+        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), -1, len(self.tokens), -1)
+        batch = self._batch
+        first_needed = len(tokens) - self.output_window
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            n_past = len(self.tokens)
+            batch.n_tokens = len(chunk)
+            for i, token in enumerate(chunk):
+                batch.token[i] = token
+                batch.pos[i] = n_past + i
+                batch.seq_id[i][0] = 0
+                batch.n_seq_id[i] = 1
+                batch.logits[i] = start + i >= first_needed
+            code = llama_cpp.llama_decode(self.ctx, batch)
+            if code != 0:
+                self.logits_fresh = False
+                raise RuntimeError(f"llama_decode returned {code}")
+            self.tokens.extend(chunk)
+        self.logits_fresh = True
+
+    def generate(
+        self, prompt: Sequence[int], sampler: Any, drafter: Drafter | None = None
+    ) -> Generator[int, None, None]:
+        """Sample tokens after `prompt` through the sampler chain `sampler`, without end.
+
+        The cache keeps the longest prefix it shares with `prompt`; at least the last prompt token
+        is evaluated again unless the cache holds exactly `prompt` with live logits."""
+        tokens = list(prompt)
+        common = 0
+        for cached, wanted in zip(self.tokens, tokens):
+            if cached != wanted:
+                break
+            common += 1
+        if common == len(tokens) == len(self.tokens) and self.logits_fresh and tokens:
+            tokens = []
+        else:
+            reuse = common - 1 if common == len(tokens) else common
+            if not (reuse > 0 and self.keep(reuse)):
+                self.clear()
+                reuse = 0
+            tokens = tokens[reuse:]
+        sample_at = len(self.tokens) + len(tokens) - 1
+        while True:
+            self.eval(tokens)
+            while sample_at < len(self.tokens):
+                token = int(llama_cpp.llama_sampler_sample(sampler, self.ctx, sample_at - len(self.tokens)))
+                sample_at += 1
+                yield token
+                tokens = [token]
+                if sample_at < len(self.tokens) and token != self.tokens[sample_at]:
+                    # The drafts from here on were not the chain's picks: drop them (a cache that
+                    # cannot drop a suffix is evaluated again up to here).
+                    if not self.keep(sample_at):
+                        tokens = self.tokens[:sample_at] + tokens
+                        self.clear()
+                    break
+            if drafter is not None:
+                drafted = drafter(self.tokens + tokens)
+                tokens.extend(drafted[: max(0, self.n_ctx - len(self.tokens) - len(tokens))])
