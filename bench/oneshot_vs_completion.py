@@ -7,9 +7,13 @@ from a first --json run), greedy with the repeat penalty off, the same number of
 (the replies are compared; the script stops if they differ). llama-completion runs without its
 warm-up pass (ask has none) and prints neither the prompt nor a conversation prompt.
 
+A third side, `bench/oneshot_floor.py`, does the same work in the least Python there is: the
+interpreter, the llama.cpp bindings llmchat uses, load, prefill, greedy decode, print. It splits
+ask's gap into what is Python's (floor / llama-completion) and what is llmchat's (ask / floor).
+
 Measured per run: wall time from exec to exit, and peak RSS (the child's own ru_maxrss, from
-wait4). Rounds alternate which side goes first; the ratios are ask / llama-completion, reported as
-medians over the rounds with the min-max spread. Every run is in the results file.
+wait4). Rounds rotate which side goes first; the ratios are reported as medians over the rounds
+with the min-max spread. Every run is in the results file.
 
     python bench/oneshot_vs_completion.py LLAMA_COMPLETION [--reps 9] [--tokens 64]
            [--out bench/results/oneshot_vs_completion.md]
@@ -88,41 +92,53 @@ def main() -> None:
         "-ub", str(BATCH), "-t", str(threads), "-fa", flash_attn, "--temp", "0", "--repeat-penalty", "1",
         "--no-warmup", "--no-display-prompt", "-no-cnv", "--simple-io", "--seed", "1",
     ]  # fmt: skip
+    floor_argv = [
+        sys.executable, str(Path(__file__).resolve().parent / "oneshot_floor.py"), model, rendered,
+        "--tokens", str(args.tokens), "--ctx", str(CTX), "--batch", str(BATCH), "--threads", str(threads),
+        "--flash-attn", flash_attn,
+    ]  # fmt: skip
+    argvs = {"ask": [*ask_argv, PROMPT], "floor": floor_argv, "completion": completion_argv}
+    names = {"ask": "ask", "floor": "floor", "completion": "llama-completion"}
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_before = os.getloadavg()[0]
     raw: list[str] = []
-    walls: list[tuple[float, float]] = []
-    rss: list[tuple[float, float]] = []
+    runs: list[dict[str, tuple[float, float]]] = []
+    order = list(argvs)
     for rep in range(args.reps):
-        sides = ("ask", "completion") if rep % 2 == 0 else ("completion", "ask")
+        sides = order[rep % 3 :] + order[: rep % 3]  # each side goes first in turn
         result: dict[str, tuple[float, float, str]] = {}
         for side in sides:
-            argv = [*ask_argv, PROMPT] if side == "ask" else completion_argv
-            wall, peak, out, _ = run_measured(argv, env)
+            wall, peak, out, _ = run_measured(argvs[side], env)
             result[side] = (wall, peak, out)
-        ask_reply, completion_reply = result["ask"][2].strip(), result["completion"][2].strip()
-        if ask_reply != completion_reply:
-            sys.exit(f"round {rep + 1}: the replies differ: {ask_reply[:100]!r} vs {completion_reply[:100]!r}")
-        walls.append((result["ask"][0], result["completion"][0]))
-        rss.append((result["ask"][1], result["completion"][1]))
-        line = (
-            f"round {rep + 1} ({' first, '.join(sides)} second): ask {result['ask'][0]:.3f} s {result['ask'][1]:.1f} MiB, "
-            f"llama-completion {result['completion'][0]:.3f} s {result['completion'][1]:.1f} MiB, replies equal"
+        replies = {side: result[side][2].strip() for side in sides}
+        if len(set(replies.values())) != 1:
+            sys.exit(f"round {rep + 1}: the replies differ: {replies!r}")
+        runs.append({side: result[side][:2] for side in sides})
+        line = f"round {rep + 1} ({', '.join(names[s] for s in sides)}): " + ", ".join(
+            f"{names[s]} {result[s][0]:.3f} s {result[s][1]:.1f} MiB" for s in order
         )
-        raw.append(line)
+        raw.append(line + ", replies equal")
         print(line, file=sys.stderr, flush=True)
 
-    wall_ratios = [a / c for a, c in walls]
-    rss_ratios = [a / c for a, c in rss]
+    def ratio(top: str, bottom: str, index: int, target: str = "") -> str:
+        values = [run[top][index] / run[bottom][index] for run in runs]
+        return (
+            f"{names[top]} / {names[bottom]} median {statistics.median(values):.3f} "
+            f"({min(values):.3f}-{max(values):.3f}){f' (target <= {target})' if target else ''}"
+        )
+
+    def medians(index: int, unit: str) -> str:
+        return ", ".join(f"{names[s]} {statistics.median(run[s][index] for run in runs):.3f} {unit}" for s in order)
+
     summary = [
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {threads} threads; flash attention {flash_attn} "
-        f"(ask's auto); ctx {CTX}, batch {BATCH}, {args.tokens} tokens greedy, repeat penalty off on both sides",
-        f"wall: ask median {statistics.median(a for a, _ in walls):.3f} s, llama-completion "
-        f"{statistics.median(c for _, c in walls):.3f} s; ratio median {statistics.median(wall_ratios):.3f} "
-        f"({min(wall_ratios):.3f}-{max(wall_ratios):.3f}) over {len(walls)} alternating rounds (target <= 1.10)",
-        f"peak RSS: ask median {statistics.median(a for a, _ in rss):.1f} MiB, llama-completion "
-        f"{statistics.median(c for _, c in rss):.1f} MiB; ratio median {statistics.median(rss_ratios):.3f} "
-        f"({min(rss_ratios):.3f}-{max(rss_ratios):.3f}) (target <= 1.05)",
+        f"(ask's auto); ctx {CTX}, batch {BATCH}, {args.tokens} tokens greedy, repeat penalty off on all sides; "
+        f"{len(runs)} rounds, each side first in turn",
+        f"wall medians: {medians(0, 's')}",
+        f"wall: {ratio('ask', 'completion', 0, '1.10')}; {ratio('floor', 'completion', 0)}; {ratio('ask', 'floor', 0)}",
+        f"peak RSS medians: {medians(1, 'MiB')}",
+        f"peak RSS: {ratio('ask', 'completion', 1, '1.05')}; {ratio('floor', 'completion', 1)}; "
+        f"{ratio('ask', 'floor', 1)}",
     ]
     print("\n".join(summary))
     write_report(

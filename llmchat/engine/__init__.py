@@ -1,8 +1,8 @@
-"""The engine: the only package that imports llama_cpp.
+"""The engine: the only package that speaks to llama.cpp (through llmchat.engine.bindings).
 
 Everything else speaks to an engine through `llmchat.engine.interface` (load, tokenize, stream
-tokens with timings) so that the rest of the tool does not depend on llama-cpp-python's API.
-Importing this package is cheap: `Engine` and its kin load llama_cpp (and numpy) only when first
+tokens with timings) so that the rest of the tool does not depend on llama.cpp's API.
+Importing this package is cheap: `Engine` and its kin load llama.cpp's bindings only when first
 named, so a remote engine (llmchat.engine.remote) and the pure modules here (interface, driver,
 reply, prompt_pieces) load neither.
 """

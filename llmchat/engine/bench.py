@@ -1,7 +1,7 @@
 """Throughput measurement in the style of llama.cpp's `llama-bench`, on a loaded `Engine`.
 
 - pp (prompt processing): the KV cache is cleared, then a prompt of `n_prompt` tokens (BOS, then
-  random token ids, as llama-bench does) is evaluated through the same `Llama.eval` path that chat
+  random token ids, as llama-bench does) is evaluated through the same `LoadedModel.eval` path that chat
   uses; pp t/s = n_prompt / evaluation time. TTFT = evaluation + the first (greedy) sample.
 - tg (text generation): the KV cache is cleared, then `n_gen` single-token decodes, each followed
   by a greedy sample whose result is the next input. EOS is ignored, so exactly `n_gen` tokens are

@@ -1,6 +1,6 @@
 """One sequence's decoding state, the same whichever loop produces its tokens.
 
-Three token sources drive a reply: `Generation` (one sequence through `Llama.generate`),
+Three token sources drive a reply: `Generation` (one sequence through `LoadedModel.generate`),
 `ParallelDecoder` (several sequences in one llama.cpp context) and `ServerGeneration` (a
 llama-server stream, which returns token ids). Each keeps one `SequenceState` per sequence, and
 the state decides what a token means, once:

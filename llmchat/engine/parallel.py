@@ -20,8 +20,8 @@ How it works:
 - Each slot (sequence id 0..N-1) holds one item. Every step builds one batch: the last sampled token
   of each decoding slot, then chunks of pending prompt tokens of the slots still prefilling, up to
   `n_batch` tokens. So a new item's prefill rides along with the others' decode tokens.
-- Each slot has its own sampler chain (the same chain `Llama.generate` builds: repetition penalty,
-  then greedy at temperature 0, else top-k / typical / top-p / min-p / temperature / dist(seed)),
+- Each slot has its own sampler chain (the same chain `Engine.generate` samples through: repetition
+  penalty, then greedy at temperature 0, else top-k / typical / top-p / min-p / temperature / dist(seed)),
   so an item samples as it would alone.
 - Sequences finish independently (end-of-generation token, a stop string, max_tokens, the window);
   the freed slot takes the next item at once.
@@ -97,7 +97,7 @@ def sampler_chain(
     loop_exit: LoopExit | None = None,
     feed_trigger: bool = False,
 ) -> Any:
-    """The chain `Llama._init_sampler` builds: repetition penalty, then greedy at temperature 0, else
+    """The chain of llama-cpp-python's `Llama` and of llama-server's defaults: repetition penalty, then greedy at temperature 0, else
     top-k / typical / top-p / min-p / temperature / dist(seed). With a grammar, the samplers after
     the penalties run inside a `GrammarGate` (engine.grammar), which holds the pick to the grammar
     and steers out of loops the reply rules report through `loop_exit`.

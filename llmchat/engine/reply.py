@@ -1,7 +1,7 @@
 """The rules that turn one sequence's sampled tokens into a reply, and decide when it ends.
 
 One `ReplyAssembler` per sequence, held by its `SequenceState` (llmchat.engine.driver) in every
-decoding loop: `Generation` (one sequence through `Llama.generate`), `ParallelDecoder` (several
+decoding loop: `Generation` (one sequence through `LoadedModel.generate`), `ParallelDecoder` (several
 sequences in one context) and `ServerGeneration` (a llama-server stream of token ids). Only how
 tokens are produced differs; what a token means is decided here, once:
 - an end-of-generation token ends the reply and is not counted or shown;
