@@ -71,7 +71,15 @@ def main() -> None:
     if args.reps < MIN_REPS:
         parser.error(f"--reps must be at least {MIN_REPS}")
 
+    import compileall
+
+    import llmchat
     from llmchat.engine import physical_cores
+
+    # As a user's `pip install` leaves it: llmchat's modules compiled to bytecode. An editable
+    # checkout run with PYTHONDONTWRITEBYTECODE (as here) would compile every module from source
+    # at each start, a cost no installed copy pays.
+    compileall.compile_dir(Path(llmchat.__file__).parent, quiet=1)
     from llmchat.models.resolve import bundled_default_model
 
     model = str(bundled_default_model())

@@ -41,20 +41,30 @@ EXIT_CODES_HELP = (
     "130 interrupted, 141 closed output."
 )
 
-app = typer.Typer(
-    name="llmchat",
-    help="Chat with local GGUF models through llama.cpp: streaming replies with live TTFT and tokens/s.",
+_APP_SETTINGS: dict = dict(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-app.command("ask", epilog=EXIT_CODES_HELP)(ask.ask)
-app.command("chat", epilog=EXIT_CODES_HELP)(chat.chat)
-app.command("batch", epilog="Exit codes: 0 every item ok, 1 some item failed, 2 usage, 3 model, 130 interrupted.")(
-    batch.batch
+app = typer.Typer(
+    name="llmchat",
+    help="Chat with local GGUF models through llama.cpp: streaming replies with live TTFT and tokens/s.",
+    **_APP_SETTINGS,
 )
-app.command("info", help="Show a model's architecture, KV-cache size and memory needs.")(info.info)
-app.command("bench")(bench.bench)
+# The top-level commands: registered on `app`, and the one being run also on an app of its own
+# (`_app_for`).
+TOP_COMMANDS: dict = {
+    "ask": (ask.ask, {"epilog": EXIT_CODES_HELP}),
+    "chat": (chat.chat, {"epilog": EXIT_CODES_HELP}),
+    "batch": (
+        batch.batch,
+        {"epilog": "Exit codes: 0 every item ok, 1 some item failed, 2 usage, 3 model, 130 interrupted."},
+    ),
+    "info": (info.info, {"help": "Show a model's architecture, KV-cache size and memory needs."}),
+    "bench": (bench.bench, {}),
+}
+for _name, (_function, _settings) in TOP_COMMANDS.items():
+    app.command(_name, **_settings)(_function)
 
 template_app = typer.Typer(no_args_is_help=True, help="List, inspect and render chat templates.")
 template_app.command("list")(template.list_templates)
@@ -179,13 +189,28 @@ def _quiet_broken_pipe() -> None:
         pass
 
 
+def _app_for(args: list) -> tuple[typer.Typer, list, str]:
+    """The app that runs `args`, the arguments it gets, and its program name. For a top-level
+    command (`llmchat ask ...`), an app holding that command alone: Typer turns every registered
+    command's signature into click parameters each time an app runs, about 22 ms for llmchat's
+    thirty commands, paid by every one-shot `ask` (bench/results/oneshot_vs_completion.md). The
+    command's usage, help and errors read the same either way ("llmchat ask")."""
+    if args and args[0] in TOP_COMMANDS:
+        function, settings = TOP_COMMANDS[args[0]]
+        alone = typer.Typer(add_completion=False, **_APP_SETTINGS)
+        alone.command(args[0], **settings)(function)
+        return alone, args[1:], f"llmchat {args[0]}"
+    return app, args, "llmchat"
+
+
 def main(argv: Optional[list] = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
     interrupts.install()  # already done by llmchat.launch; here too for in-process callers
     try:
         # Outside standalone mode, click turns `typer.Exit(code)` into the return value.
-        returned = app(args=args, prog_name="llmchat", standalone_mode=False)
+        runner, runner_args, prog_name = _app_for(args)
+        returned = runner(args=runner_args, prog_name=prog_name, standalone_mode=False)
         # A signal that landed inside one of llama.cpp's callbacks late in the run (after the last
         # decoded token) was recorded, not raised: it still ends the process by its code.
         interrupts.raise_pending()

@@ -133,13 +133,14 @@ def load_model(opts: RunOptions, *, n_ctx_override: int | None = None, announce:
     if model.how == "default" and announce:
         notice(f"model: {model.name} (the bundled default; choose another with -m)")
 
-    from llmchat.gguf_file import check_loadable, read_metadata
+    from llmchat.gguf_file import check_loadable
+    from llmchat.header_cache import read_metadata_cached
 
-    metadata = read_metadata(model.path)
+    metadata = read_metadata_cached(model.path)
     check_loadable(metadata, model.path)
     if opts.draft_model is not None:
         # The draft model reaches llama.cpp too, which aborts the process on some malformed files.
-        check_loadable(read_metadata(opts.draft_model), opts.draft_model)
+        check_loadable(read_metadata_cached(opts.draft_model), opts.draft_model)
     arch = metadata.scalars.get("general.architecture", "")
     trained_ctx = int(metadata.scalars.get(f"{arch}.context_length", 0) or 0)
 
@@ -207,9 +208,34 @@ def load_model(opts: RunOptions, *, n_ctx_override: int | None = None, announce:
     )
 
 
+def _prepare_while_loading() -> None:
+    """Start, on another thread, the work the turn needs right after the load: Jinja and its
+    sandboxed environment (which the chat template compiles in) and the modules the first reply
+    uses. llama.cpp loads the model in C with the GIL released, so on a second core this runs
+    alongside the load instead of after it: about 40 ms of a one-shot `ask` on a small model
+    (bench/results/oneshot_vs_completion.md). Whatever this does not finish, the main thread does
+    as it would have; a failure here is met again, and reported, there."""
+
+    def prepare() -> None:
+        try:
+            import llmchat.session  # noqa: F401  (the turn, the template, the conversation)
+            from llmchat import template_sandbox
+
+            template_sandbox.compile_template("{{ messages }}", "warm-up")
+            import llmchat.engine.parallel  # noqa: F401  (the sampler chain)
+            import llmchat.models.kind  # noqa: F401
+        except Exception:  # noqa: BLE001 - the main thread meets and reports it
+            pass
+
+    import threading
+
+    threading.Thread(target=prepare, name="llmchat-prepare", daemon=True).start()
+
+
 def _load_with_spinner(model: ResolvedModel, settings: EngineSettings) -> Engine:
     from llmchat.engine import Engine
 
+    _prepare_while_loading()
     if not is_tty(sys.stderr):
         return Engine.load(model.path, settings)
     from rich.console import Console
@@ -238,10 +264,11 @@ def start_session(
 
     `disk_cache`: use the KV cache on disk; None: wherever the history is on (batch, which saves no
     history, passes True: its items restore a shared system prompt)."""
+    loaded = load_model(opts)
+    # Imported after the load: `_prepare_while_loading` has imported them alongside it.
     from llmchat.reasoning import ReasoningSettings
     from llmchat.session import ChatSession
 
-    loaded = load_model(opts)
     if loaded.base_model:
         notice(
             f"warning: {loaded.model.name} is a base model (no chat template, no instruct finetune): "
