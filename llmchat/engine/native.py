@@ -229,6 +229,8 @@ class LoadedModel:
 
         The cache keeps the longest prefix it shares with `prompt`; at least the last prompt token
         is evaluated again unless the cache holds exactly `prompt` with live logits."""
+        if not prompt:
+            raise ValueError("an empty prompt has nothing to sample after")
         tokens = list(prompt)
         common = 0
         for cached, wanted in zip(self.tokens, tokens):

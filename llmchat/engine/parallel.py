@@ -97,7 +97,7 @@ def sampler_chain(
     loop_exit: LoopExit | None = None,
     feed_trigger: bool = False,
 ) -> Any:
-    """The chain of llama-cpp-python's `Llama` and of llama-server's defaults: repetition penalty, then greedy at temperature 0, else
+    """The chain llama-cpp-python's `Llama` builds: repetition penalty, then greedy at temperature 0, else
     top-k / typical / top-p / min-p / temperature / dist(seed). With a grammar, the samplers after
     the penalties run inside a `GrammarGate` (engine.grammar), which holds the pick to the grammar
     and steers out of loops the reply rules report through `loop_exit`.
