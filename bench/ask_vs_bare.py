@@ -214,7 +214,7 @@ def main() -> None:
     ]
     print("\n".join(summary))
     lines = [
-        "# ask vs a bare llama-cpp-python loop (bench/ask_vs_bare.py)",
+        "# ask vs a bare loop on llama.cpp's C API (bench/ask_vs_bare.py)",
         "",
         f"Run {started}, one process; load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after. "
         f"Model: {model_path}. {args.tokens} tokens, greedy, the same reply on both sides (checked).",

@@ -16,6 +16,7 @@ Each run is in the results file.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import re
@@ -73,7 +74,7 @@ def main() -> None:
         env.update(stores.env)
         argv = [sys.executable, "-m", "llmchat", "models", "list", "--json"]
         wall, cpu, out = run_measured(argv, env)
-        listed = out.count('"path"')
+        listed = len(json.loads(out))
         raw.append(f"models list, first run (headers read): {wall:.3f} s wall, {cpu:.3f} s CPU, {listed} entries")
         walls, cpus = [], []
         for rep in range(args.reps):
