@@ -65,7 +65,7 @@ class BareModel:
     def __init__(self, path: str, threads: int, flash_attn: bool):
         from llmchat.engine import logs
         from llmchat.engine.bindings import llama_cpp
-        from llmchat.engine.core import cpu_has_amx
+        from llmchat.engine.devices import cpu_has_amx
 
         logs.install(False)
         self.c = llama_cpp

@@ -17,7 +17,7 @@ import sys
 
 from llmchat.engine import logs
 from llmchat.engine.bindings import llama_cpp
-from llmchat.engine.core import cpu_has_amx
+from llmchat.engine.devices import cpu_has_amx
 
 
 def main() -> None:
@@ -35,7 +35,7 @@ def main() -> None:
     llama_cpp.llama_backend_init()
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = 0
-    params.use_extra_bufts = not cpu_has_amx()  # as the engine loads (llmchat/engine/core.py)
+    params.use_extra_bufts = not cpu_has_amx()  # as the engine loads (llmchat/engine/devices.py)
     model = llama_cpp.llama_model_load_from_file(args.model.encode(), params)
     context = llama_cpp.llama_context_default_params()
     context.n_ctx, context.n_batch, context.n_ubatch = args.ctx, args.batch, args.batch

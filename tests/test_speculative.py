@@ -173,7 +173,7 @@ def test_flash_attention_makes_batched_decode_match_single_decode(smollm2_path):
 
     from llmchat.engine import logs
     from llmchat.engine.bindings import llama_cpp
-    from llmchat.engine.core import cpu_has_amx
+    from llmchat.engine.devices import cpu_has_amx
     from llmchat.engine.native import LoadedModel
 
     logs.install(False)

@@ -18,6 +18,7 @@ from typing import Any, Generator, Iterator, Sequence
 from llmchat import interrupts
 from llmchat.engine import logs
 from llmchat.engine.bindings import llama_cpp
+from llmchat.engine.devices import cpu_has_amx
 from llmchat.engine.drafting import CountingDrafter, DraftModelDrafter, PromptLookupDrafter
 from llmchat.engine.driver import SequenceState, common_prefix
 from llmchat.engine.grammar import Grammar
@@ -548,25 +549,6 @@ def _open_model(
     else:
         advice = "the file may be damaged or need a newer llama-cpp-python; check it, or download it again"
     raise ModelError(f"llama.cpp could not load {model_path}: {reason}; {advice}")
-
-
-def cpu_has_amx() -> bool:
-    """Whether the CPU advertises Intel AMX (Sapphire Rapids and later).
-
-    A `-march=native` build then includes ggml's AMX matmul kernels, offered as an "extra buffer
-    type". On this project's CI VMs (Xeon with amx_tile/amx_int8 in cpuinfo) they die with SIGILL
-    on `tileloadd` at the first multi-token prefill, even with the tile-data permission granted;
-    the same model runs fine without the extra buffer types. So where AMX is advertised, llmchat
-    loads without them (`use_extra_bufts = false`, llama.cpp's `--no-extra-bufts`).
-    """
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("flags"):
-                    return "amx_tile" in line.split()
-    except OSError:
-        pass
-    return False
 
 
 @interrupts.native_callback

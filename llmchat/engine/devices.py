@@ -126,3 +126,22 @@ def runtime_versions() -> list[str]:
         f"llama.cpp (ggml) {built or 'version not exported by this build'}",
         f"backend: {backend}" + (f"; CPU features {features}" if features else ""),
     ]
+
+
+def cpu_has_amx() -> bool:
+    """Whether the CPU advertises Intel AMX (Sapphire Rapids and later).
+
+    A `-march=native` build then includes ggml's AMX matmul kernels, offered as an "extra buffer
+    type". On this project's CI VMs (Xeon with amx_tile/amx_int8 in cpuinfo) they die with SIGILL
+    on `tileloadd` at the first multi-token prefill, even with the tile-data permission granted;
+    the same model runs fine without the extra buffer types. So where AMX is advertised, llmchat
+    loads without them (`use_extra_bufts = false`, llama.cpp's `--no-extra-bufts`).
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    return "amx_tile" in line.split()
+    except OSError:
+        pass
+    return False
