@@ -159,11 +159,15 @@ class LoadedModel:
 
     # --- vocabulary ----------------------------------------------------------------------------
     def tokenize(self, text: bytes, *, add_bos: bool, special: bool) -> list[int]:
-        room = len(text) + 2  # a token covers at least one byte; BOS and EOS may be added
+        room = len(text) + 4  # about one token a byte at most, and the specials a vocabulary adds
         ids = (llama_cpp.llama_token * room)()
         n = llama_cpp.llama_tokenize(self.vocab, text, len(text), ids, room, add_bos, special)
-        if n < 0:
-            raise RuntimeError(f"llama.cpp could not tokenize {len(text)} bytes of text")
+        if n < 0:  # a negative result is the room needed
+            room = -n
+            ids = (llama_cpp.llama_token * room)()
+            n = llama_cpp.llama_tokenize(self.vocab, text, len(text), ids, room, add_bos, special)
+            if n < 0:
+                raise RuntimeError(f"llama.cpp could not tokenize {len(text)} bytes of text")
         return ids[:n]
 
     def token_text(self, token: int) -> str:
