@@ -62,27 +62,17 @@ def llama_cpp_chain(engine, sampling, grammar):
     """llmchat's chain (engine.parallel.sampler_chain's samplers, in its order) with llama.cpp's own
     grammar sampler in place of the gate."""
     from llmchat.engine.bindings import llama_cpp
+    from llmchat.engine.parallel import add_pickers
 
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-
-    def add(sampler):
-        llama_cpp.llama_sampler_chain_add(chain, sampler)
-
-    add(
-        llama_cpp.llama_sampler_init_penalties(
-            engine.model.n_vocab, engine.penalty_last_n, sampling.repeat_penalty, 0.0, 0.0
-        )
+    model = engine.model
+    penalties = llama_cpp.llama_sampler_init_penalties(
+        model.n_vocab, engine.penalty_last_n, sampling.repeat_penalty, 0.0, 0.0
     )
-    add(llama_cpp.llama_sampler_init_grammar(engine.model.vocab, grammar.text.encode(), b"root"))
-    if sampling.temperature == 0:
-        add(llama_cpp.llama_sampler_init_greedy())
-    else:
-        add(llama_cpp.llama_sampler_init_top_k(sampling.top_k))
-        add(llama_cpp.llama_sampler_init_typical(1.0, 1))
-        add(llama_cpp.llama_sampler_init_top_p(sampling.top_p, 1))
-        add(llama_cpp.llama_sampler_init_min_p(sampling.min_p, 1))
-        add(llama_cpp.llama_sampler_init_temp(sampling.temperature))
-        add(llama_cpp.llama_sampler_init_dist(sampling.seed if sampling.seed is not None else 1234))
+    llama_cpp.llama_sampler_chain_add(chain, penalties)
+    grammar_sampler = llama_cpp.llama_sampler_init_grammar(model.vocab, grammar.text.encode(), b"root")
+    llama_cpp.llama_sampler_chain_add(chain, grammar_sampler)
+    add_pickers(chain, sampling, sampling.seed if sampling.seed is not None else 1234)
     return chain
 
 

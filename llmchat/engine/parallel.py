@@ -121,7 +121,18 @@ def sampler_chain(
         loop_exit=loop_exit,
         feed_trigger=feed_trigger and start_after is not None,
     )
-    add = lambda sampler: llama_cpp.llama_sampler_chain_add(rest, sampler)  # noqa: E731
+    add_pickers(rest, sampling, seed)
+    return chain
+
+
+def add_pickers(chain: Any, sampling: SamplingParams, seed: int) -> None:
+    """The samplers after the penalties, onto `chain`: greedy at temperature 0, else top-k /
+    typical / top-p / min-p / temperature / dist(seed) (dist alone below 0)."""
+
+    def add(sampler: Any) -> None:
+        llama_cpp.llama_sampler_chain_add(chain, sampler)
+
+    temperature = sampling.temperature
     if temperature < 0:
         add(llama_cpp.llama_sampler_init_dist(seed))
     elif temperature == 0:
@@ -133,7 +144,6 @@ def sampler_chain(
         add(llama_cpp.llama_sampler_init_min_p(sampling.min_p, 1))
         add(llama_cpp.llama_sampler_init_temp(temperature))
         add(llama_cpp.llama_sampler_init_dist(seed))
-    return chain
 
 
 def grammar_start(model: LoadedModel, after: str | None, reply: Sequence[int]) -> str | None:
