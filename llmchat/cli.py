@@ -66,10 +66,13 @@ TOP_COMMANDS: dict = {
 for _name, (_function, _settings) in TOP_COMMANDS.items():
     app.command(_name, **_settings)(_function)
 
-template_app = typer.Typer(no_args_is_help=True, help="List, inspect and render chat templates.")
+template_app = typer.Typer(
+    no_args_is_help=True, help="List, inspect, render chat templates, and parse a model's output with one."
+)
 template_app.command("list")(template.list_templates)
 template_app.command("show")(template.show)
 template_app.command("render")(template.render)
+template_app.command("parse")(template.parse)
 app.add_typer(template_app, name="template")
 
 history_app = typer.Typer(no_args_is_help=True, help="Saved conversations: list, show, export, rm, fork.")

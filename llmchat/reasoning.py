@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from llmchat.errors import UsageError
+from llmchat.prompt.format_analysis import analyze
 
 if TYPE_CHECKING:
     from collections.abc import Container, Sequence
@@ -111,6 +112,9 @@ def detect_format(template: str, vocabulary: Container[str] | None = None) -> Re
             forced_close=final,
             effort="reasoning_effort" if "reasoning_effort" in template else None,
         )
+    derived = analyze(template).reasoning
+    if derived is not None and derived.start and derived.end:
+        return _tags(derived.start, derived.end, template)
     if "<think>" in template or "</think>" in template or ("<think>" in vocab and "</think>" in vocab):
         return _tags("<think>", "</think>", template)
     for open_tag, close_tag in _OTHER_TAG_PAIRS:
@@ -142,6 +146,9 @@ class ThinkingSplitter:
         self._strip_answer = False  # drop the whitespace a template puts after the close tag
         self.closed = False  # a thinking block was seen to close (or the answer channel began)
         self._seen_marker = False
+        self._header = ""  # harmony: the current header's text (role, recipient)
+        self._held_header = ""  # harmony: text before any marker, header or plain answer
+        self._reclassify = False  # a close tag came after answer text: that text was thinking
         if fmt.kind == "harmony":
             self.mode = THINKING if start_in_thinking else "header"
             self._channel = "analysis" if start_in_thinking else ""
@@ -168,7 +175,12 @@ class ThinkingSplitter:
 
     def flush(self) -> list[Segment]:
         """The end of the reply: whatever was held back is text of the current phase."""
-        return self._drain(final=True)
+        out = self._drain(final=True)
+        if self._held_header and not self._seen_marker:  # no harmony markup at all: all answer
+            self.mode = ANSWER
+            self._emit(self._held_header, out)
+            self._held_header = ""
+        return out
 
     # --- parsing ---------------------------------------------------------------------------------
     def _drain(self, *, final: bool) -> list[Segment]:
@@ -195,13 +207,20 @@ class ThinkingSplitter:
     def _opening(self, final: bool) -> bool:
         """At the start of a tags reply: does it open with the tag? False: wait for more text."""
         stripped = self._pending.lstrip()
-        tag = self.fmt.open_tag
+        tag, close = self.fmt.open_tag, self.fmt.close_tag
         if stripped.startswith(tag):
             self._pending = stripped[len(tag) :]
             self.mode = THINKING
             self._at_start = False
-        elif not final and (not stripped or tag.startswith(stripped)):
-            return False  # whitespace or the start of the tag so far
+        elif stripped.startswith(close):
+            # A reply that opens with the closing tag: the block was open and empty (the template
+            # opened it where the prompt does not show it); the tag is not part of the answer.
+            self._pending = stripped[len(close) :]
+            self.closed = True
+            self._strip_answer = True
+            self._at_start = False
+        elif not final and (not stripped or tag.startswith(stripped) or close.startswith(stripped)):
+            return False  # whitespace or the start of a tag so far
         else:
             self._at_start = False
         return True
@@ -218,30 +237,41 @@ class ThinkingSplitter:
     def _on_marker(self, marker: str, out: list[Segment]) -> None:
         fmt = self.fmt
         self._seen_marker = True
+        if self._held_header:  # the reply began inside a header (the prompt ended with `<|start|>assistant`)
+            self._header += self._held_header
+            self._held_header = ""
         if fmt.kind != "harmony":
             if marker == fmt.open_tag:  # a second block, after a closed one
                 self.mode = THINKING
                 self.thinking_parts.append("\n")
                 return
-            if self.mode == ANSWER:
+            if self.mode == ANSWER and self.answer_parts:
                 # Another close tag after the answer began: as the templates read a reply
-                # (`content.split('</think>')[-1]`), all before the last close tag is reasoning.
-                self.thinking_parts.extend(["\n", *self.answer_parts])
-                self.answer_parts.clear()
+                # (`content.split('</think>')[-1]`), all before the last close tag is reasoning,
+                # once text follows it (a stray close tag that ends the reply changes nothing).
+                self._reclassify = True
             self.mode = ANSWER
             self.closed = True
             self._strip_answer = True
             return
         # Harmony: <|start|>ROLE<|channel|>NAME<|message|>BODY<|end|>; headers are never shown.
         if marker in (_HARMONY_START, _HARMONY_CHANNEL):
+            if marker == _HARMONY_START:
+                self._header = ""
             self.mode = "header" if marker == _HARMONY_START else "channel"
             self._channel = ""
         elif marker == _HARMONY_MESSAGE:
             name = self._channel.split()[0] if self._channel.split() else ""
-            self.mode = THINKING if name in _HARMONY_THINKING_CHANNELS else ANSWER
+            if " to=" in f" {self._header} {self._channel}":
+                # A message to a tool (`to=functions.NAME`, `to=python`): a call, neither thinking
+                # nor answer; the format's parser reads it from the raw reply.
+                self.mode = "call"
+            else:
+                self.mode = THINKING if name in _HARMONY_THINKING_CHANNELS else ANSWER
             if self.mode == ANSWER:
                 self.closed = True
                 self._strip_answer = True
+            self._header = ""
         else:  # <|end|>, <|return|>, <|call|>: the message is over
             if self.mode == THINKING:
                 self.closed = True
@@ -254,15 +284,23 @@ class ThinkingSplitter:
         if mode == "channel":
             self._channel += text
             return
+        if mode == "call":
+            return
         if mode == "header":
             if self._seen_marker:
-                return
-            mode = ANSWER  # a reply with no harmony markup at all is all answer
+                self._header += text
+            else:  # header or answer: the next marker, or the end, says which
+                self._held_header += text
+            return
         if mode == ANSWER and self._strip_answer:
             text = text.lstrip()
             if not text:
                 return
             self._strip_answer = False
+        if mode == ANSWER and self._reclassify and text.strip():
+            self._reclassify = False
+            self.thinking_parts.extend(["\n", *self.answer_parts])
+            self.answer_parts.clear()
         parts = self.thinking_parts if mode == THINKING else self.answer_parts
         parts.append(text)
         if out and out[-1].kind == mode:
@@ -386,13 +424,16 @@ def thinking_variables(
     fmt: ReasoningFormat | None, think: bool | None, effort: str | None, say: Callable[[str], None]
 ) -> dict[str, Any]:
     """Template variables for --think/--no-think and an effort level. What the template cannot
-    do is said once through `say`, never silently ignored."""
+    do is said once through `say`, never silently ignored. Without --think/--no-think a template
+    that can switch thinking gets it on, as llama.cpp passes it (`enable_thinking` true): a
+    template that closes the block when the switch is unset (R1-Distill's) would not think at all.
+    The effort level is left to the template's own default unless given."""
     if think is None and effort is None:
-        return {}
+        return {fmt.switch: True} if fmt is not None and fmt.switch else {}
     if fmt is None:
         say("this model's template has no thinking mode; --think/--no-think and --reasoning-effort do nothing here")
         return {}
-    variables: dict[str, Any] = {}
+    variables: dict[str, Any] = {fmt.switch: True} if fmt.switch and think is None else {}
     if effort is not None:
         if fmt.effort:
             variables[fmt.effort] = effort

@@ -55,7 +55,7 @@ class StructuredOutput:
             "interrupted": "it was interrupted before the JSON was complete",
         }.get(finish_reason)
         try:
-            parsed = json.loads(reply)
+            parsed = json.loads(unfenced(reply))
         except json.JSONDecodeError as err:
             why = cut or f"{err.msg} at line {err.lineno} column {err.colno}"
             return None, f"the reply is not valid JSON: {why}"
@@ -63,6 +63,16 @@ class StructuredOutput:
         if problem is not None:
             return None, f"the reply does not match {self.source}: {problem}"
         return parsed, None
+
+
+_FENCE = re.compile(r"\A\s*```(?:json)?[ \t]*\n(.*?)\n?```\s*\Z", re.DOTALL)
+
+
+def unfenced(reply: str) -> str:
+    """A JSON reply without the Markdown fence a model may put around it (a server that does not
+    hold the reply to the grammar lets it through; llama.cpp reads such replies the same way)."""
+    match = _FENCE.match(reply)
+    return match.group(1).strip() if match else reply
 
 
 # --- the concise syntax ---------------------------------------------------------------------------

@@ -297,8 +297,24 @@ def _guarded_filter(name: str, func: Any) -> Any:
 def _hf_tojson(
     value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
 ) -> str:
-    """transformers' tojson: plain JSON text (Jinja's own escapes <, >, & and ' for HTML)."""
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    """transformers' tojson: plain JSON text (Jinja's own escapes <, >, & and ' for HTML). A lazy
+    sequence (`tools | map(attribute='function')`, llama.cpp's own R1 template) is written as the
+    list it stands for, as llama.cpp's renderer does."""
+    return json.dumps(
+        value,
+        ensure_ascii=ensure_ascii,
+        indent=indent,
+        separators=separators,
+        sort_keys=sort_keys,
+        default=_json_default,
+    )
+
+
+def _json_default(value: Any) -> Any:
+    items = _materialize(value)
+    if isinstance(items, list):
+        return items
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def _strftime_now(format: str) -> str:  # noqa: A002 - the name templates call it with
@@ -350,6 +366,14 @@ def _environment() -> Any:
                 args = _check_str_method(owner, getattr(obj, "__name__", ""), args, kwargs)
             return _check_value(super().call(context, obj, *args, **kwargs), "a call")
 
+        def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+            # Kimi K2's template keeps a queue in a list of its own (`ids.append(...)`, `.pop(0)`).
+            # Lists the template built are its own business; the caller's (messages, tools) stay
+            # immutable, as in the plain immutable sandbox.
+            if isinstance(obj, list) and attr in _LIST_MUTATORS and id(obj) not in _PROTECTED.get():
+                return True
+            return bool(super().is_safe_attribute(obj, attr, value))
+
         def wrap_str_format(self, value: Any) -> Any:
             # Jinja hands out a wrapper for str.format/format_map at attribute access, so the
             # width check has to wrap that wrapper: `'{:>999999999}'.format(1)`.
@@ -392,6 +416,23 @@ def _environment() -> Any:
     env.llmchat_guards = (_guard_iter, _guard_concat, _guard_output)
     env.llmchat_template_raised = TemplateRaised
     return env
+
+
+_LIST_MUTATORS = frozenset({"append", "pop"})
+# ids of every list reachable from the render's context: the caller's data, never mutated.
+_PROTECTED: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("llmchat_protected", default=frozenset())
+
+
+def _reachable_lists(value: Any, found: set[int], depth: int = 0) -> None:
+    if depth > 64:
+        return
+    if isinstance(value, list):
+        found.add(id(value))
+        for item in value:
+            _reachable_lists(item, found, depth + 1)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            _reachable_lists(item, found, depth + 1)
 
 
 def _check_binop(operator: str, left: Any, right: Any) -> None:
@@ -534,6 +575,9 @@ def render_compiled(compiled: Any, context: Mapping[str, Any], label: str) -> st
     env = _environment()
     budget = _Budget()
     token = _ACTIVE_BUDGET.set(budget)
+    protected: set[int] = set()
+    _reachable_lists(dict(context), protected)
+    protected_token = _PROTECTED.set(frozenset(protected))
     chunks: list[str] = []
     size = 0
     try:
@@ -563,4 +607,5 @@ def render_compiled(compiled: Any, context: Mapping[str, Any], label: str) -> st
         raise TemplateRenderError(f"{label} failed to render ({detail}); {OVERRIDE_HINT}", "error", detail) from None
     finally:
         _ACTIVE_BUDGET.reset(token)
+        _PROTECTED.reset(protected_token)
     return "".join(chunks)

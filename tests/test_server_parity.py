@@ -183,3 +183,38 @@ def test_a_tool_turn_gives_the_same_record_on_the_server(cli, smollm2_path, serv
     assert_same_tool_turn(local, remote)
     assert local["reply"].strip()
     assert len(local["stats"]["rounds"]) == 2
+
+
+# llama.cpp's own R1-Distill template ends the generation prompt with
+# `{% if not enable_thinking %}</think>{% endif %}`: thinking is on only where the switch is passed.
+UPSTREAM_R1 = (
+    Path(__file__).parent / "data" / "chat_cases" / "templates" / "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"
+)
+
+
+def test_the_upstream_r1_template_thinks_by_default_here_and_on_the_server(cli, smollm2_path, server):
+    local, remote = both(cli, smollm2_path, server, "--template", str(UPSTREAM_R1), "-n", "24", "What is 17 + 25?")
+    assert local["reasoning"].strip() and local["stats"]["thinking_tokens"] > 0, local
+    assert_same(local, remote)
+
+
+def test_the_upstream_r1_template_with_a_budget_answers_here_and_on_the_server(cli, smollm2_path, server):
+    args = (
+        "--template",
+        str(UPSTREAM_R1),
+        "--thinking-budget",
+        "32",
+        "-n",
+        "64",
+        "Think step by step: what is 17 + 25?",
+    )
+    local, remote = both(cli, smollm2_path, server, *args)
+    assert local["stats"]["thinking_budget_hit"] is True, local
+    assert local["reasoning"] and local["reply"].strip(), local
+    assert_same(local, remote)
+
+
+def test_no_think_closes_the_upstream_r1_block_before_the_reply(cli, smollm2_path, server):
+    local, remote = both(cli, smollm2_path, server, "--template", str(UPSTREAM_R1), "--no-think", "-n", "24", "Hi!")
+    assert local["reasoning"] == "" and local["reply"].strip(), local
+    assert_same(local, remote)

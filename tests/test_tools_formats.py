@@ -13,7 +13,7 @@ import pytest
 from llmchat.chat_template import builtin_templates
 from llmchat.tools import generic
 from llmchat.tools.call_parsers import ParsedCall, parse_functionary_v3_2, parse_hermes, parse_qwen3_coder
-from llmchat.tools.families import FAMILIES, GENERIC, call_text, detect_family, family_by_id
+from llmchat.tools.families import FAMILIES, GENERIC, HANDWRITTEN_FIRST, call_text, detect_family, family_by_id
 from llmchat.tools.functions import function_spec
 from llmchat.tools.prompt import assistant_tool_calls, render_tool_prompt, template_variables, tool_result
 
@@ -36,14 +36,18 @@ SCHEMAS = {spec.name: spec.parameters for spec in TOOLS}
 ARGUMENTS = {"city": "Paris", "days": 2}
 RESULT = "sunny, 21 C"
 
-# template file -> (family, how the template writes a tool result)
+# template file -> (family, how the template writes a tool result); "derived": the format comes from
+# the template itself (llmchat.prompt.format_analysis), the other ids are hand-written rows.
 FAMILY_TEMPLATES = {
-    "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja": ("hermes", "<tool_response>\nsunny, 21 C\n</tool_response>"),
-    "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja": ("hermes", "<tool_response>\nsunny, 21 C\n</tool_response>"),
-    "Qwen-Qwen2.5-7B-Instruct.jinja": ("hermes", "<|im_start|>user\n<tool_response>\nsunny, 21 C\n</tool_response>"),
-    "Qwen-Qwen3-0.6B.jinja": ("hermes", "<|im_start|>user\n<tool_response>\nsunny, 21 C\n</tool_response>"),
-    "Qwen-QwQ-32B.jinja": ("hermes", "<tool_response>\nsunny, 21 C\n</tool_response>"),
-    "Qwen3-Coder.jinja": ("qwen3_coder", "<tool_response>\nsunny, 21 C\n</tool_response>"),
+    "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja": (
+        "derived",
+        "<tool_response>\nsunny, 21 C\n</tool_response>",
+    ),
+    "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja": ("derived", "<tool_response>\nsunny, 21 C\n</tool_response>"),
+    "Qwen-Qwen2.5-7B-Instruct.jinja": ("derived", "<|im_start|>user\n<tool_response>\nsunny, 21 C\n</tool_response>"),
+    "Qwen-Qwen3-0.6B.jinja": ("derived", "<|im_start|>user\n<tool_response>\nsunny, 21 C\n</tool_response>"),
+    "Qwen-QwQ-32B.jinja": ("derived", "<tool_response>\nsunny, 21 C\n</tool_response>"),
+    "Qwen3-Coder.jinja": ("derived", "<tool_response>\nsunny, 21 C\n</tool_response>"),
     "meta-llama-Llama-3.1-8B-Instruct.jinja": (
         "llama3",
         '<|start_header_id|>ipython<|end_header_id|>\n\n"sunny, 21 C"',
@@ -57,11 +61,11 @@ FAMILY_TEMPLATES = {
         '<|start_header_id|>ipython<|end_header_id|>\n\n"sunny, 21 C"',
     ),
     "mistralai-Mistral-Nemo-Instruct-2407.jinja": (
-        "mistral_nemo",
+        "derived",
         '[TOOL_RESULTS]{"content": sunny, 21 C, "call_id": "call00000"}',
     ),
     "meetkai-functionary-medium-v3.1.jinja": (
-        "functionary_v3_1",
+        "derived",
         "<|start_header_id|>ipython<|end_header_id|>\n\nsunny, 21 C",
     ),
     "meetkai-functionary-medium-v3.2.jinja": (
@@ -74,11 +78,11 @@ FAMILY_TEMPLATES = {
     ),
     "ibm-granite-granite-3.3-2B-Instruct.jinja": ("granite", "<|start_of_role|>tool<|end_of_role|>sunny, 21 C"),
     "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja": (
-        "command_r7b",
+        "derived",
         '"results": {\n            "0": "sunny, 21 C"',
     ),
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja": (
-        "deepseek_r1",
+        "derived",
         "<｜tool▁output▁begin｜>sunny, 21 C<｜tool▁output▁end｜>",
     ),
     "openai-gpt-oss-120b.jinja": (
@@ -126,7 +130,9 @@ def test_every_upstream_template_in_the_data_folder_has_a_family_row():
     for name in names:
         assert (TEMPLATES / f"{name}.source").read_text(encoding="utf-8").strip(), name
     covered = {family for family, _ in FAMILY_TEMPLATES.values()}
-    assert covered == {family.id for family in (*FAMILIES, GENERIC)}  # every family has a real template
+    # Every row checked before the analysis has a real template; so does the derived format.
+    assert covered >= {"derived", "generic", *HANDWRITTEN_FIRST}
+    assert covered <= {"derived", *(family.id for family in (*FAMILIES, GENERIC))}
 
 
 @pytest.mark.parametrize("name", sorted(FAMILY_TEMPLATES))
@@ -145,7 +151,7 @@ def test_the_tool_list_renders_through_the_sandbox(name):
 @pytest.mark.parametrize("name", sorted(FAMILY_TEMPLATES))
 def test_a_call_renders_the_family_way_and_parses_back(name):
     source = source_of(name)
-    family = family_by_id(FAMILY_TEMPLATES[name][0])
+    family = detect_family(source_of(name))
     conversation = [{"role": "user", "content": "Weather in Paris?"}]
     reply = assistant_tool_calls([("get_weather", ARGUMENTS)])
     generated = generated_part(source, conversation, reply)

@@ -101,3 +101,28 @@ def test_a_schema_the_grammar_cannot_enforce_names_the_tool():
     )
     with pytest.raises(UsageError, match=r"tool odd \(config:tools.odd\): its parameters schema"):
         call_grammar(family_by_id("hermes"), [bad])
+
+
+def derived_families():
+    from pathlib import Path
+
+    from llmchat.tools.families import detect_family
+
+    folder = Path(__file__).parent / "data" / "chat_cases" / "templates"
+    found = []
+    for path in sorted(folder.glob("*.jinja")):
+        family = detect_family(path.read_text(encoding="utf-8"))
+        if family.derived:
+            found.append(pytest.param(family, id=path.stem))
+    return found
+
+
+@pytest.mark.parametrize("family", derived_families())
+def test_a_derived_grammar_takes_the_call_as_the_template_writes_it(vocab, family):
+    """The grammar made from a derived layout holds the call to the template's own text: what
+    the template writes is accepted (so a forced call re-renders exactly), another tool is not."""
+    gbnf = call_grammar(family, TOOLS, forced=True).grammar.text
+    assert grammar_accepts(vocab, gbnf, written(family, "get_weather", {"city": "Paris", "days": 2})), gbnf
+    assert grammar_accepts(vocab, gbnf, written(family, "add", {"a": 1, "b": 2})), gbnf
+    assert not grammar_accepts(vocab, gbnf, written(family, "rm_rf", {"city": "Paris"}))
+    assert not grammar_accepts(vocab, gbnf, written(family, "add", {"a": "one", "b": 2}))

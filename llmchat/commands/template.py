@@ -1,4 +1,4 @@
-"""`llmchat template list | render | show`: the built-in chat templates, and what a model gets.
+"""`llmchat template list | render | show | parse`: the built-in chat templates, and what a model gets.
 
 Only typer is imported here; jinja2 (through llmchat.chat_template), rich and the GGUF reader are
 imported inside the commands so `llmchat --help` stays fast. (No `from __future__ import
@@ -143,12 +143,107 @@ def show(
     lines = describe(resolved, facts, sample)
     family = detect_family(resolved.text)
     triggers = f" (a call opens with {_quoted(family.triggers)})" if family.triggers else ""
-    lines.insert(5, f"tool calls:    {family.label}{triggers}")
+    lines[5:5] = [f"tool calls:    {family.label}{triggers}", *format_lines(resolved.text, family)]
     if tools_file is not None:
         text = render_with_tools(resolved, list(SAMPLE_CONVERSATION[:2]), facts, tools_file, True)
         lines.extend(["sample with tools (system, user; with the generation prompt):", "-" * 72, text, "-" * 72])
     for line in lines:
         typer.echo(line)
+
+
+def format_lines(source: str, family: Any) -> list[str]:
+    """What the analysis of the template found (llmchat.prompt.format_analysis), as show prints it."""
+    from llmchat.prompt.format_analysis import INDEX_SLOT, analyze
+    from llmchat.reasoning import detect_format
+
+    def shown(text: str) -> str:
+        return repr(text.replace(INDEX_SLOT, "{index}").replace("\ue000id\ue000", "{id}"))
+
+    found = analyze(source)
+    lines = []
+    layout = family.layout
+    if layout is not None:
+        lines.append("  format:      derived from the template")
+        markers = [
+            (label, getattr(layout, name))
+            for label, name in (
+                ("section", "section_start"),
+                ("call", "call_start"),
+                ("arguments", "args_start"),
+                ("call end", "call_end"),
+                ("between", "separator"),
+                ("section end", "section_end"),
+            )
+            if getattr(layout, name)
+        ]
+        lines.append("  markers:     " + ", ".join(f"{label} {shown(text)}" for label, text in markers))
+        arguments = layout.describe()
+        if layout.args == "tagged" and not layout.name_in_json:
+            arguments += (
+                f": key {shown(layout.key_prefix)}, string {shown(layout.string_prefix)}…{shown(layout.string_suffix)}, "
+                f"other {shown(layout.value_prefix)}…{shown(layout.value_suffix)}, between {shown(layout.arg_separator)}"
+            )
+        lines.append(f"  arguments:   {arguments}")
+    elif family.id != "generic":
+        lines.append("  format:      a hand-written row (the analysis cannot see this format in the template)")
+    if found.missing:
+        lines.append(f"  analysis:    {'; '.join(found.missing)}")
+    reasoning = detect_format(source)
+    if reasoning is None:
+        lines.append("reasoning:     none")
+    else:
+        derived = found.reasoning is not None and found.reasoning.start == reasoning.open_tag
+        opens = " (the generation prompt opens it)" if found.reasoning and found.reasoning.opens_in_prompt else ""
+        how = "derived from the template" if derived else "from the template's text"
+        lines.append(f"reasoning:     {reasoning.name}{opens}, {how}")
+    lines.append(f"switches:      {', '.join(found.switches) or 'none'}")
+    return lines
+
+
+def parse(
+    output_file: str = typer.Argument("-", help='A file holding a model\'s raw output ("-" or nothing: stdin).'),
+    model: Optional[str] = typer.Option(None, "-m", "--model", help=MODEL_HELP + " Default: the default model."),
+    template: Optional[str] = typer.Option(None, "--template", help=TEMPLATE_HELP),
+    tools_file: Optional[str] = typer.Option(
+        None, "--tools", help="The tools offered (as for render): their schemas type the arguments."
+    ),
+    no_think: bool = typer.Option(False, "--no-think", help="Read the output as written with thinking switched off."),
+) -> None:
+    """How llmchat reads a model's raw output with this template: the content, the reasoning and
+    the tool calls, as one JSON object on stdout. No model is loaded."""
+    import json
+
+    from llmchat.chat_template import ModelFacts, resolve_template
+    from llmchat.turn.reading import read_output
+
+    raw = read_text_input(output_file, "the model output")
+    facts, config_choice = model_facts(model) if model or not template else (ModelFacts(), None)
+    resolved = resolve_template(facts, template, config_choice)
+    schemas = {}
+    if tools_file is not None:
+        from llmchat.tools.tools_file import read_tools_file
+
+        schemas = {spec.name: spec.parameters for spec in read_tools_file(tools_file)}
+    reading = read_output(resolved.text, raw, schemas, thinking=not no_think)
+    sys.stdout.write(json.dumps(reading, ensure_ascii=False, indent=2) + "\n")
+
+
+def read_text_input(source: str, what: str) -> str:
+    """A file's text, or stdin's for "-"; anything that is not UTF-8 text is a one-line UsageError."""
+    from pathlib import Path
+
+    from llmchat.errors import UsageError
+
+    try:
+        data = sys.stdin.buffer.read() if source == "-" else Path(source).expanduser().read_bytes()
+    except OSError as err:
+        raise UsageError(f"{what} ({source}): cannot read it ({err.strerror or err})") from None
+    if b"\x00" in data:
+        raise UsageError(f"{what} ({source}): not text (it holds NUL bytes); give the text the model wrote")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{what} ({source}): not UTF-8 text; give the text the model wrote") from None
 
 
 def describe(resolved: Any, facts: Any, sample: Any) -> list[str]:

@@ -89,8 +89,13 @@ def _call_from_object(
 
 def _reply(text: str, first_call_at: int | None, calls: list[ParsedCall]) -> ParsedReply:
     content = text if first_call_at is None or not calls else text[:first_call_at]
-    # Reasoning (`<think>...</think>`) is not part of what the user reads as the reply.
-    content = re.sub(r"<think>.*?</think>", "", content, flags=re.DOTALL)
+    return finish_reply(content, calls)
+
+
+def finish_reply(content: str, calls: list[ParsedCall], *, drop_think: bool = True) -> ParsedReply:
+    """The reply as the user reads it: no end-of-turn markers, no leftover `<think>` block."""
+    if drop_think:
+        content = re.sub(r"<think>.*?</think>", "", content, flags=re.DOTALL)
     return ParsedReply(strip_end_markers(content).strip(), tuple(calls))
 
 

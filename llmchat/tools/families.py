@@ -1,19 +1,24 @@
-"""Which call format a model speaks, detected from its chat template as llama.cpp's common/chat.cpp does.
+"""Which call format a model speaks: derived from its chat template, or one of a few rows of data.
 
-The template is searched for substrings, in a fixed order (the more specific first: Qwen3-Coder's
-XML before Hermes' `<tool_call>`, Functionary and Firefunction before plain Llama 3.x). Each family
-names its parser, the trigger text that opens a call (where a lazy grammar switches on), and what
-its template needs: `functions` (Firefunction v2) or the arguments as JSON text instead of an object.
-A template with none of the markers gets the generic format (generic.py).
+`detect_family` renders the template with probe calls (llmchat.prompt.format_analysis, llama.cpp's
+autoparser idea) and builds the family from what the template writes: its parser, its trigger
+and its grammar come from that one `CallLayout`, so a family nobody listed works the day its
+template ships. Hand-written rows remain only where the analysis cannot see the format:
+- `HANDWRITTEN_FIRST`, checked before the analysis, each with the reason in its comment;
+- the other rows, used when the template renders no call at all (the model's own format is then
+  known only from the markers its template mentions).
+A template with neither gets the generic format (generic.py).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from llmchat.prompt import format_parser
+from llmchat.prompt.format_analysis import CallLayout, ChatFormat, analyze
 from llmchat.tools import call_parsers as p
 
 Parser = Callable[[str, "Mapping[str, Any] | None"], p.ParsedReply]
@@ -28,6 +33,11 @@ class Family:
     parse: Parser
     arguments_as_text: bool = False  # the template concatenates arguments as a JSON string
     needs_functions: bool = False  # the template reads `functions` (JSON text) and `datetime`
+    layout: CallLayout | None = None  # derived from the template (None: a hand-written row)
+
+    @property
+    def derived(self) -> bool:
+        return self.layout is not None
 
     @property
     def lazy(self) -> bool:
@@ -102,6 +112,29 @@ FAMILIES: tuple[Family, ...] = (
         p.parse_llama3,
     ),
     Family("mistral_nemo", "Mistral Nemo / Small", ("[TOOL_CALLS]",), ("[TOOL_CALLS]",), p.parse_mistral_nemo),
+    # LFM2's templates list the tools but never render a call, so there is nothing to derive; its
+    # Python-style calls are this row of data, read by the same layout reader as derived formats.
+    Family(
+        "lfm2",
+        "LFM2 (Python-style calls)",
+        ("<|tool_list_start|>",),
+        ("<|tool_call_start|>[",),
+        p.parse_generic,  # replaced by the layout's reader (detect_family)
+        layout=CallLayout(
+            section_start="<|tool_call_start|>[",
+            section_end="]<|tool_call_end|>",
+            call_start="",
+            call_end=")",
+            separator=", ",
+            name_in_json=False,
+            args_start="(",
+            args="tagged",
+            string_prefix='="',
+            string_suffix='"',
+            value_prefix="=",
+            arg_separator=", ",
+        ),
+    ),
 )
 
 
@@ -141,18 +174,84 @@ _CALL_TEXT: dict[str, Callable[[str, Any], str]] = {
 
 def call_text(family: Family, name: str, arguments: Any) -> str:
     """One call written the way this family's model writes it (after the generation prompt)."""
+    if family.layout is not None:
+        return format_parser.call_text(family.layout, [(name, arguments)])
     return _CALL_TEXT[family.id](name, arguments)
 
 
 GENERIC = Family("generic", "generic (JSON reply)", (), (), p.parse_generic)
 
+# Rows the analysis cannot derive, checked before it:
+# - gpt-oss: harmony writes the call's name in the channel header (`to=functions.NAME`) and its
+#   recipient may come before or after the channel; the probes see one of several valid orders.
+# - Functionary v3.2: its generation prompt ends in `>>>`, so the recipient (`all` for text, a
+#   tool's name for a call) is the first thing the model writes; no call marker exists to find.
+# - Firefunction v2: the template never renders a call (it reads `functions` as JSON text).
+# A derived layout with no opener (Llama 3.x: a bare JSON object) gives way to a row whose
+# markers the template holds: Llama 3.x's built-in tools' `<|python_tag|>` form is only in its text.
+HANDWRITTEN_FIRST = ("gpt_oss", "functionary_v3_2", "firefunction_v2")
+
+
+def derived_family(layout: CallLayout, chat_format: ChatFormat | None = None, row: Family | None = None) -> Family:
+    """The family a layout makes: parsed, written and held by grammar the way the layout says.
+    `row`: a hand-written row that carries a layout of its own (its id, label and markers)."""
+
+    def parse(text: str, schemas: Mapping[str, Any] | None = None) -> p.ParsedReply:
+        found = format_parser.parse(layout, text, schemas)
+        calls = [p.ParsedCall(call.name, call.arguments, call.id) for call in found.calls]
+        content = chat_format.unwrap(found.content) if chat_format is not None else found.content
+        return p.finish_reply(content, calls, drop_think=False)
+
+    if row is not None:
+        return Family(row.id, row.label, row.markers, (layout.opener,), parse, layout=layout)
+
+    return Family(
+        "derived",
+        f"derived from the template: {layout.describe()}",
+        (),
+        (layout.opener,) if layout.opener else (),
+        parse,
+        arguments_as_text=layout.arguments_as_text,
+        layout=layout,
+    )
+
+
+# LFM2.5-Instruct's template names neither marker; its tool list is introduced in plain words.
+FAMILIES += (replace(next(row for row in FAMILIES if row.id == "lfm2"), markers=("List of tools: [",)),)
+# Rows that carry a layout are read, written and held by grammar through it.
+FAMILIES = tuple(derived_family(row.layout, None, row) if row.layout is not None else row for row in FAMILIES)
+
+
+def call_in_reasoning(family: Family, reasoning: str) -> int | None:
+    """Where a call opens inside thinking text, or None. A model whose generation prompt opened
+    the thinking block may write its call without closing it (Kimi K2 Thinking, DeepSeek V4,
+    Qwen 3.5): llama.cpp ends the thinking at the call, and so does a turn here."""
+    if not reasoning:
+        return None
+    if family.layout is not None:
+        found = format_parser.find_opener(family.layout, reasoning)
+        return (
+            found[0] if found is not None and (family.layout.section_start + family.layout.call_start).strip() else None
+        )
+    hits = [reasoning.find(trigger) for trigger in family.triggers if trigger.strip()]
+    hits = [hit for hit in hits if hit >= 0]
+    return min(hits) if hits else None
+
 
 def detect_family(template_source: str) -> Family:
-    """The first family whose markers are all in the template; the generic format otherwise."""
+    """The model's call format: a hand-written row the analysis cannot see, else the format
+    derived from the template, else a row whose markers the template mentions, else generic."""
+    for family in FAMILIES:
+        if family.id in HANDWRITTEN_FIRST and family.matches(template_source):
+            return family
+    found = analyze(template_source)
+    layout = found.calls
+    if layout is not None and layout.opener:
+        return derived_family(layout, found)
     for family in FAMILIES:
         if family.matches(template_source):
-            return family
-    return GENERIC
+            return derived_family(family.layout, found, family) if family.layout is not None else family
+    return derived_family(layout, found) if layout is not None else GENERIC
 
 
 def family_by_id(family_id: str) -> Family:

@@ -14,6 +14,13 @@ from typing import Any
 
 from llmchat.tools.spec import ToolSpec
 
+
+def notice(template_label: str, missing: tuple[str, ...] = ()) -> str:
+    """The one line said when a template gets the generic format: which template, and why."""
+    why = f" ({'; '.join(missing)})" if missing else ""
+    return f"{template_label} shows no tool call format{why}; " + NOTICE.split("; ", 1)[1]
+
+
 NOTICE = (
     "this model's chat template has no tool format; tools are described in the system message and the "
     'reply is held to {"tool_call": ...} or {"response": ...} (the generic format)'

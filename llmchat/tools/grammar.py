@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from llmchat.engine.grammar import Grammar, schema_to_gbnf
+from llmchat.prompt.format_analysis import ID_SLOT, INDEX_SLOT, CallLayout
+from llmchat.prompt.format_parser import with_key
 from llmchat.tools import generic
 from llmchat.tools.families import GENERIC, Family
 from llmchat.tools.spec import ToolSpec
@@ -40,9 +42,16 @@ def literal(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def prefixed_schema_rules(schema: dict, prefix: str) -> str:
-    """The schema's grammar with every rule renamed `PREFIX-NAME` (its root becomes `PREFIX-root`)."""
+def prefixed_schema_rules(schema: dict, prefix: str, separators: tuple[str, str] | None = None) -> str:
+    """The schema's grammar with every rule renamed `PREFIX-NAME` (its root becomes `PREFIX-root`).
+    `separators` (item, key), as json.dumps takes them: the JSON is held to exactly that spacing,
+    the way a template's `tojson` writes it back, so a call the model wrote re-renders as the same
+    tokens and the next round reuses the whole first one from the KV cache."""
     gbnf = schema_to_gbnf(schema)
+    if separators is not None:
+        item, key = separators
+        gbnf = gbnf.replace('space ":" space', literal(key)).replace('"," space', literal(item))
+        gbnf = re.sub(r"^space ::= .*$", 'space ::= ""', gbnf, flags=re.MULTILINE)
     names = set(_RULE.findall(gbnf))
 
     def rename_body(body: str) -> str:
@@ -155,6 +164,9 @@ def call_grammar(family: Family, tools: Sequence[ToolSpec], *, forced: bool = Fa
     if family is GENERIC:
         schema = generic.call_schema(tools) if forced else generic.reply_schema(tools)
         return ToolGrammar(Grammar(schema_to_gbnf(schema), "the generic tool reply"), ())
+    if family.layout is not None:
+        text = layout_grammar(family.layout, tools, lazy=lazy)
+        return ToolGrammar(Grammar(text, f"the {family.label} tool call"), family.triggers)
     root, rules = _per_family(family, tools, lazy)
     parts = [f"root ::= {root}", *rules, WS]
     if family.id == "qwen3_coder":
@@ -164,11 +176,11 @@ def call_grammar(family: Family, tools: Sequence[ToolSpec], *, forced: bool = Fa
     return ToolGrammar(Grammar("\n".join(parts) + "\n", f"the {family.label} tool call"), family.triggers)
 
 
-def _tool_rules(spec: ToolSpec, prefix: str) -> str:
+def _tool_rules(spec: ToolSpec, prefix: str, separators: tuple[str, str] | None = None) -> str:
     from llmchat.errors import UsageError
 
     try:
-        return prefixed_schema_rules(spec.parameters, prefix)
+        return prefixed_schema_rules(spec.parameters, prefix, separators)
     except UsageError as err:
         raise UsageError(f"tool {spec.name} ({spec.source}): its parameters schema: {err}") from None
 
@@ -190,3 +202,100 @@ def grammar_literals(grammar_text: str) -> set[str]:
         except ValueError:  # a GBNF escape JSON does not have (\x..): not a marker
             continue
     return found
+
+
+# --- the grammar of a derived layout ---------------------------------------------------------------
+def _fixed(text: str) -> str:
+    """A layout's fixed text as GBNF: the call index a template prints is a number, an id nine
+    letters and digits (Mistral's templates refuse any other shape)."""
+    parts = []
+    for part in re.split(f"({ID_SLOT}|{INDEX_SLOT})", text):
+        if part == INDEX_SLOT:
+            parts.append("[0-9]{1,3}")
+        elif part == ID_SLOT:
+            parts.append("[a-zA-Z0-9]{9}")
+        elif part:
+            parts.append(literal(part))
+    return " ".join(parts) or '""'
+
+
+def _free_text(suffix: str) -> str:
+    """Raw text up to a string's closing text: anything but that text's first character."""
+    stop = suffix.strip()[:1] or "<"
+    escaped = "\\" + stop if stop in "\\]^-" else stop
+    return f"[^{escaped}]*"
+
+
+def layout_grammar(layout: CallLayout, tools: Sequence[ToolSpec], *, lazy: bool = False) -> str:
+    """One call to one of `tools`, written exactly as the template writes a call: its spacing,
+    its key order, each tool's arguments held to its schema. `lazy`: it starts at the layout's
+    opener, the trigger where a lazy gate switches it on; else the whitespace the template puts
+    before the opener may come first."""
+    rules: list[str] = []
+    calls = []
+    item, key_sep = layout.json_separators
+    for index, spec in enumerate(tools):
+        prefix = f"t{index}"
+        if layout.name_in_json:
+            fields = [f"{literal(json.dumps(spec.name) + key_sep)} {prefix}-root"] if layout.name_is_key else []
+            for key in () if layout.name_is_key else layout.key_order or (layout.name_key, layout.arguments_key):
+                if key == layout.name_key:
+                    fields.append(literal(json.dumps(key) + key_sep + json.dumps(spec.name)))
+                elif key == layout.arguments_key:
+                    fields.append(f"{literal(json.dumps(key) + key_sep)} {prefix}-root")
+                elif key == layout.id_key:
+                    fields.append(f'{literal(json.dumps(key) + key_sep)} "\\"" [a-zA-Z0-9]{{9}} "\\""')
+            body = f" {literal(item)} ".join(fields)
+            call = f'"{{" {body} "}}"'
+            if layout.function_key:
+                call = f'"{{" {literal(json.dumps(layout.function_key) + key_sep)} {call} "}}"'
+            rules.append(_tool_rules(spec, prefix, layout.json_separators))
+        else:
+            head = f"{literal(spec.name)} {_fixed(layout.args_start)}"
+            if layout.args == "json":
+                rules.append(_tool_rules(spec, prefix, layout.json_separators))
+                call = f"{head} {prefix}-root"
+            else:
+                call = f"{head} {_tagged_rules(layout, spec, prefix, rules)}"
+        rules.append(f"{prefix}-call ::= {call}")
+        calls.append(f"{prefix}-call")
+    rules.append(f"call ::= {' | '.join(calls)}")
+    start = layout.section_start + ("" if layout.list_wrapped else layout.call_start)
+    opener = _fixed(start.lstrip())
+    leading = start[: len(start) - len(start.lstrip())]
+    if leading and not lazy:
+        opener = f"{literal(leading)}? {opener}"
+    if layout.list_wrapped:
+        root = f"{opener} call ({literal(layout.separator)} call)* {_fixed(layout.section_end.rstrip())}"
+    else:  # what follows the call's last marker is the end of the turn, left to the stop rules
+        root = f"{opener} call {_fixed((layout.call_end + layout.section_end).rstrip())}"
+    return "\n".join([f"root ::= {root}", *rules, WS]) + "\n"
+
+
+def _tagged_rules(layout: CallLayout, spec: ToolSpec, prefix: str, rules: list[str]) -> str:
+    """The arguments as tagged pairs: each a property of the tool's schema, strings as raw text
+    (or JSON strings where the template writes them so), other values held to their schema."""
+    properties = spec.parameters.get("properties", {}) or {}
+    params = []
+    for number, (name, schema) in enumerate(properties.items()):
+        one = with_key(layout, name)
+        is_string = isinstance(schema, dict) and schema.get("type") == "string"
+        if is_string and not one.string_is_json:
+            value = f"{literal(one.key_prefix + name + one.string_prefix)} {_free_text(one.string_suffix)} {literal(one.string_suffix)}"
+        else:
+            sub = f"{prefix}-p{number}"
+            try:
+                rules.append(
+                    prefixed_schema_rules(schema if isinstance(schema, dict) else {}, sub, one.json_separators)
+                )
+            except Exception as err:  # noqa: BLE001 - named with the tool below
+                from llmchat.errors import UsageError
+
+                raise UsageError(f"tool {spec.name} ({spec.source}): its parameter {name}: {err}") from None
+            value = f"{literal(one.key_prefix + name + one.value_prefix)} {sub}-root {literal(one.value_suffix)}"
+        rules.append(f"{prefix}-param{number} ::= {value}")
+        params.append(f"{prefix}-param{number}")
+    if not params:
+        return '""'
+    rules.append(f"{prefix}-param ::= {' | '.join(params)}")
+    return f"({prefix}-param ({literal(layout.arg_separator)} {prefix}-param)*)?"

@@ -20,7 +20,7 @@ from typing import Any
 
 from llmchat.template_sandbox import TemplateRenderError, compile_template, render_compiled
 from llmchat.tools import generic
-from llmchat.tools.families import GENERIC, Family, call_text, detect_family, family_by_id
+from llmchat.tools.families import GENERIC, Family, call_text, detect_family
 from llmchat.tools.spec import EMPTY_OBJECT_SCHEMA, ToolSpec
 
 _PROBE_TOOL = "llmchat_probe_listed"  # the tool in the list
@@ -79,8 +79,7 @@ class Capabilities:
 
 
 @lru_cache(maxsize=32)
-def _capabilities(template_source: str, family_id: str) -> Capabilities:
-    family = family_by_id(family_id)
+def _capabilities(template_source: str, family: Family) -> Capabilities:
     compiled = compile_template(template_source, "the chat template")
     probe = ToolSpec(_PROBE_TOOL, "probe", EMPTY_OBJECT_SCHEMA, "probe", lambda arguments, timeout_s: "")
     user = {"role": "user", "content": "hi"}
@@ -114,7 +113,7 @@ def _capabilities(template_source: str, family_id: str) -> Capabilities:
 def capabilities(template_source: str, family: Family) -> Capabilities:
     if family is GENERIC:
         return Capabilities(renders_tools=False, calls_as_text=True)
-    return _capabilities(template_source, family.id)
+    return _capabilities(template_source, family)
 
 
 def messages_for_template(

@@ -38,7 +38,7 @@ from llmchat.errors import UsageError
 from llmchat.tools import native
 from llmchat.tools.approval import ApprovalPolicy, format_call
 from llmchat.tools.choice import DEFAULT_CHAIN_LIMIT, ChainGuard, ToolChoice, parse_tool_choice, plan_round
-from llmchat.tools.families import GENERIC, detect_family
+from llmchat.tools.families import GENERIC, call_in_reasoning, detect_family
 from llmchat.tools.prompt import Capabilities, assistant_tool_calls, capabilities, template_variables, tool_result
 from llmchat.tools.spec import CallRecord
 
@@ -162,9 +162,11 @@ def make_offer(
             forced = plan_round(choice, 0, names).grammar_tools
             engine.check_grammar(offer.grammar(forced, True))
         if family is GENERIC:
+            from llmchat.prompt.format_analysis import analyze
             from llmchat.tools import generic
 
-            io.notice(generic.NOTICE)
+            template = session.template
+            io.notice(generic.notice(f"{template.name} ({template.source_detail})", analyze(template.text).missing))
         offer.markup = control_markers(engine, [g.text for g in offer._grammars.values()])
     return offer
 
@@ -308,8 +310,14 @@ def tool_turn(
             # but no call of it runs.
             # gpt-oss writes its call in the channel header (`to=functions.NAME`), which the
             # reasoning split leaves out of the answer: its parser reads the whole reply.
-            text = result.raw_reply if offer.family.id == "gpt_oss" else result.reply
-            parsed = offer.family.parse(text, schemas)
+            parsed = offer.family.parse(result.reply, schemas)
+            if offer.family.id == "gpt_oss":  # harmony's calls are in the headers the answer leaves out
+                parsed = replace(offer.family.parse(result.raw_reply, schemas), content=parsed.content)
+            at = call_in_reasoning(offer.family, result.reasoning or "") if not parsed.calls else None
+            if at is not None and result.reasoning is not None:  # the call was written inside the open thinking block
+                result.reply = result.reasoning[at:] + result.reply
+                result.reasoning = result.reasoning[:at].strip()
+                parsed = offer.family.parse(result.reply, schemas)
             if offer.native:  # the calls came apart from the text
                 parsed = native.parsed_reply(result.reply, result.server_calls)
                 if plan.forced and not parsed.calls and result.finish_reason not in ("interrupted", "error"):
