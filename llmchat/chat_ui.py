@@ -21,7 +21,7 @@ from __future__ import annotations
 import signal
 import sys
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import IO, TYPE_CHECKING, Callable, Iterator
 
 from llmchat import interrupts
 from llmchat.attachments import compose
@@ -37,6 +37,15 @@ from llmchat.slash import (
 )
 
 if TYPE_CHECKING:
+    from types import FrameType
+
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.history import History
+    from prompt_toolkit.key_binding import KeyPressEvent
+    from rich.console import Console
+
+    from llmchat.attachments import Attachment
+    from llmchat.session import ChatSession
     from llmchat.turn.record import TurnResult
 
 EXIT_HINT = "press Ctrl-C again or Ctrl-D to exit"
@@ -74,7 +83,7 @@ class CtrlCGuard:
 # --------------------------------------------------------------------------- input history
 
 
-def input_history(warn: Callable[[str], None], persist: bool = True) -> Any:
+def input_history(warn: Callable[[str], None], persist: bool = True) -> History:
     """A FileHistory at `paths.input_history_file()`, or an in-memory one when that file cannot be
     written (with one warning) or when the chat keeps no history (`persist=False`).
 
@@ -132,7 +141,7 @@ class MarkdownObserver:
     """Wraps a StreamPrinter (created with echo_text=False): when the reply is done, it ends the live
     readout, prints the reply rendered as Markdown, then lets the printer print its summary."""
 
-    def __init__(self, printer: StreamPrinter, console: Any):
+    def __init__(self, printer: StreamPrinter, console: Console):
         self.printer = printer
         self.console = console
 
@@ -151,7 +160,7 @@ class MarkdownObserver:
     def round_ended(self) -> None:
         self.printer.round_ended()
 
-    def finished(self, result: Any) -> None:
+    def finished(self, result: TurnResult) -> None:
         self.printer.abort()  # ends the live readout and restores the scrolling region
         if result.reply.strip():
             from rich.markdown import Markdown
@@ -167,7 +176,7 @@ def interrupt_once() -> Iterator[None]:
     break the saving of the partial reply or leave the terminal's scrolling region set."""
     fired = False
 
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         nonlocal fired
         if not fired:
             fired = True
@@ -185,7 +194,7 @@ def interrupt_once() -> Iterator[None]:
 
 
 @contextmanager
-def quiet_terminal(stream: Any) -> Iterator[None]:
+def quiet_terminal(stream: IO[str]) -> Iterator[None]:
     """Terminal settings for while a reply streams.
 
     - No ECHO: keys typed ahead would land in the middle of the reply (and Ctrl-C would leave a
@@ -223,13 +232,13 @@ def quiet_terminal(stream: Any) -> Iterator[None]:
 class ChatUI:
     def __init__(
         self,
-        session: Any,
+        session: ChatSession,
         *,
         show_stats: bool,
         markdown: bool,
         verbose: bool,
         persist_input: bool | None = None,
-        attachments: tuple = (),
+        attachments: tuple[Attachment, ...] = (),
     ):
         from rich.console import Console
 
@@ -268,7 +277,7 @@ class ChatUI:
         )
 
     # --- prompt ---------------------------------------------------------------------------------
-    def build_prompt(self) -> Any:
+    def build_prompt(self) -> PromptSession[str]:
         from prompt_toolkit import PromptSession
         from prompt_toolkit.application import run_in_terminal
         from prompt_toolkit.key_binding import KeyBindings
@@ -277,11 +286,11 @@ class ChatUI:
         bindings = KeyBindings()
 
         @bindings.add("escape", "enter")
-        def _newline(event: Any) -> None:
+        def _newline(event: KeyPressEvent) -> None:
             event.current_buffer.insert_text("\n")
 
         @bindings.add("c-c")
-        def _ctrl_c(event: Any) -> None:
+        def _ctrl_c(event: KeyPressEvent) -> None:
             buffer = event.current_buffer
             action = self.guard.press(buffer.text)
             if action == CtrlCGuard.CLEAR:
@@ -317,8 +326,9 @@ class ChatUI:
             self.guard.reset()
 
     # --- turns ----------------------------------------------------------------------------------
-    def run_turn(self, text: str) -> str:
-        """Run one turn; returns text to put back at the prompt ("" when the message was sent)."""
+    def run_turn(self, text: str, attachments: tuple[Attachment, ...] | None = None) -> str:
+        """Run one turn; returns text to put back at the prompt ("" when the message was sent).
+        `attachments`: the files `text` goes with (/retry); None: those attached with /file."""
         session = self.session
         printer = StreamPrinter(
             self.stdout,
@@ -329,23 +339,30 @@ class ChatUI:
         )
         observer = MarkdownObserver(printer, self.console) if self.markdown else printer
         committed: list[TurnResult] = []  # the turn, once it joined the conversation
-        attachments = tuple(self.context.attachments)  # /file: sent with this message, then cleared
+        from_pending = attachments is None  # /file: sent with this message, then cleared
+        attachments = tuple(self.context.attachments) if attachments is None else attachments
         try:
             with interrupt_once(), quiet_terminal(sys.stdin):
                 # Only a message that carries files passes them (a session without files is called as before).
-                extra = {"attachments": attachments} if attachments else {}
-                result = session.turn(compose(attachments, text), observer, on_commit=committed.append, **extra)
+                message = compose(attachments, text)
+                if attachments:
+                    result = session.turn(message, observer, on_commit=committed.append, attachments=attachments)
+                else:
+                    result = session.turn(message, observer, on_commit=committed.append)
         except ContextOverflowError as err:
             # Raised before anything is generated: nothing changed; give the text back to edit.
             printer.abort()
             self.error(f"error: {err}")
-            return text
+            return self._put_back(text, attachments, from_pending)
         except LlmchatError as err:
-            # Any other error the user can act on (a template that refuses this conversation, ...):
-            # one line, and the chat goes on with the message back at the prompt.
+            # Any other error the user can act on (a template that refuses this conversation, the
+            # engine failing mid-reply, ...): one line, and the chat goes on. Before the turn joined
+            # the conversation the message goes back to the prompt; after, the reply so far is kept.
             printer.abort()
             self.error(f"error: {err}")
-            return "" if committed else text
+            if not committed:
+                return self._put_back(text, attachments, from_pending)
+            result = committed[0]
         except KeyboardInterrupt:
             # Ctrl-C outside the decode loop: before generation (nothing sent: give the text back)
             # or while the finished reply was being shown.
@@ -353,20 +370,28 @@ class ChatUI:
             printer.abort()
             if not committed:
                 self.info("[interrupted]")
-                return text
+                return self._put_back(text, attachments, from_pending)
             result = committed[0]
         except BaseException:
             printer.abort()
             raise
-        self.context.attachments.clear()
+        if from_pending:
+            self.context.attachments.clear()
         for line in result.notices:  # a trim, a failed save: the same notices as ask and batch
             (self.error if line.startswith("warning:") else self.info)(line)
         if result.error:  # structured output that is not what --schema asked (cut off, invalid)
             self.error(f"error: {result.error}")
         return ""
 
+    def _put_back(self, text: str, attachments: tuple[Attachment, ...], from_pending: bool) -> str:
+        """A message that was not sent goes back to the prompt, and the files it carried (/retry's)
+        back to the ones pending for the next message."""
+        if not from_pending:
+            self.context.attachments[:] = [*attachments, *(a for a in self.context.attachments if a not in attachments)]
+        return text
+
     # --- main loop --------------------------------------------------------------------------------
-    _prompt: Any = None
+    _prompt: PromptSession[str] | None = None
 
     def run(self) -> None:
         self.welcome()
@@ -404,20 +429,19 @@ class ChatUI:
                 if outcome.action is Action.EDIT:
                     pending = outcome.text or ""
                     continue
-                line = outcome.text or ""
-            else:
-                line = unescape_message(line)
-            pending = self.run_turn(line)
+                pending = self.run_turn(outcome.text or "", outcome.attachments)
+                continue
+            pending = self.run_turn(unescape_message(line))
 
 
 def run_interactive(
-    session: Any,
+    session: ChatSession,
     *,
     show_stats: bool,
     markdown: bool,
     verbose: bool,
     persist_input: bool | None = None,
-    attachments: tuple = (),
+    attachments: tuple[Attachment, ...] = (),
 ) -> None:
     """The interactive chat on a terminal. Returns when the user exits (/exit, Ctrl-D, Ctrl-C twice).
 

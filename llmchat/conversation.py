@@ -72,14 +72,22 @@ class Conversation:
             reply["token_ids"] = token_ids
         self.messages.append(reply)
 
-    def drop_last_exchange(self) -> bool:
-        """Remove the last user message and everything after it (a tool turn's calls and results too)."""
-        last_user = next((i for i in range(len(self.messages) - 1, -1, -1) if self.messages[i]["role"] == "user"), None)
-        if len(self.messages) < 2 or last_user is None:
-            return False
-        del self.messages[last_user:]
+    def last_exchange_start(self) -> int | None:
+        """Where the last exchange begins: the index of the last user message. The exchange is that
+        message and everything after it (a tool turn's calls and results, the reply, an interrupted
+        reply). None: no user message yet."""
+        return next((i for i in range(len(self.messages) - 1, -1, -1) if self.messages[i]["role"] == "user"), None)
+
+    def drop_last_exchange(self) -> dict | None:
+        """Remove the last exchange (see `last_exchange_start`); returns its user message, or None
+        when there was nothing to remove."""
+        start = self.last_exchange_start()
+        if start is None:
+            return None
+        user = self.messages[start]
+        del self.messages[start:]
         self.window_start = min(self.window_start, len(self.messages))
-        return True
+        return user
 
     def last_user_message(self) -> str | None:
         for message in reversed(self.messages):

@@ -28,6 +28,7 @@ from llmchat.sampling import PRESETS, SETTABLE, parse_value
 if TYPE_CHECKING:
     from llmchat.config import Config
     from llmchat.options import RunOptions
+    from llmchat.session import ChatSession
 
 # The keys a [prompts.NAME] table may hold besides the sampling values (SETTABLE).
 TEXT_KEYS = ("system", "model", "template", "preset", "schema", "description")
@@ -145,7 +146,7 @@ def sampling_layers(prompt_name: str | None, config: Config) -> list[tuple[str, 
     return layers
 
 
-def apply_to_session(session: Any, name: str) -> list[str]:
+def apply_to_session(session: ChatSession, name: str) -> list[str]:
     """`/prompt NAME` in chat: the saved prompt's system prompt, sampling and schema from the next
     message on. The model cannot change under a running chat: a different one is said, not loaded.
     Returns the lines to show."""
@@ -185,11 +186,11 @@ def apply_to_session(session: Any, name: str) -> list[str]:
     return [f"prompt {name}: {line}" for line in said] or [f"prompt {name} sets nothing more here"]
 
 
-def _same_model(requested: str, config: Config, session: Any) -> bool:
+def _same_model(requested: str, config: Config, session: ChatSession) -> bool:
     from llmchat.models.resolve import resolve_model
 
     try:
         wanted = resolve_model(requested, config).path
-        return Path(wanted).resolve() == Path(str(session.engine.model_path)).resolve()
+        return Path(wanted).resolve() == Path(session.engine.info.model_path).resolve()
     except Exception:  # an unresolvable name is reported as "not this model"
         return False

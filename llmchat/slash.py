@@ -11,12 +11,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, TypeVar
 
-from prompt_toolkit.completion import Completer, Completion
+from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 
 from llmchat.errors import HistoryError, LlmchatError
 from llmchat.sampling import PRESETS, SETTABLE, with_setting
+
+if TYPE_CHECKING:
+    from prompt_toolkit.document import Document
+    from rich.console import Console
+
+    from llmchat.attachments import Attachment
+    from llmchat.history import HistoryStore
+    from llmchat.sampling import SamplingParams
+    from llmchat.session import ChatSession
+
+T = TypeVar("T")
 
 HISTORY_OFF = "history is off for this chat (--no-history, `history = false`, or the store failed); nothing is saved"
 
@@ -32,6 +43,8 @@ class Action(Enum):
 class Outcome:
     action: Action = Action.CONTINUE
     text: str | None = None
+    # The files a TURN's text goes with (/retry: those of the message sent again); None: the pending ones.
+    attachments: tuple[Attachment, ...] | None = None
 
 
 CONTINUE = Outcome()
@@ -40,17 +53,17 @@ EXIT = Outcome(Action.EXIT)
 
 @dataclass
 class CommandContext:
-    session: Any  # llmchat.session.ChatSession
-    out: Any  # rich.console.Console on stdout
+    session: ChatSession
+    out: Console  # on stdout
     error: Callable[[str], None]  # one line on stderr: errors and hints
     info: Callable[[str], None] = field(default=lambda message: None)  # one dim line on stderr: confirmations
-    attachments: list[Any] = field(default_factory=list)  # /file: llmchat.attachments.Attachment, for the next message
+    attachments: list[Attachment] = field(default_factory=list)  # /file: for the next message
 
 
 # --------------------------------------------------------------------------- shared with the chat loop
 
 
-def _write_history(ctx: CommandContext, work: Callable[[Any], Any]) -> Any:
+def _write_history(ctx: CommandContext, work: Callable[[HistoryStore], T]) -> T | None:
     """Run a history write; on HistoryError, turn the history off (once) and return None."""
     store = ctx.session.history
     if store is None:
@@ -214,7 +227,7 @@ def cmd_set(ctx: CommandContext, arg: str) -> Outcome:
     return CONTINUE
 
 
-def _value(sampling: Any, name: str) -> str:
+def _value(sampling: SamplingParams, name: str) -> str:
     value = getattr(sampling, name)
     if value is None:
         from llmchat.session import DEFAULT_REPLY_CAP
@@ -261,11 +274,12 @@ def cmd_show(ctx: CommandContext, arg: str) -> Outcome:
     if origins.get("schema"):
         table.add_row("schema", "the reply is held to a schema", origins["schema"])
     count = f"{len(session.conversation.messages)} messages"
+    fork = session.fork_from
     if session.history is None:
         saved = "not saved (history off)"
-    elif session.conversation_id is None and getattr(session, "fork_from", None) is not None:
-        saved = f"branch of {session.fork_from[0]}"
-        count = f"shares turns 1..{session.fork_from[1]}; saved with its first reply; " + count
+    elif session.conversation_id is None and fork is not None:
+        saved = f"branch of {fork[0]}"
+        count = f"shares turns 1..{fork[1]}; saved with its first reply; " + count
     elif session.conversation_id is None:
         saved = "not saved yet (saved after the first reply)"
     else:
@@ -379,41 +393,49 @@ def cmd_stats(ctx: CommandContext, arg: str) -> Outcome:
     return CONTINUE
 
 
-def _drop_last_exchange(ctx: CommandContext) -> str | None:
-    """Remove the last user message and its reply from the conversation and the history; returns
-    the user message, or None when there was nothing to remove."""
-    session = ctx.session
-    messages = session.conversation.messages
-    if len(messages) < 2 or messages[-2]["role"] != "user":
-        return None
-    user_text = messages[-2]["content"]
-    if getattr(session, "fork_from", None) is not None:  # a branch not saved yet: fork one turn earlier
-        from llmchat.branches import keep_turns, turn_starts
+def _drop_last_exchange(ctx: CommandContext) -> tuple[str, tuple[Attachment, ...]] | None:
+    """Remove the last exchange (the last user message and everything after it: a tool turn's
+    calls and results, the reply, interrupted or not) from the conversation and the history.
+    Returns the user message as typed and the files it carried, or None when there was nothing."""
+    from llmchat.branches import keep_turns, last_user_turn, turn_starts
 
+    session = ctx.session
+    start = session.conversation.last_exchange_start()
+    if start is None:
+        return None
+    try:
+        last = last_user_turn(session)
+    except HistoryError:  # its files could not be looked up: the message as it was sent
+        last = None
+    typed, files = last or (session.conversation.messages[start]["content"], ())
+    if session.fork_from is not None:  # a branch not saved yet: fork one turn earlier
         keep_turns(session, len(turn_starts(session.conversation)) - 1)
-        return user_text
+        return typed, files
     session.conversation.drop_last_exchange()
-    if session.conversation_id is not None:
-        _write_history(ctx, lambda store: store.delete_last_exchange(session.conversation_id))
+    conversation_id = session.conversation_id
+    if conversation_id is not None:
+        _write_history(ctx, lambda store: store.delete_last_exchange(conversation_id))
     session.last_result = None
-    return user_text
+    return typed, files
 
 
 def cmd_undo(ctx: CommandContext, arg: str) -> Outcome:
-    user_text = _drop_last_exchange(ctx)
-    if user_text is None:
+    dropped = _drop_last_exchange(ctx)
+    if dropped is None:
         ctx.error("nothing to undo")
     else:
-        ctx.info(f"removed the last exchange ({_one_line(user_text, 50)!r} and its reply)")
+        ctx.info(f"removed the last exchange ({_one_line(dropped[0], 50)!r} and its reply)")
     return CONTINUE
 
 
 def cmd_retry(ctx: CommandContext, arg: str) -> Outcome:
-    user_text = _drop_last_exchange(ctx)
-    if user_text is None:
+    """The last message sent again, with the files it carried (files attached since wait for the next)."""
+    dropped = _drop_last_exchange(ctx)
+    if dropped is None:
         ctx.error("nothing to retry: send a message first")
         return CONTINUE
-    return Outcome(Action.TURN, user_text)
+    typed, files = dropped
+    return Outcome(Action.TURN, typed, attachments=files)
 
 
 def cmd_edit(ctx: CommandContext, arg: str) -> Outcome:
@@ -469,16 +491,17 @@ def cmd_save(ctx: CommandContext, arg: str) -> Outcome:
     if session.history is None:
         ctx.error(HISTORY_OFF)
         return CONTINUE
-    if session.conversation_id is None:
+    conversation_id = session.conversation_id
+    if conversation_id is None:
         ctx.error("nothing saved yet: a conversation is stored after its first reply")
         return CONTINUE
     if not arg:
         ctx.info(
-            f"this conversation is saved as {session.conversation_id} (each turn is saved as it ends); /save NAME names it"
+            f"this conversation is saved as {conversation_id} (each turn is saved as it ends); /save NAME names it"
         )
         return CONTINUE
     try:
-        _write_history(ctx, lambda store: store.rename(session.conversation_id, arg))
+        _write_history(ctx, lambda store: store.rename(conversation_id, arg))
     except LlmchatError as err:  # the name is taken or reserved
         ctx.error(f"error: {err}")
         return CONTINUE
@@ -621,10 +644,10 @@ class SlashCompleter(Completer):
     """Completes only on a line that starts with "/": command names, /set keys, /set preset names,
     and /load's saved conversation names."""
 
-    def __init__(self, session: Any = None):
+    def __init__(self, session: ChatSession | None = None):
         self.session = session
 
-    def get_completions(self, document: Any, complete_event: Any):
+    def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterator[Completion]:
         text = document.text_before_cursor
         if not text.startswith("/") or text.startswith("//") or "\n" in text:
             return

@@ -263,6 +263,119 @@ def test_retry_with_nothing_to_retry(session, capsys):
     assert session.conversation.messages == []
 
 
+def _offer_tools(session, folder: Path) -> None:
+    """The chat's tools as `chat --functions FILE --tool-choice record_city --approve-tools
+    --chain-limit 1` offers them: every message makes one call, then an answer."""
+    from llmchat.commands import tool_options
+    from tests.test_tools_loop import functions_file
+
+    request = tool_options.tool_request(None, [str(functions_file(folder))], None, "record_city", 1, True)
+    toolset = tool_options.gather(request)
+    assert toolset is not None
+    tool_options.offer(session, toolset, request, dim=True)
+    # Room for the call's JSON and a short answer.
+    session.set_sampling(dataclasses.replace(session.sampling, max_tokens=48))
+
+
+def test_undo_retry_and_edit_after_a_tool_turn(session, capsys, tmp_path):
+    """After a turn in which a tool ran, the last exchange is the user's message, the call, its
+    result and the answer: /undo removes all four, /retry sends the message again (the tool runs
+    again), /edit gives it back to change."""
+    from tests.test_tools_loop import calls_made
+
+    _offer_tools(session, tmp_path)
+    question = "What is the weather in Paris?"
+    drive(session, question + ENTER)
+    roles = [m[0] for m in conversation_messages(session)]
+    assert roles == ["user", "assistant", "tool", "assistant"], roles
+    assert len(calls_made(tmp_path)) == 1
+    assert conversation_messages(session) == stored_messages(session)
+    capsys.readouterr()
+
+    drive(session, "/retry" + ENTER)
+    _, err = capsys.readouterr()
+    assert "nothing to retry" not in err
+    assert [m[0] for m in conversation_messages(session)] == roles, "the exchange replaced, not added"
+    assert session.conversation.messages[0]["content"] == question
+    assert len(calls_made(tmp_path)) == 2, "the tool ran again"
+    assert conversation_messages(session) == stored_messages(session)
+
+    drive(session, "/undo" + ENTER)
+    _, err = capsys.readouterr()
+    assert "nothing to undo" not in err and f"removed the last exchange ({question!r}" in err
+    assert session.conversation.messages == [] and stored_messages(session) == []
+
+    drive(session, question + ENTER)
+    first_id = session.conversation_id
+    drive(session, "/edit" + ENTER + ENTER)  # the message comes back at the prompt; Enter sends it as it is
+    _, err = capsys.readouterr()
+    assert "nothing to edit" not in err and "editing turn 1" in err
+    assert [m[0] for m in conversation_messages(session)] == roles
+    assert session.conversation_id != first_id, "the edit is a branch; the old exchange stays"
+    assert [m.role for m in session.history.get(first_id).messages] == roles
+    assert conversation_messages(session) == stored_messages(session)
+    assert len(calls_made(tmp_path)) == 4
+
+
+def test_undo_and_retry_after_a_turn_with_files(session, capsys, tmp_path):
+    """A message sent with files: /retry sends it with the same files (the history keeps them with
+    it), and the files attached since wait for the next message; /undo names the typed words."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("The meeting moved to Thursday.\n", encoding="utf-8")
+    later = tmp_path / "later.txt"
+    later.write_text("Bring the slides.\n", encoding="utf-8")
+    drive(session, f"/file {notes}" + ENTER + "When is the meeting?" + ENTER)
+    [user, _] = session.conversation.messages
+    assert [a.path for a in user["attachments"]] == [str(notes)] and "Thursday" in user["content"]
+    capsys.readouterr()
+
+    ui = chat_ui.ChatUI(session, show_stats=False, markdown=False, verbose=False)
+    ui.context.attachments.extend(slash_attachments(later))  # attached after the message, for the next one
+    outcome = slash.dispatch("/retry", ui.context)
+    assert outcome.action is slash.Action.TURN and outcome.text == "When is the meeting?"
+    assert ui.run_turn(outcome.text or "", outcome.attachments) == ""
+    [user, reply] = session.conversation.messages
+    assert [a.path for a in user["attachments"]] == [str(notes)], "sent again with its own files only"
+    assert "Thursday" in user["content"] and "slides" not in user["content"]
+    assert [a.path for a in ui.context.attachments] == [str(later)], "the later file waits for the next message"
+    assert conversation_messages(session) == stored_messages(session)
+    stored = session.history.turn_attachments(session.conversation_id, 0)
+    assert [a.path for a in stored] == [str(notes)]
+
+    slash.dispatch("/undo", ui.context)
+    _, err = capsys.readouterr()
+    assert "removed the last exchange ('When is the meeting?'" in err
+    assert session.conversation.messages == [] and stored_messages(session) == []
+
+
+def slash_attachments(*paths: Path) -> list:
+    from llmchat.attachments import collect
+
+    return list(collect([str(path) for path in paths]))
+
+
+def test_undo_and_retry_after_an_interrupted_turn(session, capsys, monkeypatch):
+    monkeypatch.setattr(chat_ui, "StreamPrinter", _interrupting_printer(after_fragments=3))
+    session.set_sampling(dataclasses.replace(session.sampling, max_tokens=200))
+    question = "Count from 1 to 100, one number per line."
+    drive(session, question + ENTER)
+    assert conversation_messages(session)[1][2] is True, "interrupted"
+    monkeypatch.setattr(chat_ui, "StreamPrinter", StreamPrinter)
+    session.set_sampling(dataclasses.replace(session.sampling, max_tokens=24))
+    capsys.readouterr()
+    drive(session, "/retry" + ENTER)
+    messages = conversation_messages(session)
+    assert [(m[0], m[2]) for m in messages] == [("user", False), ("assistant", False)]
+    assert messages[0][1] == question and messages[1][1].strip()
+    assert messages == stored_messages(session)
+    monkeypatch.setattr(chat_ui, "StreamPrinter", _interrupting_printer(after_fragments=3))
+    session.set_sampling(dataclasses.replace(session.sampling, max_tokens=200))
+    drive(session, question + ENTER)
+    assert conversation_messages(session)[3][2] is True
+    drive(session, "/undo" + ENTER)
+    assert conversation_messages(session) == messages == stored_messages(session)
+
+
 def test_clear_starts_a_new_conversation(session, capsys):
     drive(session, "Say hello." + ENTER)
     first_id = session.conversation_id
@@ -671,6 +784,49 @@ def test_ctrl_c_in_a_pseudo_terminal_stops_the_reply(isolated_home):
     finally:
         child.close()
     assert child.exitstatus == 0
+
+
+def test_undo_and_retry_after_a_tool_turn_in_a_pseudo_terminal(isolated_home, tmp_path):
+    """A real chat on a terminal with a tool that runs on every message: after the tool turn,
+    /undo removes it (call, result and answer with the message) and /retry runs it again."""
+    from llmchat.history import HistoryStore
+    from tests.test_tools_loop import calls_made, functions_file
+
+    tools = functions_file(tmp_path)
+    summary = r"prompt \d+ \(\d+ cached\) · ctx \d+/\d+"
+    pexpect, child = _spawn_chat(
+        isolated_home,
+        *("--functions", str(tools), "--tool-choice", "record_city", "--approve-tools", "--chain-limit", "1"),
+        *("--max-tokens", "48", "--seed", "1"),
+        history=True,
+    )
+    try:
+        child.expect_exact("> ")
+        child.send("What is the weather in Paris?" + ENTER)
+        child.expect_exact("tool call: record_city(")
+        child.expect(summary)  # the answer after the call is done
+        child.expect_exact("> ")
+        child.send("/undo" + ENTER)
+        child.expect_exact("removed the last exchange ('What is the weather in Paris?'")
+        child.expect_exact("> ")
+        child.send("What is the weather in Rome?" + ENTER)
+        child.expect(summary)
+        child.expect_exact("> ")
+        child.send("/retry" + ENTER)
+        index = child.expect_exact(["nothing to retry", "tool call: record_city("])
+        assert index == 1, "/retry found nothing after the tool turn"
+        child.expect(summary)
+        child.expect_exact("> ")
+        child.send("/exit" + ENTER)
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+    assert len(calls_made(tmp_path)) == 3
+    with HistoryStore.open(isolated_home / "history.db") as store:
+        messages = store.get("last").messages
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"], "one tool turn, Rome's"
+    assert messages[0].content == "What is the weather in Rome?"
 
 
 def test_bracketed_paste_in_a_pseudo_terminal_is_one_message(isolated_home):
