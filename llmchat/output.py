@@ -184,8 +184,16 @@ class StreamPrinter:
             notice(result.stats.summary(), self.err)
 
     def abort(self) -> None:
-        """Restore the terminal when a turn ends by an exception (broken pipe, error)."""
+        """Restore the terminal when a turn ends by an exception (broken pipe, error), and end the
+        reply's line so that the error's line starts on its own."""
         self._end_live()
+        if self.echo_text and not self._ended_with_newline:
+            self._ended_with_newline = True
+            try:
+                self.out.write("\n")
+                self.out.flush()
+            except (OSError, ValueError):  # stdout closed by the reader: nothing more to end
+                pass
 
     def round_ended(self) -> None:
         """A tool round ended: the readout stops, so the calls and the approval question are clean lines."""

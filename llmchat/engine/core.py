@@ -23,7 +23,7 @@ from llmchat.engine.drafting import CountingDrafter, DraftModelDrafter, PromptLo
 from llmchat.engine.driver import SequenceState, common_prefix
 from llmchat.engine.grammar import Grammar
 from llmchat.engine.interface import EngineCaps, EngineInfo, GenerateRequest, prompt_ids
-from llmchat.engine.native import LoadedModel
+from llmchat.engine.native import DecodeError, LoadedModel
 from llmchat.engine.prompt_pieces import PromptPiece, tokens_for_pieces
 from llmchat.errors import ModelError, UsageError
 
@@ -434,6 +434,19 @@ class Generation:
             return
         stream = self._stream(self.prompt)
         try:
+            yield from self._events(stream)
+        except DecodeError as err:  # llama.cpp failed to evaluate or tokenize (LoadedModel)
+            raise engine_failure(err) from err
+        finally:
+            drafter = engine._drafter
+            if drafter is not None:
+                outcome.draft_proposed, outcome.draft_accepted = drafter.acceptance(
+                    list(self.prompt) + outcome.generated_ids
+                )
+
+    def _events(self, stream: Generator[int, Any, None]) -> Iterator[TokenEvent]:
+        state, outcome = self.state, self.outcome
+        try:
             while True:
                 forced: Sequence[int] = ()
                 for token in stream:
@@ -466,11 +479,6 @@ class Generation:
                 yield TokenEvent(tail, -1)
         finally:
             stream.close()
-            drafter = engine._drafter
-            if drafter is not None:
-                outcome.draft_proposed, outcome.draft_accepted = drafter.acceptance(
-                    list(self.prompt) + outcome.generated_ids
-                )
 
     def _stream(self, tokens: list[int]) -> Generator[int, Any, None]:
         """The model's decode loop over `tokens`, sampled through llmchat's own chain
@@ -502,6 +510,15 @@ class Generation:
         finally:
             stream.close()
             llama_cpp.llama_sampler_free(chain)
+
+
+def engine_failure(err: DecodeError) -> ModelError:
+    """llama.cpp failing in the middle of a reply (a decode that returns an error), as the one line
+    the user sees. Whoever reads the generation keeps the reply so far (llmchat.turn.stream)."""
+    reason = " ".join(str(err).split()) or type(err).__name__
+    return ModelError(
+        f"llama.cpp failed mid-reply ({reason}); try again, with a smaller --ctx or --batch-size if it happens again"
+    )
 
 
 def _open_model(

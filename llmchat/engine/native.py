@@ -24,6 +24,11 @@ _INT32_MAX = 0x7FFFFFFF  # n_gpu_layers: every layer
 _backend: dict[str, bool] = {"ready": False}
 
 
+class DecodeError(RuntimeError):
+    """llama.cpp returned an error while evaluating or tokenizing (the message says which call and
+    its code). Raised out of `generate` mid-reply: the engine makes it a ModelError (engine.core)."""
+
+
 class Drafter(Protocol):
     """Guesses the tokens that follow `ids` (the context so far); [] for no guess."""
 
@@ -167,7 +172,7 @@ class LoadedModel:
             ids = (llama_cpp.llama_token * room)()
             n = llama_cpp.llama_tokenize(self.vocab, text, len(text), ids, room, add_bos, special)
             if n < 0:
-                raise RuntimeError(f"llama.cpp could not tokenize {len(text)} bytes of text")
+                raise DecodeError(f"llama.cpp could not tokenize {len(text)} bytes of text")
         return ids[:n]
 
     def token_text(self, token: int) -> str:
@@ -222,7 +227,7 @@ class LoadedModel:
             code = llama_cpp.llama_decode(self.ctx, batch)
             if code != 0:
                 self.logits_fresh = False
-                raise RuntimeError(f"llama_decode returned {code}")
+                raise DecodeError(f"llama_decode returned {code}")
             self.tokens.extend(chunk)
         self.logits_fresh = True
 

@@ -1,8 +1,9 @@
 """Reading one generation into the observer: the answer or the thinking as it arrives, the time
 the first token was written, and the ways a reply ends early.
 
-Ctrl-C ends the reply as interrupted. SIGTERM, a closed stdout or a remote stream cut mid-reply
-end it too, and come back as the exception to raise once the reply is saved (`Read.stopped`).
+Ctrl-C ends the reply as interrupted. SIGTERM, a closed stdout, a remote stream cut mid-reply or
+the engine failing mid-reply (ModelError) end it too, and come back as the exception to raise once
+the reply is saved (`Read.stopped`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from llmchat import interrupts
-from llmchat.errors import ServerError
+from llmchat.errors import ModelError, ServerError
 from llmchat.turn.observer import ThinkingDisplay
 
 if TYPE_CHECKING:
@@ -64,9 +65,14 @@ def read_reply(
         # error is reported with its exit code.
         outcome.finish_reason = "error"
         stopped = err
+    except ModelError as err:
+        # The engine failed mid-reply (llama.cpp returned an error): the reply so far is shown and
+        # saved, marked interrupted as a Ctrl-C's is, then the error is reported with its exit code.
+        outcome.finish_reason = "interrupted"
+        stopped = err
     if tracker is not None:
         held = tracker.flush(outcome.generated_tokens, time.perf_counter())
-        if stopped is None:  # with stdout closed, showing more would raise before the save
+        if stopped is None or isinstance(stopped, ModelError):  # stdout closed: showing more would raise
             shown.show(held)
             shown.close()
         fragments = [tracker.splitter.answer]
