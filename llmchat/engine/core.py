@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Generator, Iterator, Sequence
@@ -211,16 +212,21 @@ class Engine:
             # counts a sampling index back from the outputs of the last decode only, so a batch
             # split in two would sample from a row it no longer has (GGML_ASSERT, abort).
             settings = replace(settings, draft_tokens=max(1, settings.batch_size - 1))
-        if settings.lookup:
-            drafter = PromptLookupDrafter(settings.draft_tokens)
-        elif settings.draft_model:
-            # The drafter's greedy picks should match the target's: the same attention numerics.
-            draft_model = _open_model(
-                settings.draft_model, threads=threads, gpu_layers=gpu_layers, settings=settings, flash_attn=flash_attn
-            )
-            drafter = DraftModelDrafter(draft_model, settings.draft_tokens, penalty_last_n=_PENALTY_LAST_N)
-
-        try:
+        # Every model opened here is freed if a later step fails (a Ctrl-C too), until the engine owns them.
+        with ExitStack() as undo:
+            if settings.lookup:
+                drafter = PromptLookupDrafter(settings.draft_tokens)
+            elif settings.draft_model:
+                # The drafter's greedy picks should match the target's: the same attention numerics.
+                draft_model = _open_model(
+                    settings.draft_model,
+                    threads=threads,
+                    gpu_layers=gpu_layers,
+                    settings=settings,
+                    flash_attn=flash_attn,
+                )
+                undo.callback(draft_model.close)
+                drafter = DraftModelDrafter(draft_model, settings.draft_tokens, penalty_last_n=_PENALTY_LAST_N)
             model = _open_model(
                 model_path,
                 threads=threads,
@@ -232,25 +238,26 @@ class Engine:
                 # positions need logits (one row of n_vocab floats each).
                 output_window=settings.draft_tokens + 1 if drafter else 1,
             )
-        except BaseException:
-            if isinstance(drafter, DraftModelDrafter):
-                drafter.draft.close()
-            raise
-        notices.append(f"flash attention {'on' if flash_attn else 'off'}, KV cache {settings.kv_type}")
-        if settings.flash_attn_why:
-            notices.append(f"flash attention {'on' if flash_attn else 'off'}: {settings.flash_attn_why}")
-        if drafter is not None:
-            notices.append(
-                f"speculative decoding: {'prompt lookup' if settings.lookup else settings.draft_model}, up to {settings.draft_tokens} drafted tokens per pass"
-            )
-        notices.append(_backend_notice(gpu_layers, threads))
-        return cls(model, model_path, settings, notices, CountingDrafter(drafter) if drafter else None)
+            undo.callback(model.close)
+            notices.append(f"flash attention {'on' if flash_attn else 'off'}, KV cache {settings.kv_type}")
+            if settings.flash_attn_why:
+                notices.append(f"flash attention {'on' if flash_attn else 'off'}: {settings.flash_attn_why}")
+            if drafter is not None:
+                notices.append(
+                    f"speculative decoding: {'prompt lookup' if settings.lookup else settings.draft_model}, up to {settings.draft_tokens} drafted tokens per pass"
+                )
+            notices.append(_backend_notice(gpu_layers, threads))
+            engine = cls(model, model_path, settings, notices, CountingDrafter(drafter) if drafter else None)
+            undo.pop_all()
+        return engine
 
     def close(self) -> None:
-        drafter = self._drafter.inner if self._drafter else None
-        if isinstance(drafter, DraftModelDrafter):
-            drafter.draft.close()
-        self.model.close()
+        """Free the model and the draft model, each even when freeing the other fails."""
+        with ExitStack() as frees:
+            frees.callback(self.model.close)
+            drafter = self._drafter.inner if self._drafter else None
+            if isinstance(drafter, DraftModelDrafter):
+                frees.callback(drafter.draft.close)
 
     # --- vocabulary ----------------------------------------------------------------------------
     def _token_text(self, token_id: int) -> str:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import ctypes
 import json
 import math
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -316,11 +317,25 @@ class GrammarGate:
         self._llama = llama_cpp
         self.vocab = vocab
         self.inner = inner
-        self.grammar = llama_cpp.llama_sampler_init_grammar(vocab, grammar.text.encode("utf-8"), b"root")
-        if not self.grammar:
-            llama_cpp.llama_sampler_free(inner)
-            check_grammar(grammar, vocab)  # raises with llama.cpp's reason
-            raise UsageError(f"{grammar.source}: llama.cpp refused the grammar")
+        # A gate that cannot start frees what it was given and what it made (a Ctrl-C here too);
+        # once started, llama.cpp frees them through `_free` with the chain that holds the gate.
+        with ExitStack() as undo:
+            undo.callback(llama_cpp.llama_sampler_free, inner)
+            self.grammar = llama_cpp.llama_sampler_init_grammar(vocab, grammar.text.encode("utf-8"), b"root")
+            if not self.grammar:
+                check_grammar(grammar, vocab)  # raises with llama.cpp's reason
+                raise UsageError(f"{grammar.source}: llama.cpp refused the grammar")
+            undo.callback(llama_cpp.llama_sampler_free, self.grammar)
+            self._start(llama_cpp, start_after, greedy, loop_exit, feed_trigger)
+            undo.pop_all()
+        if loop_exit is not None:
+            loop_exit.gate = self
+        _live[id(self)] = self
+
+    def _start(
+        self, llama_cpp: Any, start_after: str | None, greedy: bool, loop_exit: LoopExit | None, feed_trigger: bool
+    ) -> None:
+        """The gate's state and its llama.cpp sampler (`self.sampler`), over `inner` and the grammar."""
         self.start_after = start_after
         self.active = not start_after
         self.feed_trigger = feed_trigger  # the grammar begins with `start_after` itself (lazy)
@@ -338,8 +353,6 @@ class GrammarGate:
         self.nesting = JsonNesting()
         self._closing: list[int] = []  # closing tokens still to pick
         self._pieces: dict[int, bytes] = {}
-        if loop_exit is not None:
-            loop_exit.gate = self
         self._saved = ctypes.create_string_buffer(0)
         self._one = (llama_cpp.llama_token_data * 1)()
         self._one_array = llama_cpp.llama_token_data_array(self._one, 1, -1, False)
@@ -356,7 +369,8 @@ class GrammarGate:
         self._iface = iface
         self._label = b"llmchat-grammar-gate"
         self.sampler = llama_cpp.llama_sampler_init(ctypes.pointer(iface), None)
-        _live[id(self)] = self
+        if not self.sampler:
+            raise MemoryError("llama.cpp could not make the grammar gate's sampler")
 
     # llama.cpp calls these; they must never raise into C.
     def _name(self, smpl: Any) -> bytes:
@@ -579,8 +593,11 @@ def constrained(
     from llmchat.engine.bindings import llama_cpp
 
     inner = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-    gate = GrammarGate(
+    gate = GrammarGate(  # it owns `inner` from here, and frees it if it cannot start
         vocab, grammar, inner, start_after=start_after, greedy=greedy, loop_exit=loop_exit, feed_trigger=feed_trigger
     )
-    llama_cpp.llama_sampler_chain_add(chain, gate.sampler)
+    with ExitStack() as undo:  # until the chain holds the gate, freeing the gate frees `inner` and the grammar
+        undo.callback(llama_cpp.llama_sampler_free, gate.sampler)
+        llama_cpp.llama_sampler_chain_add(chain, gate.sampler)  # the chain owns the gate: freed with it
+        undo.pop_all()
     return inner

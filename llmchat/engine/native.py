@@ -15,6 +15,7 @@ which costs a one-shot `ask` numpy and the library's chat formats at import
 from __future__ import annotations
 
 import ctypes
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Generator, Protocol, Sequence
 
@@ -81,11 +82,27 @@ class LoadedModel:
             params.use_extra_bufts = False
         self.model_params = params
         self.gpu_layers = gpu_layers
+        self.ctx: Any = None
+        self._batch: Any = None
         self.model = llama_cpp.llama_model_load_from_file(str(path).encode("utf-8"), params)
         if not self.model:
             raise ValueError(f"failed to load model from file: {path}")
-        self.ctx: Any = None
-        self._batch: Any = None
+        with ExitStack() as undo:  # whatever fails from here on (a Ctrl-C too) frees what was made
+            undo.callback(self.close)
+            self._start(n_ctx, max_ctx, n_batch, threads, flash_attn, kv_type, vocab_only)
+            undo.pop_all()
+
+    def _start(
+        self,
+        n_ctx: int,
+        max_ctx: int,
+        n_batch: int,
+        threads: int,
+        flash_attn: bool,
+        kv_type: int | None,
+        vocab_only: bool,
+    ) -> None:
+        """The loaded model's facts, and its context and batch (none for a vocabulary only)."""
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
         self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(self.model))
@@ -115,7 +132,6 @@ class LoadedModel:
         self.context_params = context
         self.ctx = llama_cpp.llama_init_from_model(self.model, context)
         if not self.ctx:
-            self.close()
             raise ValueError("Failed to create llama_context")
         self.n_ctx = int(llama_cpp.llama_n_ctx(self.ctx))
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)

@@ -39,6 +39,7 @@ prefilled in full.
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from llmchat.engine import logs
@@ -108,20 +109,23 @@ def sampler_chain(
     default penalty the same greedy prompt then gave another reply in this process than on a
     server. Only the penalty sampler sees them; a grammar's state starts at the reply."""
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-    penalties = llama_cpp.llama_sampler_init_penalties(n_vocab, penalty_last_n, sampling.repeat_penalty, 0.0, 0.0)
-    llama_cpp.llama_sampler_chain_add(chain, penalties)
-    remember(chain, history[max(0, len(history) - penalty_last_n) :] if penalty_last_n > 0 else ())
-    temperature = sampling.temperature
-    rest = constrained(
-        chain,
-        vocab,
-        grammar,
-        start_after=start_after,
-        greedy=temperature == 0,
-        loop_exit=loop_exit,
-        feed_trigger=feed_trigger and start_after is not None,
-    )
-    add_pickers(rest, sampling, seed)
+    with ExitStack() as undo:  # a grammar that cannot start (or a Ctrl-C) frees the chain and what it holds
+        undo.callback(llama_cpp.llama_sampler_free, chain)
+        penalties = llama_cpp.llama_sampler_init_penalties(n_vocab, penalty_last_n, sampling.repeat_penalty, 0.0, 0.0)
+        llama_cpp.llama_sampler_chain_add(chain, penalties)
+        remember(chain, history[max(0, len(history) - penalty_last_n) :] if penalty_last_n > 0 else ())
+        temperature = sampling.temperature
+        rest = constrained(
+            chain,
+            vocab,
+            grammar,
+            start_after=start_after,
+            greedy=temperature == 0,
+            loop_exit=loop_exit,
+            feed_trigger=feed_trigger and start_after is not None,
+        )
+        add_pickers(rest, sampling, seed)
+        undo.pop_all()
     return chain
 
 
