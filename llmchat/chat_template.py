@@ -858,11 +858,12 @@ def facts_from_metadata(
 
 
 def facts_from_gguf(path: str | Path) -> ModelFacts:
-    """ModelFacts of a GGUF file, read with llmchat's fast header reader (no llama.cpp)."""
+    """ModelFacts of a GGUF file, read with llmchat's fast header reader (no llama.cpp), from the
+    header cache when the file is the one read before."""
     from llmchat.errors import ModelError
-    from llmchat.gguf_file import read_metadata
+    from llmchat.header_cache import read_metadata_cached
 
-    meta = read_metadata(path)
+    meta = read_metadata_cached(Path(path))
     try:
         token_texts: Sequence[str] | None = meta.token_texts()
     except ModelError:
