@@ -861,11 +861,27 @@ def facts_from_gguf(path: str | Path) -> ModelFacts:
     """ModelFacts of a GGUF file, read with llmchat's fast header reader (no llama.cpp), from the
     header cache when the file is the one read before."""
     from llmchat.errors import ModelError
-    from llmchat.header_cache import read_metadata_cached
+    from llmchat.header_cache import cached_for_file, read_metadata_cached
 
     meta = read_metadata_cached(Path(path))
-    try:
-        token_texts: Sequence[str] | None = meta.token_texts()
-    except ModelError:
-        token_texts = None
-    return facts_from_metadata(meta.scalars, token_texts)
+
+    def from_vocabulary() -> dict[str, Any]:
+        """What the facts take from the whole vocabulary: which marker tokens it holds, BOS, EOS."""
+        try:
+            token_texts: Sequence[str] | None = meta.token_texts()
+        except ModelError:
+            token_texts = None
+        facts = facts_from_metadata(meta.scalars, token_texts)
+        return {
+            "markers": list(marker_tokens()),
+            "tokens": sorted(facts.tokens),
+            "known": facts.vocab_known,
+            "bos": facts.bos_token,
+            "eos": facts.eos_token,
+        }
+
+    found = cached_for_file(Path(path), "vocabulary-facts", from_vocabulary)
+    if found.get("markers") != list(marker_tokens()):  # the built-ins changed since: look again
+        found = from_vocabulary()
+    vocabulary = frozenset(found["tokens"]) if found["known"] else None
+    return facts_from_metadata(meta.scalars, vocabulary, bos_token=found["bos"], eos_token=found["eos"])

@@ -16,7 +16,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from llmchat import paths
 from llmchat.gguf_file import ArrayInfo, GGUFMetadata, TensorInfo, ValueType, read_metadata
@@ -24,14 +24,50 @@ from llmchat.gguf_file import ArrayInfo, GGUFMetadata, TensorInfo, ValueType, re
 CACHE_VERSION = 1
 
 
-def read_metadata_cached(path: Path) -> GGUFMetadata:
-    """`read_metadata(path)`, from the cache when the file is the one read before. Raises ModelError."""
+def _file_key(path: Path) -> tuple[Path, list[Any]] | None:
     try:
         real = path.resolve()
         stat = real.stat()
     except (OSError, RuntimeError):
+        return None
+    return real, [str(real), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, stat.st_dev]
+
+
+def cached_for_file(path: Path, kind: str, compute: Callable[[], Any]) -> Any:
+    """`compute()` (a JSON value), kept beside the file's header under the same key: what a
+    command derives from the whole vocabulary (a 49k-262k token walk) is read once per file."""
+    found = _file_key(path)
+    if found is None:
+        return compute()
+    real, key = found
+    entry = paths.cache_dir() / "headers" / f"{hashlib.sha256(str(real).encode()).hexdigest()[:32]}.{kind}.json"
+    try:
+        data = json.loads(entry.read_bytes())
+        if data["version"] == CACHE_VERSION and data["key"] == key:
+            return data["value"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    value = compute()
+    _write(entry, {"version": CACHE_VERSION, "key": key, "value": value})
+    return value
+
+
+def _write(entry: Path, record: dict[str, Any]) -> None:
+    try:
+        from llmchat.private_files import ensure_private_dir, write_private_atomic
+
+        ensure_private_dir(entry.parent)
+        write_private_atomic(entry, json.dumps(record, separators=(",", ":")).encode())
+    except (OSError, ValueError):
+        pass  # a read-only cache folder costs the next run a read, nothing else
+
+
+def read_metadata_cached(path: Path) -> GGUFMetadata:
+    """`read_metadata(path)`, from the cache when the file is the one read before. Raises ModelError."""
+    found = _file_key(path)
+    if found is None:
         return read_metadata(path)  # it says what is wrong with the path
-    key = [str(real), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, stat.st_dev]
+    real, key = found
     entry = paths.cache_dir() / "headers" / (hashlib.sha256(str(real).encode()).hexdigest()[:32] + ".json")
     try:
         data = json.loads(entry.read_bytes())
@@ -40,14 +76,7 @@ def read_metadata_cached(path: Path) -> GGUFMetadata:
     except (OSError, ValueError, KeyError, TypeError):
         pass  # none yet, or unreadable: read the file
     meta = read_metadata(path)
-    try:
-        from llmchat.private_files import ensure_private_dir, write_private_atomic
-
-        ensure_private_dir(entry.parent)
-        record = {"version": CACHE_VERSION, "key": key, "header": _to_json(meta)}
-        write_private_atomic(entry, json.dumps(record, separators=(",", ":")).encode())
-    except (OSError, ValueError):
-        pass  # a read-only cache folder costs the next run a header read, nothing else
+    _write(entry, {"version": CACHE_VERSION, "key": key, "header": _to_json(meta)})
     return meta
 
 
