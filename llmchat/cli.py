@@ -253,6 +253,12 @@ def main(argv: Optional[list] = None) -> None:
         sys.exit(int(ExitCode.USAGE))
     except KeyboardInterrupt:
         _interrupted()
+    except RuntimeError as err:  # a signal's exception that Python wrapped during a late import
+        if interrupts.signal_behind(err) is None:
+            raise
+        if interrupts.terminated():
+            _stopped("terminated (SIGTERM)", ExitCode.TERMINATED)
+        _interrupted()
     except BrokenPipeError:
         _quiet_broken_pipe()
         sys.exit(141)

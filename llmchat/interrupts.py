@@ -113,6 +113,20 @@ def _signal_of(error: BaseException | None) -> int | None:
     return None
 
 
+def signal_behind(error: BaseException) -> int | None:
+    """The signal (SIGINT, SIGTERM) whose exception Python wrapped in `error` on its way out, if
+    any: Python 3.11 turns an exception raised while a class is created (a Ctrl-C landing in a
+    `__set_name__` in the middle of an import) into "RuntimeError: Error calling __set_name__",
+    caused by it. Found by tests/test_signals.py's sweep from the start."""
+    seen = error.__cause__
+    while seen is not None:
+        signum = _signal_of(seen)
+        if signum is not None:
+            return signum
+        seen = seen.__cause__
+    return None
+
+
 def pending() -> bool:
     """Whether a signal is recorded and not yet consumed (the load progress callback stops on it)."""
     return _state["pending"] is not None

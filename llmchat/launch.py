@@ -22,6 +22,13 @@ def main() -> None:
         if interrupts.terminated():
             _stopped("terminated (SIGTERM)", interrupts.TERMINATED_EXIT)
         raise
+    except RuntimeError as err:  # a signal's exception that Python wrapped during an import
+        signum = interrupts.signal_behind(err)
+        if signum is None:
+            raise
+        if interrupts.terminated():
+            _stopped("terminated (SIGTERM)", interrupts.TERMINATED_EXIT)
+        _stopped("interrupted", 130)
     try:
         run()
     except SystemExit as done:

@@ -328,39 +328,58 @@ def test_a_failing_tool_is_text_for_the_model_and_an_item_that_cannot_fit_fails(
 
 
 def test_ctrl_c_in_a_tool_item_stops_the_batch_and_resume_finishes_it(tmp_path):
-    """Ctrl-C while a tool item runs (its call shown, its answer being decoded): the batch stops
+    """Ctrl-C while a tool item runs (its call made, its answer being prefilled): the batch stops
     (exit 130) with whole records only and none for that item; --resume runs it again and the
-    rest, each id once, in order."""
+    rest, each id once, in order.
+
+    The Ctrl-C lands there every time: a sitecustomize in the batch's process (tests/shims.py)
+    holds the first llama_decode after the call ran until the signal comes, and says so with a file."""
     import os
     import signal
     import subprocess
     import time
 
+    from tests.shims import decode_shim, sitecustomize_env
+
     functions, items = setup(tmp_path)
     out = tmp_path / "out.jsonl"
+    entered = tmp_path / "answer-decode-entered"
+    shim = decode_shim(
+        setup=f"_calls = pathlib.Path({str(tmp_path / 'calls.txt')!r})\n_entered = pathlib.Path({str(entered)!r})",
+        on_decode="""
+if _calls.exists() and not _entered.exists():  # the first decode of the answer, after the call ran
+    _entered.write_text("")
+    for _ in range(60000):  # held until the test's Ctrl-C raises here (bounded: 10 minutes)
+        time.sleep(0.01)
+""",
+    )
     args = [sys.executable, "-m", "llmchat", "batch", str(items), "-o", str(out), "--progress", "off"]
     args += ["--functions", str(functions), *TOOL_OPTIONS, *GREEDY]
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stderr is not None
-    seen = []
-    for raw in proc.stderr:
-        seen.append(raw.decode("utf-8", "replace"))
-        if 'item "weather": tool call: ' in seen[-1]:
+    proc = subprocess.Popen(
+        args,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=sitecustomize_env(tmp_path / "shim", shim),
+    )
+    for _ in range(36000):  # a bound against a hang (30 minutes), not a time limit: it ends at the event
+        if entered.exists() or proc.poll() is not None:
             break
-    while not calls_made(tmp_path) and proc.poll() is None:  # the call ran: the answer round is next
         time.sleep(0.05)
-    time.sleep(1.5)  # into the answer's prefill or decode, where Ctrl-C ends the reply
+    assert entered.exists(), proc.communicate()[1].decode("utf-8", "replace")
+    assert len(calls_made(tmp_path)) == 1  # the weather item's call ran; its answer is next
     proc.send_signal(signal.SIGINT)
-    rest = proc.communicate(timeout=300)[1].decode("utf-8", "replace")
-    stderr = "".join(seen) + rest
+    stderr = proc.communicate(timeout=1800)[1].decode("utf-8", "replace")  # bounds a hang only
+    assert 'item "weather": tool call: ' in stderr
     assert proc.returncode == 130, stderr
     assert "--resume" in stderr and "Traceback" not in stderr
     data = out.read_bytes()
     assert data == b"" or data.endswith(b"\n")
     assert all(r["finish_reason"] != "interrupted" for r in records(data.decode("utf-8")))  # none half-answered
-    resumed = subprocess.run([*args, "--resume"], capture_output=True, env=dict(os.environ), timeout=300)
+    resumed = subprocess.run([*args, "--resume"], capture_output=True, env=dict(os.environ), timeout=1800)
     assert resumed.returncode == 0, resumed.stderr
     got = records(out.read_text(encoding="utf-8"))
     assert [r["id"] for r in got] == [item["id"] for item in ITEMS]
     made = calls_made(tmp_path)
-    check_records(got, made[-2:])  # the interrupted item's call may have run once before the stop
+    assert len(made) == 3  # the interrupted item's call, then each tool item's once
+    check_records(got, made[-2:])

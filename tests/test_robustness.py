@@ -644,27 +644,47 @@ def test_sigint_during_load(home):
         assert conversation["messages"][1]["interrupted"]
 
 
-def test_sigint_during_prefill(home):
-    """A long prompt: the signal comes after the load (the --verbose context line) and before any
-    reply token. The turn is recorded with an empty reply, marked interrupted."""
+def test_sigint_during_prefill(home, tmp_path):
+    """A long prompt, and the signal after the load and before any reply token: in the prompt's
+    prefill, between two of its llama_decode batches, where a Ctrl-C during a batch is raised. The
+    turn is recorded with an empty reply, marked interrupted.
+
+    It lands there every time: a sitecustomize in the child (tests/shims.py) holds the prefill's
+    first batch until the signal comes, and says so with a file."""
+    from tests.shims import decode_shim, sitecustomize_env
+
+    entered = tmp_path / "prefill-entered"
+    shim = decode_shim(
+        setup=f"_entered = pathlib.Path({str(entered)!r})",
+        on_decode="""
+if batch.n_tokens > 1 and calls == 1:  # the prompt's first batch
+    _entered.write_text("")
+    for _ in range(60000):  # held until the test's SIGINT raises here (bounded: 10 minutes)
+        time.sleep(0.01)
+""",
+    )
     prompt = "Summarise this. " + "The river runs past the old mill and under the stone bridge. " * 250
     proc = subprocess.Popen(
-        llmchat("ask", "-v", "-t", "1", "--ctx", "4096", "-n", "8", prompt),
+        llmchat("ask", "-t", "1", "--ctx", "4096", "-n", "8", prompt),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=env_for(home),
+        env=sitecustomize_env(tmp_path / "shim", shim, env_for(home)),
     )
-    seen = wait_for_line(proc.stderr, "context:")
-    time.sleep(1.0)
+    for _ in range(36000):  # a bound against a hang (30 minutes), not a time limit: it ends at the event
+        if entered.exists() or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert entered.exists(), proc.communicate()[1].decode("utf-8", "replace")
     proc.send_signal(signal.SIGINT)
-    result = finish(proc, stderr_head="".join(seen))
+    result = finish(proc)
     assert_clean_failure(result, 130, "interrupted")
     assert_db_consistent(home)
     conversation = last_conversation(home)
-    if conversation is not None:  # else: interrupted while tokenizing, before anything was generated
-        reply = conversation["messages"][1]
-        assert reply["interrupted"] and reply["finish_reason"] == "interrupted"
+    assert conversation is not None, "the turn is recorded"
+    reply = conversation["messages"][1]
+    assert reply["interrupted"] and reply["finish_reason"] == "interrupted"
+    assert reply["content"] == "" and result.stdout.strip() == ""
 
 
 def write_items(path: Path, n: int) -> Path:

@@ -1,12 +1,14 @@
 """No signal is ever lost, whenever it comes.
 
-A signal is sent at many moments of a real `ask` on the bundled model, not at one lucky one: every
-20 ms from 0 to 400 ms after the process starts (Python's start-up, llmchat's imports, the model
-load), and every 10 ms from 50 to 110 ms after the `model:` line (inside the load, where llama.cpp
-calls back into Python thousands of times and a Ctrl-C used to vanish). Each run must end by the
+A signal is sent at many moments of a real `ask` on the bundled model, not at one lucky one: at 21
+evenly spaced moments from the process's start to its `model:` line (Python's start-up, llmchat's
+imports), the span measured on this machine just before the sweep so that a loaded machine is swept
+as evenly as an idle one, and every 10 ms from 50 to 110 ms after the `model:` line (inside the
+load, where llama.cpp calls back into Python thousands of times and a Ctrl-C used to vanish). Each run must end by the
 signal: exit 130 (143 for SIGTERM) with one `llmchat:` line and no traceback, or, when the signal
 beat llmchat's own code (Python's start-up), killed by it (or, inside Python's own imports, its
-report and exit 1) with no line of llmchat's code in any traceback. Never exit 0: the reply asked
+report and exit 1) with no line of llmchat's code in any traceback. Never exit 0 (unless Python's
+start-up itself dropped the Ctrl-C, with its own report: `DROPPED_BY_PYTHON`): the reply asked
 for is greedy (a sampled one is often a single short sentence, done before the latest signal) and
 runs to its 300-token cap, which takes far longer than the latest signal.
 """
@@ -30,7 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.model]
 # Greedy, this prompt runs SmolLM2 to the 300-token cap (a count stops after a few dozen tokens).
 ESSAY = "Write a detailed essay on the history of Rome."
 ASK = ("ask", "--no-history", "-t", "1", "--ctx", "512", "-n", "300", "--temp", "0", ESSAY)
-AFTER_START_MS = range(0, 401, 20)
+AFTER_START_STEPS = 20  # moments from the start to the `model:` line: 21 of them
 AFTER_MODEL_LINE_MS = range(50, 111, 10)
 REPEATS = 3
 # A traceback line that points into llmchat's own files.
@@ -47,8 +49,22 @@ def start(home: Path) -> subprocess.Popen:
     )
 
 
+# Python's own start-up can drop a Ctrl-C before llmchat's handlers exist: its default handler
+# raises KeyboardInterrupt inside importlib's module-lock weakref callback, where CPython can only
+# report it ("Exception ignored in: <function _get_module_lock.<locals>.cb ...>") and go on, and the
+# run goes on to its end. (With llmchat's handlers in, a raise dropped there is kept as pending by
+# their unraisable hook, reported by no such line, and ends the run with 130.)
+DROPPED_BY_PYTHON = re.compile(
+    r"Exception ignored in: <function _get_module_lock\.<locals>\.cb at 0x[0-9a-f]+>\n"
+    r"Traceback \(most recent call last\):\n(  File \"<frozen [^>]+>\", line \d+, in \w+\n)+KeyboardInterrupt: \n"
+)
+
+
 def assert_ended_by(result, sig: signal.Signals, code: int, word: str, when: str) -> None:
     where = f"signal {sig.name} {when}"
+    if result.returncode == 0 and sig == signal.SIGINT and DROPPED_BY_PYTHON.match(result.stderr):
+        assert not LLMCHAT_FRAME.search(result.stderr), f"{where}: a traceback from llmchat's code: {result.stderr}"
+        return
     assert result.returncode != 0, (
         f"{where}: exit 0 (the signal was lost); stdout: {result.stdout[:200]!r}; stderr: {result.stderr[-800:]!r}"
     )
@@ -66,16 +82,31 @@ def assert_ended_by(result, sig: signal.Signals, code: int, word: str, when: str
     assert_clean_failure(result, code, word)
 
 
-def sweep_after_start(home: Path, sig: signal.Signals, code: int, word: str, delays_ms, repeats: int) -> list:
+def start_to_model_line(home: Path) -> float:
+    """Seconds from starting `ask` to its `model:` line, on this machine now (that run then ends
+    by a SIGINT, one more moment checked)."""
+    began = time.monotonic()
+    proc = start(home)
+    seen = wait_for_line(proc.stderr, "model:")
+    span = time.monotonic() - began
+    proc.send_signal(signal.SIGINT)
+    assert_ended_by(finish(proc, stderr_head="".join(seen)), signal.SIGINT, 130, "interrupted", "at the model line")
+    return span
+
+
+def sweep_after_start(home: Path, sig: signal.Signals, code: int, word: str, steps: int, repeats: int) -> list:
+    """`steps + 1` moments from the start to the `model:` line, `repeats` times."""
+    span = start_to_model_line(home)
     outcomes = []
     for _ in range(repeats):
-        for delay in delays_ms:
+        for step in range(steps + 1):
+            delay = span * step / steps
             began = time.monotonic()
             proc = start(home)
-            time.sleep(max(0.0, began + delay / 1000 - time.monotonic()))
+            time.sleep(max(0.0, began + delay - time.monotonic()))
             proc.send_signal(sig)
             result = finish(proc)
-            assert_ended_by(result, sig, code, word, f"{delay} ms after start")
+            assert_ended_by(result, sig, code, word, f"{delay * 1000:.0f} ms after start (of {span * 1000:.0f})")
             outcomes.append(result.returncode)
     return outcomes
 
@@ -96,9 +127,10 @@ def sweep_after_model_line(home: Path, sig: signal.Signals, code: int, word: str
 
 def test_sigint_from_start_to_load_is_never_lost(isolated_home):
     home = isolated_home
-    outcomes = sweep_after_start(home, signal.SIGINT, 130, "interrupted", AFTER_START_MS, REPEATS)
-    # The sweep reached llmchat's own handling (not only Python's start-up).
-    assert outcomes.count(130) >= len(AFTER_START_MS)
+    outcomes = sweep_after_start(home, signal.SIGINT, 130, "interrupted", AFTER_START_STEPS, REPEATS)
+    # The sweep reached llmchat's own handling (not only Python's start-up), for a third of the
+    # moments at least: Python's start-up is a small part of the span however loaded the machine.
+    assert outcomes.count(130) >= AFTER_START_STEPS + 1
 
 
 def test_sigint_inside_the_model_load_is_never_lost(isolated_home):
@@ -109,7 +141,7 @@ def test_sigint_inside_the_model_load_is_never_lost(isolated_home):
 
 def test_sigterm_from_start_to_load_is_never_lost(isolated_home):
     home = isolated_home
-    sweep_after_start(home, signal.SIGTERM, 143, "terminated", range(0, 401, 40), 1)
+    sweep_after_start(home, signal.SIGTERM, 143, "terminated", AFTER_START_STEPS // 2, 1)
     sweep_after_model_line(home, signal.SIGTERM, 143, "terminated", AFTER_MODEL_LINE_MS, 1)
 
 
@@ -229,3 +261,45 @@ assert not interrupts.pending()
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "raised"
     assert "Exception ignored" not in result.stderr
+
+
+def test_a_signal_that_python_wraps_during_an_import_is_still_one_line():
+    """Python 3.11 wraps an exception raised while a class is created ("RuntimeError: Error calling
+    __set_name__") around the KeyboardInterrupt of a Ctrl-C that lands there, in the middle of an
+    import: the sweep from the start found one inside `import typer` (platform's `uname_result`).
+    Such a Ctrl-C still ends in one line and exit 130. Here the class is created while llmchat's
+    command line is imported, with a `__set_name__` that receives the signal."""
+    script = """
+import builtins, os, signal, sys
+from llmchat import launch
+
+class Trap:
+    def __set_name__(self, owner, name):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the handler runs at the next bytecode boundary, in here
+            pass
+
+real_import = builtins.__import__
+
+def importing(name, *args, **kwargs):
+    if name == "llmchat.cli":
+        class Imported:
+            trap = Trap()
+    return real_import(name, *args, **kwargs)
+
+builtins.__import__ = importing
+sys.argv = ["llmchat", "--version"]
+launch.main()
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 130, result.stderr
+    assert result.stderr.strip() == "llmchat: interrupted" and not result.stdout
+
+
+def test_signal_behind_finds_the_signal_in_a_wrapping_exception():
+    from llmchat import interrupts
+
+    wrapped = RuntimeError("Error calling __set_name__ on 'cached_property' instance 'processor'")
+    wrapped.__cause__ = KeyboardInterrupt()
+    assert interrupts.signal_behind(wrapped) == signal.SIGINT
+    assert interrupts.signal_behind(RuntimeError("something else")) is None
