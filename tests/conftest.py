@@ -27,6 +27,9 @@ REAL_HOME = Path.home()
 LOADS_A_MODEL = re.compile(r"_spawn_chat\(|start_session\(|Engine\.load\(|load_model\(|\b_load\(|ChatSession\.start\(")
 RUNS_A_COMMAND = re.compile(r"\b(cli|llmchat|run_cli|Popen|subprocess\.run)\(")
 MODEL_COMMAND = re.compile(r"""["'](ask|chat|batch|bench)["']""")
+# What needs the servers that tests/servers/build.sh builds (llama-server, rpc-server) or the
+# build's own folder: starting one through the harness, or asking where the build put them.
+NEEDS_THE_SERVER_BUILD = re.compile(r"\bharness\.start_\w+\(|\bbinaries_dir\(|\bbinary\(|\bBUILD_SCRIPT\b")
 
 
 def _source(function) -> str:
@@ -36,27 +39,34 @@ def _source(function) -> str:
         return ""
 
 
-def _loads_a_model(item) -> bool:
+def _sources(item) -> list[str]:
+    """The source of the test and of each fixture it uses."""
     functions = [getattr(item, "function", None)]
     for definitions in getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).values():
         functions += [definition.func for definition in definitions]
-    for function in functions:
-        source = _source(function)
-        if LOADS_A_MODEL.search(source) or (RUNS_A_COMMAND.search(source) and MODEL_COMMAND.search(source)):
-            return True
-    return False
+    return [_source(function) for function in functions]
+
+
+def _loads_a_model(item) -> bool:
+    return any(
+        LOADS_A_MODEL.search(source) or (RUNS_A_COMMAND.search(source) and MODEL_COMMAND.search(source))
+        for source in _sources(item)
+    )
 
 
 def pytest_collection_modifyitems(config, items):
-    """A test that loads a real model is a `model` test, so the fast loop (`pytest -m "not model"`)
-    never loads one: it takes a model fixture, or it (or one of its fixtures) runs a command that
-    loads the bundled default model."""
+    """A test that loads a real model is a `model` test, and one that needs the server build a
+    `server` test, so the fast loop (`pytest -m "not model and not server"`) loads no model and
+    passes on a fresh clone before `tests/servers/build.sh` has run. `model`: it takes a model
+    fixture, or it (or one of its fixtures) runs a command that loads the bundled default model.
+    `server`: it (or one of its fixtures) starts a built server or reads the build's folder; a
+    module whose helpers do that marks itself (`pytestmark`)."""
     for item in items:
         if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) or _loads_a_model(item):
             item.add_marker(pytest.mark.model)
         if any(word in _source(getattr(item, "function", None)) for word in ("pexpect", "_spawn_chat(")):
             item.add_marker(pytest.mark.tty)
-        if item.module is not None and item.module.__name__.endswith("test_remote"):
+        if any(NEEDS_THE_SERVER_BUILD.search(source) for source in _sources(item)):
             item.add_marker(pytest.mark.server)
 
 
