@@ -153,7 +153,8 @@ def show(
 
 def format_lines(source: str, family: Any) -> list[str]:
     """What the analysis of the template found (llmchat.prompt.format_analysis), as show prints it."""
-    from llmchat.prompt.format_analysis import INDEX_SLOT, analyze
+    from llmchat.prompt.format_analysis import analyze
+    from llmchat.prompt.layout import INDEX_SLOT
     from llmchat.reasoning import detect_format
 
     def shown(text: str) -> str:

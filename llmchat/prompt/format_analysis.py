@@ -27,260 +27,53 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from llmchat.template_sandbox import TemplateRenderError, compile_template, render_compiled
-
-# Probe values no template writes by itself (llama.cpp's own, so a diff never meets them by chance).
-FUN_FIRST = "FFF_FIRST_FUN_F"
-FUN_SECOND = "SSS_SECOND_FUN_S"
-ARG_FIRST = "AA_ARG_FST_AA"
-ARG_SECOND = "BB_ARG_SND_BB"
-VALUE_FIRST = "XXXX_VAL_X"
-VALUE_SECOND = "YYYY_VAL_Y"
-VALUE_NUMBER = 7316529
-USER_TEXT = "U_USER_MSG Hello END_U"
-ASSISTANT_TEXT = "A_ASST_MSG I can help END_A"
-THINKING_TEXT = "REASON_PART I am thinking END_R"
-CALL_IDS = ("call00001", "call00002")
-ID_SLOT = "\ue000id\ue000"  # where a template prints the call's id
-INDEX_SLOT = "\ue001index\ue001"  # where a template prints the call's position (Kimi's functions.NAME:0)
-KEY_SLOT = "\ue002key\ue002"  # an argument's name repeated in its closing tag (MiniMax M3's `<K>V</K>`)
+from llmchat.prompt.diffs import (
+    MARKER,
+    MARKER_RUN,
+    common_prefix,
+    common_suffix,
+    diff,
+    prefix_with_index,
+)
+from llmchat.prompt.layout import ID_SLOT, INDEX_SLOT, KEY_SLOT, CallLayout, ChatFormat, ReasoningLayout
+from llmchat.prompt.probes import (
+    ARG_FIRST,
+    ARG_SECOND,
+    ASSISTANT_TEXT,
+    CALL_IDS,
+    FUN_FIRST,
+    FUN_SECOND,
+    THINKING_TEXT,
+    USER,
+    VALUE_FIRST,
+    VALUE_NUMBER,
+    VALUE_SECOND,
+    Renderer,
+    assistant_message,
+)
+from llmchat.template_sandbox import TemplateRenderError
 
 SWITCH_NAMES = ("enable_thinking", "thinking", "reasoning_effort", "reasoning", "clear_thinking")
 
 
-@dataclass(frozen=True)
-class CallLayout:
-    """How one template writes tool calls. Texts may hold ID_SLOT and INDEX_SLOT."""
-
-    section_start: str  # before the first call (`<|tool_calls_section_begin|>`, `[TOOL_CALLS]`)
-    section_end: str  # after the last call
-    call_start: str  # before each call, up to the name (or up to the JSON object)
-    call_end: str  # after each call
-    separator: str  # between two calls, after call_end and before the next call_start
-    name_in_json: bool  # the name is inside a JSON object ({"name": ...}); else in the text
-    # --- name in the text: NAME + args_start + arguments + args_end ---
-    args_start: str = ""  # between the name and the arguments (`>\n`, `<|tool_call_argument_begin|>`)
-    args_end: str = ""  # after the arguments, before call_end
-    args: str = "json"  # "json" | "tagged"
-    # --- tagged arguments: key_prefix K key_suffix VALUE value_suffix, joined by arg_separator ---
-    key_prefix: str = ""
-    string_prefix: str = ""  # between the key and a string value
-    string_suffix: str = ""
-    value_prefix: str = ""  # between the key and any other value (JSON)
-    value_suffix: str = ""
-    arg_separator: str = ""
-    string_is_json: bool = False  # string values are JSON strings (escaped, quoted)
-    # --- name in a JSON object ---
-    list_wrapped: bool = False  # the calls are items of one JSON list
-    name_is_key: bool = False  # {"NAME": {arguments}}
-    function_key: str = ""  # the name and arguments sit under this key ({"function": {...}})
-    name_key: str = "name"
-    arguments_key: str = "arguments"
-    id_key: str = ""
-    key_order: tuple[str, ...] = ()  # the object's keys as the template writes them
-    # --- JSON text as the template writes it ---
-    json_separators: tuple[str, str] = (", ", ": ")
-    arguments_as_text: bool = False  # the template wants the arguments as JSON text
-    preamble: str = ""  # what the template writes before the section (an empty thinking block): not content
-
-    @property
-    def opener(self) -> str:
-        """The fixed text that opens the first call, up to any id or index the template prints
-        there: where a lazy grammar switches on."""
-        start = self.section_start + ("" if self.list_wrapped else self.call_start)
-        return re.split(f"{ID_SLOT}|{INDEX_SLOT}", start)[0].strip()
-
-    def describe(self) -> str:
-        if self.name_in_json:
-            shape = "JSON object with the name as key" if self.name_is_key else f'JSON object ("{self.name_key}")'
-            return f"{shape}{' in a list' if self.list_wrapped else ''}"
-        if self.args == "json":
-            return "name in the text, JSON arguments"
-        return "name in the text, tagged arguments"
-
-
-@dataclass(frozen=True)
-class ReasoningLayout:
-    start: str  # the opening tag as the model writes it (stripped of the template's whitespace)
-    end: str
-    opens_in_prompt: bool = False  # the generation prompt leaves the block open (thinking on)
-    closed_when_off: bool = False  # with thinking off the prompt holds an empty, closed block
-
-
-@dataclass(frozen=True)
-class ChatFormat:
-    calls: CallLayout | None
-    reasoning: ReasoningLayout | None
-    switches: tuple[str, ...] = ()
-    missing: tuple[str, ...] = field(default=())  # what the analysis looked for and did not find
-    content_start: str = ""  # a marker the template writes right before the reply's text
-    content_end: str = ""  # ... and right after it (`<|START_RESPONSE|>…<|END_RESPONSE|>`)
-    turn_end: str = ""  # what closes an assistant message (`<|im_end|>`, `<|role_end|>`)
-
-    def unwrap(self, content: str) -> str:
-        """The reply's text without the markers the template wraps it in."""
-        stripped = content.strip()
-        if self.content_start and stripped.startswith(self.content_start):
-            stripped = stripped[len(self.content_start) :]
-        elif self.content_start and self.reasoning and self.reasoning.end + self.content_start in stripped:
-            # Thinking left in the content (not split apart): the wrapper opens after it.
-            stripped = stripped.replace(self.reasoning.end + self.content_start, self.reasoning.end, 1)
-        if self.content_end and self.content_end in stripped:  # it and what closes the turn after it
-            stripped = stripped[: stripped.rindex(self.content_end)]
-        if self.turn_end and stripped.rstrip().endswith(self.turn_end):
-            stripped = stripped.rstrip()[: -len(self.turn_end)]
-        return stripped if stripped != content.strip() else content
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ChatFormat:
-        calls = data.get("calls")
-        reasoning = data.get("reasoning")
-        return cls(
-            CallLayout(
-                **{**calls, "json_separators": tuple(calls["json_separators"]), "key_order": tuple(calls["key_order"])}
-            )
-            if calls
-            else None,
-            ReasoningLayout(**reasoning) if reasoning else None,
-            tuple(data.get("switches", ())),
-            tuple(data.get("missing", ())),
-            data.get("content_start", ""),
-            data.get("content_end", ""),
-            data.get("turn_end", ""),
-        )
-
-
-# --- rendering ------------------------------------------------------------------------------------
-_PARAMETERS = {
-    "type": "object",
-    "properties": {
-        ARG_FIRST: {"type": "string", "description": "first"},
-        ARG_SECOND: {"type": "string", "description": "second"},
-    },
-    "required": [ARG_FIRST],
-}
-_TOOLS = [
-    {"type": "function", "function": {"name": name, "description": "probe", "parameters": _PARAMETERS}}
-    for name in (FUN_FIRST, FUN_SECOND)
-]
-_USER = {"role": "user", "content": USER_TEXT}
-
-
-class _Renderer:
-    def __init__(self, source: str):
-        self.source = source
-        self.compiled = compile_template(source, "the chat template")
-        self.as_text = False  # the template wants arguments as JSON text
-
-    def render(self, messages: list[dict[str, Any]], *, prompt: bool = False, **variables: Any) -> str | None:
-        context = {
-            "messages": messages,
-            "tools": _TOOLS,
-            "add_generation_prompt": prompt,
-            "bos_token": "",
-            "eos_token": "",
-            **variables,
-        }
-        try:
-            return render_compiled(self.compiled, context, "the chat template")
-        except TemplateRenderError as err:
-            if err.kind in ("refused", "limit"):
-                raise
-            return None
-        except Exception:  # noqa: BLE001 - a probe the template rejects tells nothing, it is not an error
-            return None
-
-
-def _call(name: str, arguments: dict[str, Any], index: int, as_text: bool) -> dict[str, Any]:
-    return {
-        "id": CALL_IDS[index],
-        "type": "function",
-        "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False) if as_text else arguments},
-    }
-
-
-def _assistant(calls: list[tuple[str, dict[str, Any]]], as_text: bool, content: str = "") -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if calls:
-        message["tool_calls"] = [_call(name, args, n, as_text) for n, (name, args) in enumerate(calls)]
-    return message
-
-
-def _safe_prefix(text: str, n: int) -> int:
-    """n, moved back so that text[:n] does not end inside a marker (`<...>`, `[UPPER]`)."""
-    open_at = text.rfind("<", 0, n)
-    if open_at >= 0 and text.find(">", open_at, n) < 0:
-        n = open_at
-    open_at = text.rfind("[", 0, n)
-    if open_at >= 0 and re.fullmatch(r"[A-Z_]+", text[open_at + 1 : n]):
-        n = open_at
-    return n
-
-
-def _safe_suffix(text: str, m: int) -> int:
-    """m, made smaller so that the last m characters of text do not start inside a marker."""
-    start = len(text) - m
-    close_at = text.find(">", start)
-    if close_at >= 0 and text.find("<", start, close_at) < 0:
-        m = len(text) - close_at - 1
-        start = len(text) - m
-    close_at = text.find("]", start)
-    if close_at >= 0 and re.fullmatch(r"[A-Z_]+", text[start:close_at]):
-        m = len(text) - close_at - 1
-    return m
-
-
-def _diff(before: str, after: str) -> str:
-    """The part of `after` that is not in `before`'s common prefix and suffix, cut at marker
-    boundaries (a diff that splits `<|im_end|>` after its `<` would name half a marker)."""
-    prefix = 0
-    limit = min(len(before), len(after))
-    while prefix < limit and before[prefix] == after[prefix]:
-        prefix += 1
-    prefix = _safe_prefix(after, prefix)
-    suffix = 0
-    while suffix < limit - prefix and before[-1 - suffix] == after[-1 - suffix]:
-        suffix += 1
-    suffix = _safe_suffix(after, suffix)
-    return after[prefix : len(after) - suffix]
-
-
-def _common_prefix(a: str, b: str) -> str:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return a[: _safe_prefix(a, n)]
-
-
-def _common_suffix(a: str, b: str) -> str:
-    n = 0
-    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
-        n += 1
-    return a[len(a) - _safe_suffix(a, n) :]
-
-
 # --- calls ----------------------------------------------------------------------------------------
-def _calls_text(r: _Renderer, calls: list[tuple[str, dict[str, Any]]]) -> str | None:
+def _calls_text(r: Renderer, calls: list[tuple[str, dict[str, Any]]]) -> str | None:
     """What the template writes for an assistant turn holding these calls (and nothing else)."""
     for with_result, content in ((False, ""), (True, ""), (True, None)):
         tail: list[dict[str, Any]] = []
         if with_result:  # some templates refuse an assistant call that no result follows
             tail = [{"role": "tool", "tool_call_id": CALL_IDS[0], "name": calls[0][0], "content": "RRR_RESULT"}]
-        base = r.render([_USER, _assistant([], r.as_text, ASSISTANT_TEXT), *tail])
-        call = _assistant(calls, r.as_text)
+        base = r.render([USER, assistant_message([], r.as_text, ASSISTANT_TEXT), *tail])
+        call = assistant_message(calls, r.as_text)
         call["content"] = content  # some templates write calls only where the content is None
-        full = r.render([_USER, call, *tail])
+        full = r.render([USER, call, *tail])
         if base is None or full is None or calls[0][0] not in full:
             continue
-        return _slots(_diff(base, full))
+        return _slots(diff(base, full))
     return None
 
 
@@ -289,32 +82,6 @@ def _slots(text: str) -> str:
     for call_id in CALL_IDS:
         text = text.replace(call_id, ID_SLOT)
     return text
-
-
-def _prefix_with_index(a: str, b: str) -> tuple[str, int]:
-    """The common prefix of two call bodies, where a digit that counts up from `a` to `b` is the
-    call's index (INDEX_SLOT in the result); also the length matched in b."""
-    out: list[str] = []
-    i = j = 0
-    while i < len(a) and j < len(b):
-        if a[i] == b[j]:
-            out.append(a[i])
-            i += 1
-            j += 1
-            continue
-        if a[i].isdigit() and b[j].isdigit() and int(b[j]) == int(a[i]) + 1 and a[i] in "01":
-            out.append(INDEX_SLOT)
-            i += 1
-            j += 1
-            continue
-        break
-    kept = _safe_prefix(a, i)
-    while i > kept:  # back off to a marker boundary, in both strings
-        i -= 1
-        j -= 1
-        if out.pop() == INDEX_SLOT:
-            continue
-    return "".join(out), j
 
 
 def _json_span(text: str, must_hold: str) -> tuple[int, int, Any] | None:
@@ -341,7 +108,7 @@ def _separators(text: str) -> tuple[str, str]:
     return (",", ":")
 
 
-def analyze_calls(r: _Renderer) -> tuple[CallLayout | None, str]:
+def analyze_calls(r: Renderer) -> tuple[CallLayout | None, str]:
     """The call layout, or None and what was missing."""
     one = [(FUN_FIRST, {ARG_FIRST: VALUE_FIRST})]
     single = _calls_text(r, one)
@@ -369,11 +136,6 @@ def analyze_calls(r: _Renderer) -> tuple[CallLayout | None, str]:
     return layout, ""
 
 
-_MARKER = re.compile(r"<[^<>]*>|\[/?[A-Z_]+\]")
-# A marker as some templates spell one: two tokens around a word (Kimi K3's `<|open|>think<|sep|>`).
-_MARKER_RUN = re.compile(r"<[^<>]*>(?:[a-z]+<[^<>]*>)?|\[/?[A-Z_]+\]")
-
-
 def _tidy(layout: CallLayout) -> CallLayout:
     """The section keeps only its own markers: the last marker of what comes
     before the first call (a template may write an empty thinking block or a role header there)
@@ -383,7 +145,7 @@ def _tidy(layout: CallLayout) -> CallLayout:
         for name in ("section_start", "section_end", "call_start", "call_end", "separator", "args_start", "args_end")
     }
     start = texts["section_start"]
-    markers = list(_MARKER.finditer(start))
+    markers = list(MARKER.finditer(start))
     if len(markers) > 1:
         texts["section_start"] = start[markers[-1].start() :]
         texts["preamble"] = start[: markers[-1].start()].strip()
@@ -392,9 +154,9 @@ def _tidy(layout: CallLayout) -> CallLayout:
         # No section: what follows the last call is the end of the turn, not part of the call.
         texts["section_end"] = end[: len(end) - len(end.lstrip("]"))] if layout.list_wrapped else ""
     else:
-        last = list(_MARKER.finditer(texts["section_start"]))
+        last = list(MARKER.finditer(texts["section_start"]))
         mirror = "</" + last[-1].group(0)[1:] if last and last[-1].group(0).startswith("<") else ""
-        first = _MARKER_RUN.search(end)
+        first = MARKER_RUN.search(end)
         if mirror and mirror in end:  # the section's own closing tag (`<tool_call>`…`</tool_call>`)
             texts["section_end"] = end[: end.index(mirror) + len(mirror)]
         elif first is not None:
@@ -410,8 +172,8 @@ def _json_holds_call(value: Any) -> bool:
 def _split_repeats(head: str, mid: str, tail: str) -> tuple[str, str, str, str, str]:
     """From the text before call 1, between the calls and after call 2: (section_start,
     call_start, call_end, separator, section_end)."""
-    call_start = _common_suffix(head, mid)
-    call_end, in_tail = _prefix_with_index(mid[: len(mid) - len(call_start)], tail)
+    call_start = common_suffix(head, mid)
+    call_end, in_tail = prefix_with_index(mid[: len(mid) - len(call_start)], tail)
     in_mid = len(call_end.replace(INDEX_SLOT, "0"))
     rest = mid[in_mid : len(mid) - len(call_start)]
     return head[: len(head) - len(call_start)], call_start, call_end, rest, tail[in_tail:]
@@ -482,7 +244,7 @@ def _is_probe_arguments(value: Any) -> bool:
     return isinstance(value, dict) and value.get(ARG_FIRST) == VALUE_FIRST
 
 
-def _text_layout(r: _Renderer, single: str, double: str | None) -> CallLayout | None:
+def _text_layout(r: Renderer, single: str, double: str | None) -> CallLayout | None:
     name_at = single.index(FUN_FIRST)
     head, body = single[:name_at], single[name_at + len(FUN_FIRST) :]
     section_start, call_start, call_end_tail, separator, section_end = head, "", "", "", ""
@@ -529,7 +291,7 @@ def _text_layout(r: _Renderer, single: str, double: str | None) -> CallLayout | 
     )
 
 
-def _tagged_arguments(r: _Renderer, body: str) -> tuple[str, str, dict[str, Any]] | None:
+def _tagged_arguments(r: Renderer, body: str) -> tuple[str, str, dict[str, Any]] | None:
     """Key and value markers of tagged arguments, from one call with two string arguments and
     one with a number."""
     two = _calls_text(r, [(FUN_FIRST, {ARG_FIRST: VALUE_FIRST, ARG_SECOND: VALUE_SECOND})])
@@ -542,12 +304,12 @@ def _tagged_arguments(r: _Renderer, body: str) -> tuple[str, str, dict[str, Any]
     if not k1 < v1 < k2 < v2:
         return None
     before_first, between = two[:k1], two[v1 + len(VALUE_FIRST) : k2]
-    key_prefix = _common_suffix(before_first, between)
+    key_prefix = common_suffix(before_first, between)
     args_start = before_first[: len(before_first) - len(key_prefix)]
     after_last = two[v2 + len(VALUE_SECOND) :].replace(ARG_SECOND, KEY_SLOT)
     between = between.replace(ARG_FIRST, KEY_SLOT)
     suffix_and_separator = between[: len(between) - len(key_prefix)]
-    string_suffix = _common_prefix(suffix_and_separator, after_last)
+    string_suffix = common_prefix(suffix_and_separator, after_last)
     arg_separator = suffix_and_separator[len(string_suffix) :]
     string_prefix = two[k1 + len(ARG_FIRST) : v1]
     # The single call's body ends with what follows the last argument.
@@ -563,9 +325,7 @@ def _tagged_arguments(r: _Renderer, body: str) -> tuple[str, str, dict[str, Any]
         value_prefix = number[k + len(ARG_FIRST) : v]
         after = number[v + len(str(VALUE_NUMBER)) :].replace(ARG_FIRST, KEY_SLOT)
         value_suffix = (
-            after[: len(after) - len(close)]
-            if close and after.endswith(close)
-            else _common_prefix(after, string_suffix)
+            after[: len(after) - len(close)] if close and after.endswith(close) else common_prefix(after, string_suffix)
         )
     string_is_json = string_prefix == value_prefix + '"' and string_suffix.startswith('"')
     if string_is_json:
@@ -586,19 +346,19 @@ def _tagged_arguments(r: _Renderer, body: str) -> tuple[str, str, dict[str, Any]
 
 
 # --- reasoning ------------------------------------------------------------------------------------
-def analyze_reasoning(r: _Renderer) -> ReasoningLayout | None:
+def analyze_reasoning(r: Renderer) -> ReasoningLayout | None:
     found = None
     with_call = [(FUN_FIRST, {ARG_FIRST: VALUE_FIRST})]
     for calls in ([], with_call):
         for key in [k for k in ("reasoning_content", "reasoning", "thinking") if k in r.source]:
-            plain = _assistant(calls, r.as_text, ASSISTANT_TEXT)
+            plain = assistant_message(calls, r.as_text, ASSISTANT_TEXT)
             thought = {**plain, key: THINKING_TEXT}
             for variables in ({"enable_thinking": True}, {}):
-                before = r.render([_USER, plain], **variables)
-                after = r.render([_USER, thought], **variables)
+                before = r.render([USER, plain], **variables)
+                after = r.render([USER, thought], **variables)
                 if before is None or after is None or THINKING_TEXT not in after:
                     continue
-                region = _diff(before, after)
+                region = diff(before, after)
                 if THINKING_TEXT not in region:
                     continue
                 found = _thinking_markers(after, region)
@@ -613,10 +373,10 @@ def analyze_reasoning(r: _Renderer) -> ReasoningLayout | None:
     start, end = found
     if not start:  # delimiter style: the block is only closed (e.g. `…[BEGIN FINAL RESPONSE]`)
         return ReasoningLayout(start="", end=end)
-    on = r.render([_USER], prompt=True, enable_thinking=True) or ""
-    off = r.render([_USER], prompt=True, enable_thinking=False) or ""
+    on = r.render([USER], prompt=True, enable_thinking=True) or ""
+    off = r.render([USER], prompt=True, enable_thinking=False) or ""
     opens = on.rstrip().endswith(start)
-    closed_off = off.rstrip().endswith(end) and start in off[len(_common_prefix(on, off)) - len(start) :]
+    closed_off = off.rstrip().endswith(end) and start in off[len(common_prefix(on, off)) - len(start) :]
     return ReasoningLayout(start=start, end=end, opens_in_prompt=opens, closed_when_off=closed_off)
 
 
@@ -627,10 +387,10 @@ def _thinking_markers(after: str, region: str) -> tuple[str, str] | None:
     at = region.index(THINKING_TEXT)
     start, end = region[:at].strip(), region[at + len(THINKING_TEXT) :].strip()
     full_at = after.index(THINKING_TEXT)
-    following = _MARKER_RUN.match(after[full_at + len(THINKING_TEXT) :].lstrip())
+    following = MARKER_RUN.match(after[full_at + len(THINKING_TEXT) :].lstrip())
     if not end or (following and following.group(0).startswith(end) and end != following.group(0)):
         end = following.group(0) if following else ""
-    preceding = re.search(rf"(?:{_MARKER_RUN.pattern})\s*$", after[:full_at])
+    preceding = re.search(rf"(?:{MARKER_RUN.pattern})\s*$", after[:full_at])
     if not start or (preceding and preceding.group(0).strip().endswith(start) and start != preceding.group(0).strip()):
         start = preceding.group(0).strip() if preceding else ""
     return (start, end) if end else None
@@ -643,7 +403,11 @@ def _analysis_version() -> str:
     upgrade, a fix) means new entries rather than stale ones."""
     import hashlib
 
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    here = Path(__file__).parent
+    texts = b"".join(
+        (here / name).read_bytes() for name in ("format_analysis.py", "layout.py", "probes.py", "diffs.py")
+    )
+    return hashlib.sha256(texts).hexdigest()[:16]
 
 
 @lru_cache(maxsize=16)
@@ -676,7 +440,7 @@ def analyze_uncached(source: str) -> ChatFormat:
     """The analysis itself. A template that does not compile gets an empty result (the caller's
     own render reports the error)."""
     try:
-        r = _Renderer(source)
+        r = Renderer(source)
     except Exception:  # noqa: BLE001 - reported where the template is rendered for real
         return ChatFormat(None, None, (), ("the template does not compile",))
     missing: list[str] = []
@@ -698,20 +462,20 @@ def analyze_uncached(source: str) -> ChatFormat:
     return ChatFormat(calls, reasoning, switches, tuple(missing), content_start, content_end, turn_end)
 
 
-def analyze_content(r: _Renderer) -> tuple[str, str, str]:
+def analyze_content(r: Renderer) -> tuple[str, str, str]:
     """Markers written right around a plain reply's text: both, or none (a role header alone,
     `<|im_start|>assistant\n`, is not a wrapper); and the marker that closes the message."""
-    rendered = r.render([_USER, _assistant([], r.as_text, ASSISTANT_TEXT)])
+    rendered = r.render([USER, assistant_message([], r.as_text, ASSISTANT_TEXT)])
     if rendered is None or ASSISTANT_TEXT not in rendered:
         return "", "", ""
     at = rendered.index(ASSISTANT_TEXT)
     rest = rendered[at + len(ASSISTANT_TEXT) :].lstrip()
-    before = re.search(rf"(?:{_MARKER_RUN.pattern})\s*$", rendered[:at])
-    after = _MARKER_RUN.match(rest)
+    before = re.search(rf"(?:{MARKER_RUN.pattern})\s*$", rendered[:at])
+    after = MARKER_RUN.match(rest)
     if after is None:
         return "", "", ""
     # A reasoning block's close before the text (`<think>\n\n</think>\n\n`) is not a wrapper.
     if before is None or before.group(0).strip().startswith("</"):
         return "", "", after.group(0)
-    closing = _MARKER_RUN.match(rest[after.end() :].lstrip())
+    closing = MARKER_RUN.match(rest[after.end() :].lstrip())
     return before.group(0).strip(), after.group(0), closing.group(0) if closing else ""

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from llmchat.prompt.format_analysis import ID_SLOT, INDEX_SLOT, KEY_SLOT, CallLayout
+from llmchat.prompt.layout import ID_SLOT, INDEX_SLOT, KEY_SLOT, CallLayout
+from llmchat.prompt.literals import literal_at
 
 _DECODER = json.JSONDecoder()
 _NAME = r"[^\s<>{}()\[\]\"',:=|]+"
@@ -331,7 +332,7 @@ def _tagged_value(layout: CallLayout, compiled: _Compiled, text: str, pos: int, 
     quote = (
         layout.string_prefix[len(layout.value_prefix) :] if layout.string_prefix.startswith(layout.value_prefix) else ""
     )
-    scanned = _literal_at(text, start, quote, layout.string_suffix if quote else "")
+    scanned = literal_at(text, start, quote, layout.string_suffix if quote else "")
     if scanned is not None:
         value, end = scanned
     else:
@@ -368,83 +369,6 @@ def _trim_template_newlines(raw: str, layout: CallLayout) -> str:
     if layout.string_prefix.endswith("\n") and raw.startswith("\n"):
         raw = raw[1:]
     return raw
-
-
-_WORDS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
-_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
-_BARE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _literal_at(text: str, pos: int, quote_open: str = "", quote_close: str = "") -> tuple[Any, int] | None:
-    """A value written as JSON, as a Python literal (`True`, `None`, 'single quotes': LFM2) or
-    in a template's own quoting (Gemma 4's `<|"|>text<|"|>`, bare keys), and the index after it."""
-    try:
-        return _DECODER.raw_decode(text, pos)
-    except json.JSONDecodeError:
-        pass
-    try:
-        return _Literal(text, quote_open, quote_close).value(pos)
-    except (ValueError, IndexError):
-        return None
-
-
-class _Literal:
-    def __init__(self, text: str, quote_open: str, quote_close: str):
-        self.text, self.quote_open, self.quote_close = text, quote_open, quote_close
-
-    def value(self, pos: int) -> tuple[Any, int]:
-        text = self.text
-        pos = _skip_space(text, pos)
-        if self.quote_open and self.quote_open not in ('"', "'") and text.startswith(self.quote_open, pos):
-            end = text.index(self.quote_close, pos + len(self.quote_open))
-            return text[pos + len(self.quote_open) : end], end + len(self.quote_close)
-        char = text[pos]
-        if char in "\"'":
-            return self.string(pos)
-        if char in "[{":
-            return self.container(pos)
-        number = _NUMBER.match(text, pos)
-        if number is not None:
-            return json.loads(number.group(0)), number.end()
-        word = _BARE_KEY.match(text, pos)
-        if word is not None and word.group(0) in _WORDS:
-            return _WORDS[word.group(0)], word.end()
-        raise ValueError("not a literal")
-
-    def string(self, pos: int) -> tuple[str, int]:
-        import ast
-
-        quote, i = self.text[pos], pos + 1
-        while self.text[i] != quote:
-            i += 2 if self.text[i] == "\\" else 1
-        return ast.literal_eval(self.text[pos : i + 1]), i + 1
-
-    def container(self, pos: int) -> tuple[Any, int]:
-        text = self.text
-        closing = "]" if text[pos] == "[" else "}"
-        items: list[Any] = []
-        mapping: dict[str, Any] = {}
-        pos = _skip_space(text, pos + 1)
-        while text[pos] != closing:
-            if closing == "}":
-                key_match = _BARE_KEY.match(text, pos)
-                if text[pos] in "\"'" or text.startswith(self.quote_open or "\0", pos):
-                    key, pos = self.value(pos)
-                elif key_match is not None:
-                    key, pos = key_match.group(0), key_match.end()
-                else:
-                    raise ValueError("not a key")
-                pos = _skip_space(text, pos)
-                if text[pos] not in ":=":
-                    raise ValueError("no colon")
-                mapping[str(key)], pos = self.value(pos + 1)
-            else:
-                item, pos = self.value(pos)
-                items.append(item)
-            pos = _skip_space(text, pos)
-            if text[pos] == ",":
-                pos = _skip_space(text, pos + 1)
-        return (mapping if closing == "}" else items), pos + 1
 
 
 def _maybe_json(raw: str) -> Any:

@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llmchat.prompt import format_parser
-from llmchat.prompt.format_analysis import CallLayout, ChatFormat, analyze
+from llmchat.prompt.format_analysis import analyze
+from llmchat.prompt.layout import CallLayout, ChatFormat
 from llmchat.tools import call_parsers as p
 
 Parser = Callable[[str, "Mapping[str, Any] | None"], p.ParsedReply]

@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from llmchat.engine.grammar import Grammar, schema_to_gbnf
-from llmchat.prompt.format_analysis import ID_SLOT, INDEX_SLOT, CallLayout
 from llmchat.prompt.format_parser import with_key
+from llmchat.prompt.layout import ID_SLOT, INDEX_SLOT, CallLayout
 from llmchat.tools import generic
 from llmchat.tools.families import GENERIC, Family
 from llmchat.tools.spec import ToolSpec
@@ -297,5 +297,13 @@ def _tagged_rules(layout: CallLayout, spec: ToolSpec, prefix: str, rules: list[s
         params.append(f"{prefix}-param{number}")
     if not params:
         return '""'
-    rules.append(f"{prefix}-param ::= {' | '.join(params)}")
-    return f"({prefix}-param ({literal(layout.arg_separator)} {prefix}-param)*)?"
+    # In the schema's order, as the template writes them back: the required ones always, each
+    # optional one where it stands or not at all.
+    required = set(spec.parameters.get("required") or ())
+    names = list(properties)
+    sep = literal(layout.arg_separator)
+    must = [param for param, name in zip(params, names) if name in required]
+    may = [param for param, name in zip(params, names) if name not in required]
+    if must:
+        return f" {sep} ".join(must) + "".join(f" ({sep} {param})?" for param in may)
+    return f"({may[0]}" + "".join(f" ({sep} {param})?" for param in may[1:]) + ")?"
