@@ -265,8 +265,8 @@ def layout_grammar(layout: CallLayout, tools: Sequence[ToolSpec], *, lazy: bool 
     leading = start[: len(start) - len(start.lstrip())]
     if leading and not lazy:
         opener = f"{literal(leading)}? {opener}"
-    if layout.list_wrapped:
-        root = f"{opener} call ({literal(layout.separator)} call)* {_fixed(layout.section_end.rstrip())}"
+    if layout.list_wrapped:  # one call a round, in a list of one (parallel calls are read, not forced)
+        root = f"{opener} call {_fixed(layout.section_end.rstrip())}"
     else:  # what follows the call's last marker is the end of the turn, left to the stop rules
         root = f"{opener} call {_fixed((layout.call_end + layout.section_end).rstrip())}"
     return "\n".join([f"root ::= {root}", *rules, WS]) + "\n"
