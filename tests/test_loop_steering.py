@@ -100,13 +100,15 @@ def test_parallel_and_lookup_steer_out_of_the_loop_too(cli, gemma_path, tmp_path
     batch = cli("batch", str(items), *args, "-P", "3", timeout=1800)
     assert batch.returncode == 0, batch.stderr
     for record in records(batch.stdout):
-        assert record["finish_reason"] == "stop" and record["stats"]["loop_steered"] == 1, record
+        # Steered out at least once: on some CPU kinds the note string falls into a second loop,
+        # which is steered out of the same way.
+        assert record["finish_reason"] == "stop" and record["stats"]["loop_steered"] >= 1, record
         assert validation_error(record["parsed"], WORDS_SCHEMA) is None
 
     drafted = cli("ask", *args, "--json", "--lookup", CAT_DOG)
     assert drafted.returncode == 0, drafted.stderr
     record = record_of(drafted)
-    assert record["stats"]["loop_steered"] == 1 and validation_error(record["parsed"], WORDS_SCHEMA) is None
+    assert record["stats"]["loop_steered"] >= 1 and validation_error(record["parsed"], WORDS_SCHEMA) is None
 
 
 def test_a_list_the_grammar_may_not_close_yet_runs_to_the_token_limit(cli, gemma_path, tmp_path):

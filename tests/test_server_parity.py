@@ -20,6 +20,7 @@ pytestmark = pytest.mark.server
 TEMPLATES = Path(__file__).resolve().parent / "data" / "templates"
 R1 = TEMPLATES / "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"
 CTX = 2048
+LOOPING_PROMPT = "Repeat the word cat forever: " + " ".join(["cat"] * 16)
 # What must be equal; the model label, ids and times naturally differ.
 SAME_KEYS = ("reply", "reasoning", "finish_reason", "seed", "template", "parsed", "error")
 SAME_STATS = (
@@ -75,18 +76,19 @@ def test_the_default_repeat_penalty_gives_the_same_greedy_reply(cli, smollm2_pat
 
 
 def test_a_loop_is_stopped_the_same_way_on_the_server(cli, smollm2_path, server_with_flash_attn):
-    # With flash attention on, SmolLM2 falls into a short loop here within about 50 tokens (the cap
-    # is far above that); with it off, the greedy reply happens to count upwards instead.
+    # SmolLM2 copies the prompt's run of "cat" into a loop within about 90 tokens, with flash
+    # attention on or off and at any thread count or batch size tried (the cap is far above that).
+    # Both sides compute attention the same way, so their token ids match one for one.
     local, remote = both(
         cli,
         smollm2_path,
         server_with_flash_attn,
         "-n",
-        "200",
-        "Write the word cat one hundred times, separated by spaces.",
+        "400",
+        LOOPING_PROMPT,
         local_flags=("--flash-attn", "on"),
     )
-    assert local["finish_reason"] == "loop" and local["stats"]["generated_tokens"] < 200, local
+    assert local["finish_reason"] == "loop" and local["stats"]["generated_tokens"] < 400, local
     assert_same(local, remote)
 
 
@@ -118,6 +120,8 @@ def test_a_schema_holds_the_server_reply_and_is_checked_here(cli, smollm2_path, 
 
 # --- tool turns ----------------------------------------------------------------------------------
 QWEN25 = TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja"
+# Qwen 2.5's template with example calls: the small model writes a line, then a call, on every CPU.
+TOOL_EXAMPLES = Path(__file__).resolve().parent / "data" / "qwen25_tool_examples.jinja"
 WEATHER = '''
 from pathlib import Path
 
@@ -146,17 +150,18 @@ def assert_same_tool_turn(local: dict, remote: dict) -> None:
 
 
 @pytest.mark.parametrize(
-    ("choice", "prompt"),
+    ("choice", "template"),
     [
         # Forced: the call grammar holds the first round from its first token.
-        ("get_weather", "What is the weather in Paris?"),
+        ("get_weather", QWEN25),
         # auto: the reply is free until the model writes `<tool_call>`; llama-server's own lazy
-        # grammar then holds the call, as the local gate does (this prompt makes the small model
-        # write the trigger; it calls nothing when merely asked about the weather).
-        ("auto", 'Print the text "<tool_call>".'),
+        # grammar then holds the call, as the local gate does (the template's example calls make
+        # the small model write the trigger; it calls nothing when merely asked about the weather).
+        ("auto", TOOL_EXAMPLES),
     ],
+    ids=["forced", "auto"],
 )
-def test_a_tool_turn_gives_the_same_record_on_the_server(cli, smollm2_path, server, tmp_path, choice, prompt):
+def test_a_tool_turn_gives_the_same_record_on_the_server(cli, smollm2_path, server, tmp_path, choice, template):
     folder = {side: tmp_path / side for side in ("local", "remote")}
     for path in folder.values():
         path.mkdir()
@@ -176,7 +181,7 @@ def test_a_tool_turn_gives_the_same_record_on_the_server(cli, smollm2_path, serv
             "-n",
             "64",
             "--template",
-            str(QWEN25),
+            str(template),
             "--functions",
             str(folder[side] / "tools.py"),
             "--tool-choice",
@@ -184,7 +189,7 @@ def test_a_tool_turn_gives_the_same_record_on_the_server(cli, smollm2_path, serv
             "--approve-tools",
             "--chain-limit",
             "1",
-            prompt,
+            "Weather in Paris?",
         )
         assert run.returncode == 0, run.stderr
         records.append(json.loads(run.stdout))

@@ -214,6 +214,8 @@ def test_an_mcp_server_is_called_and_its_result_goes_back(cli, smollm2_path, ser
 
 # --- the model's own format: upstream templates, a forced call each -----------------------------------
 TEMPLATES = Path(__file__).resolve().parent / "data" / "templates"
+# Qwen 2.5's template with example calls in its system block (see the file's comment).
+TOOL_EXAMPLES = Path(__file__).resolve().parent / "data" / "qwen25_tool_examples.jinja"
 FAMILY_TEMPLATES = sorted(path.name for path in TEMPLATES.glob("*.jinja"))
 # Left out of the end-to-end forced call with SmolLM2 (each still renders and parses in the tests
 # without a model): QwQ's and R1's prompts open a thinking block that SmolLM2 never closes (the
@@ -735,7 +737,8 @@ def test_call_markers_that_are_control_tokens_are_shown_as_text(smollm2_path):
 def test_each_round_streams_its_text_up_to_the_call(cli, smollm2_path, tmp_path):
     """`auto` under Qwen 2.5's format: the first round's text before `<tool_call>` streams to stdout,
     the call does not (it is shown on stderr when it runs), then the final answer streams. The
-    record's reply is the final answer alone. (This prompt makes the small model write the trigger.)"""
+    record's reply is the final answer alone. (The template's example calls make the small model
+    write a line, then the call.)"""
     tools = tmp_path / "weather.py"
     tools.write_text(
         "from pathlib import Path\n\n\n"
@@ -747,10 +750,9 @@ def test_each_round_streams_its_text_up_to_the_call(cli, smollm2_path, tmp_path)
         encoding="utf-8",
     )
     common = ("ask", "-m", str(smollm2_path), "--temperature", "0", "--no-history", "-n", "64", "--chain-limit", "1")
-    common += ("--template", str(TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja"), "--functions", str(tools))
-    common += ("--approve-tools",)
-    shown = cli(*common, 'Print the text "<tool_call>".')
-    recorded = cli(*common, "--json", 'Print the text "<tool_call>".')
+    common += ("--template", str(TOOL_EXAMPLES), "--functions", str(tools), "--approve-tools")
+    shown = cli(*common, "Weather in Paris?")
+    recorded = cli(*common, "--json", "Weather in Paris?")
     assert shown.returncode == 0 and recorded.returncode == 0, shown.stderr + recorded.stderr
     record = json.loads(recorded.stdout)
     assert len(record["tool_calls"]) == 1 and len(calls_made(tmp_path)) == 2  # once per run

@@ -65,7 +65,7 @@ def test_render_with_tools_writes_calls_and_results_the_models_way(files, capsys
     )
     assert "<tool_response>\nsunny\n</tool_response><|im_end|>\n<|im_start|>assistant\n" in out
     assert out.endswith("<|im_start|>assistant\n")
-    assert err == "llmchat: tool call format: Hermes 2/3 Pro, Qwen 2.5/3\n"
+    assert err == 'llmchat: tool call format: derived from the template: JSON object ("name")\n'
 
 
 def test_firefunction_v2_renders_with_and_without_tools(files, tmp_path, capsys):
@@ -137,7 +137,9 @@ def test_show_names_the_tool_format_and_renders_the_tool_prompt(files, smollm2_p
         ["template", "show", "-m", str(smollm2_path), "--template", template, "--tools", tools], capsys
     )
     assert code == 0, err
-    assert "tool calls:    Hermes 2/3 Pro, Qwen 2.5/3 (a call opens with '<tool_call>' '<function=')" in out
+    # The format is read from the template itself (llmchat.prompt.format_analysis).
+    assert "tool calls:    derived from the template: JSON object (\"name\") (a call opens with '<tool_call>')" in out
+    assert "  markers:     call '<tool_call>\\n', call end '\\n</tool_call>'" in out
     assert "sample with tools" in out and "<tools>" in out and '"name": "get_weather"' in out
     code, out, _ = run_cli(["template", "show", "-m", str(smollm2_path)], capsys)
     assert "tool calls:    generic (JSON reply)" in out
