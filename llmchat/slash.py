@@ -137,7 +137,7 @@ def cmd_tools(ctx: CommandContext, arg: str) -> Outcome:
     if offer is None or not offer.specs:
         ctx.error("no tools in this chat; start it with -T NAME, --functions FILE.py or --mcp COMMAND")
         return CONTINUE
-    from llmchat.commands.tools import describe_parameters
+    from llmchat.tools.describe import describe_parameters
 
     state = "on" if offer.active else "off (/tool on offers them again)"
     ctx.out.print(f"tools {state}; call format: {offer.family.label}", markup=False, highlight=False)

@@ -7,7 +7,7 @@ lists exactly that selection, as ask/chat will offer it. Only typer is imported 
 """
 
 import sys
-from typing import Any, List, Optional
+from typing import List, Optional
 
 import typer
 
@@ -28,6 +28,7 @@ def list_command(
     import json
 
     from llmchat.config import load_config
+    from llmchat.tools.describe import describe_parameters
     from llmchat.tools.registry import gather_tools
 
     config = load_config()
@@ -63,27 +64,3 @@ def list_command(
         typer.echo("  arguments:" + ("" if spec.parameters.get("properties") else " none"))
         for line in describe_parameters(spec.parameters):
             typer.echo(f"    {line}")
-
-
-def describe_parameters(schema: Any) -> List[str]:
-    """One line per argument: name, type, required or optional, and its description."""
-    import json
-
-    required = set(schema.get("required", []))
-    lines = []
-    for name, prop in (schema.get("properties") or {}).items():
-        prop = prop if isinstance(prop, dict) else {}
-        kind = prop.get("type")
-        if "enum" in prop:
-            kind = "one of " + ", ".join(json.dumps(v) for v in prop["enum"])
-        elif isinstance(kind, list):
-            kind = " | ".join(str(k) for k in kind)
-        elif kind == "array" and isinstance(prop.get("items"), dict) and prop["items"].get("type"):
-            kind = f"array of {prop['items']['type']}"
-        text = f"{name}: {kind or 'any'}" + (" (required)" if name in required else "")
-        if "default" in prop:
-            text += f" (default {json.dumps(prop['default'])})"
-        if prop.get("description"):
-            text += f" - {prop['description']}"
-        lines.append(text)
-    return lines
