@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from llmchat.config import Config, load_config
+from llmchat.defaults import DEFAULT_MAX_CTX
 from llmchat.errors import UsageError
 from llmchat.models.resolve import ResolvedModel, resolve_model
 from llmchat.options import RunOptions
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
     from llmchat.session import ChatSession
 
 MIN_CTX = 64
-DEFAULT_MAX_CTX = 8192  # the default window: the trained context, at most this
 
 
 @dataclass
@@ -276,7 +276,7 @@ def start_session(
         )
     store = None
     if with_history and loaded.config.history:
-        from llmchat.history import open_or_warn
+        from llmchat.store.history import open_or_warn
 
         store = open_or_warn(warn=lambda message: notice(f"warning: {message}"))
     try:

@@ -13,6 +13,8 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
+from llmchat.defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_CTX
+
 ENGINE = "Model and engine"
 SAMPLING = "Sampling"
 REASONING = "Reasoning models"
@@ -25,7 +27,7 @@ class RunOptions:
     template: Optional[str] = None
     ctx: Optional[int] = None
     threads: Optional[int] = None
-    batch_size: int = 512
+    batch_size: int = DEFAULT_BATCH_SIZE
     device: str = "auto"
     gpu_layers: Optional[int] = None
     flash_attn: Optional[str] = None  # auto | on | off; None: the config's flash_attn, else auto
@@ -96,7 +98,9 @@ _ENGINE_OPTIONS = {
     "ctx": Annotated[
         Optional[int],
         typer.Option(
-            "--ctx", help="Context window in tokens. Default: min(trained context, 8192).", rich_help_panel=ENGINE
+            "--ctx",
+            help=f"Context window in tokens. Default: min(trained context, {DEFAULT_MAX_CTX}).",
+            rich_help_panel=ENGINE,
         ),
     ],
     "threads": Annotated[

@@ -13,6 +13,7 @@ from llmchat.commands.tool_options import (
     ToolChoiceOption,
     ToolOption,
 )
+from llmchat.defaults import DEFAULT_CHAIN_LIMIT
 from llmchat.errors import LlmchatError, UsageError
 from llmchat.options import RunOptions, model_command
 
@@ -78,7 +79,7 @@ def ask(
     functions: FunctionsOption = None,
     mcp: McpOption = None,
     tool_choice: ToolChoiceOption = "auto",
-    chain_limit: ChainLimitOption = 5,
+    chain_limit: ChainLimitOption = DEFAULT_CHAIN_LIMIT,
     approve_tools: ApproveToolsOption = False,
     *,
     opts: RunOptions,

@@ -17,6 +17,7 @@ from llmchat.commands.tool_options import (
     ToolChoiceOption,
     ToolOption,
 )
+from llmchat.defaults import DEFAULT_CHAIN_LIMIT
 from llmchat.options import RunOptions, model_command
 
 
@@ -53,7 +54,7 @@ def batch(
     functions: FunctionsOption = None,
     mcp: McpOption = None,
     tool_choice: ToolChoiceOption = "auto",
-    chain_limit: ChainLimitOption = 5,
+    chain_limit: ChainLimitOption = DEFAULT_CHAIN_LIMIT,
     approve_tools: ApproveToolsOption = False,
     *,
     opts: RunOptions,

@@ -13,11 +13,12 @@ from llmchat.commands.tool_options import (
     ToolChoiceOption,
     ToolOption,
 )
+from llmchat.defaults import DEFAULT_CHAIN_LIMIT
 from llmchat.errors import UsageError
 from llmchat.options import RunOptions, model_command
 
 if TYPE_CHECKING:
-    from llmchat.attachments import Attachment
+    from llmchat.store.attachment_records import Attachment
     from llmchat.session import ChatSession
 
 
@@ -52,7 +53,7 @@ def chat(
     functions: FunctionsOption = None,
     mcp: McpOption = None,
     tool_choice: ToolChoiceOption = "auto",
-    chain_limit: ChainLimitOption = 5,
+    chain_limit: ChainLimitOption = DEFAULT_CHAIN_LIMIT,
     approve_tools: ApproveToolsOption = False,
     *,
     opts: RunOptions = RunOptions(),

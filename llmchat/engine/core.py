@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Generator, Iterator, Sequence
 
 from llmchat import interrupts
+from llmchat.defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_CTX
 from llmchat.engine import logs
 from llmchat.engine.bindings import llama_cpp
 from llmchat.engine.devices import cpu_has_amx
@@ -29,7 +30,6 @@ from llmchat.engine.prompt_pieces import PromptPiece, tokens_for_pieces
 from llmchat.errors import ModelError, UsageError
 
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
-DEFAULT_MAX_CTX = 8192
 # Token attributes of markup tokens (<|im_end|>, <end_of_turn>): control or user-defined specials.
 _CONTROL_ATTRS = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
 # How far back the repeat penalty looks: llama-server's default `repeat_last_n` (and llama-cpp-python's
@@ -68,9 +68,9 @@ def physical_cores() -> int:
 
 @dataclass(frozen=True)
 class EngineSettings:
-    n_ctx: int | None = None  # None: min(trained context, 8192)
+    n_ctx: int | None = None  # None: min(trained context, DEFAULT_MAX_CTX)
     threads: int | None = None  # None: physical cores
-    batch_size: int = 512
+    batch_size: int = DEFAULT_BATCH_SIZE
     device: str = "auto"  # auto | cpu | gpu
     gpu_layers: int | None = None  # None: all when the build can offload (auto/gpu), 0 on cpu
     flash_attn: bool = True  # llama.cpp's own -fa auto picks it on CPU; see Engine.load

@@ -7,7 +7,7 @@ and mtime, so a second `models list` reads no header at all. Measured on this ma
 walk); from the cache the whole list costs only the folder walks.
 
 "Fits" reuses `info`'s memory estimate (`llmchat.model_info.estimate_context`) at the context
-`ask`/`chat` would use by default: the trained context, at most 8192, or the config's `ctx`.
+`ask`/`chat` would use by default: the trained context, at most 8192 (`llmchat.defaults`), or the config's `ctx`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmchat import paths
+from llmchat.defaults import DEFAULT_MAX_CTX
 from llmchat.errors import ModelError
 from llmchat.models.kind import ModelKind, TemplateFeatures, classify, template_features
 from llmchat.models.stores import Candidate, all_candidates
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 
 CACHE_VERSION = 1
 CACHE_FILE_NAME = "models-catalogue.json"
-DEFAULT_MAX_CTX = 8192  # as llmchat.loading: the trained context, at most this
 VISION_TENSOR_PREFIXES = ("v.", "mm.", "vision_", "vision.")
 
 

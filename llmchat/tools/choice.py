@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from llmchat.defaults import DEFAULT_CHAIN_LIMIT
 from llmchat.errors import UsageError
 
-DEFAULT_CHAIN_LIMIT = 5
 MODES = ("auto", "required", "none")
 
 

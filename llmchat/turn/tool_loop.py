@@ -34,16 +34,17 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from llmchat import interrupts
+from llmchat.defaults import DEFAULT_CHAIN_LIMIT
 from llmchat.errors import UsageError
 from llmchat.tools import native
 from llmchat.tools.approval import ApprovalPolicy, format_call
-from llmchat.tools.choice import DEFAULT_CHAIN_LIMIT, ChainGuard, ToolChoice, parse_tool_choice, plan_round
+from llmchat.tools.choice import ChainGuard, ToolChoice, parse_tool_choice, plan_round
 from llmchat.tools.families import GENERIC, call_in_reasoning, detect_family
 from llmchat.tools.prompt import Capabilities, assistant_tool_calls, capabilities, template_variables, tool_result
 from llmchat.tools.spec import CallRecord
 
 if TYPE_CHECKING:
-    from llmchat.attachments import Attachment
+    from llmchat.store.attachment_records import Attachment
     from llmchat.engine.grammar import Grammar
     from llmchat.engine.interface import ChatEngine
     from llmchat.session import ChatSession

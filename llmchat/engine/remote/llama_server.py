@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmchat.defaults import DEFAULT_BATCH_SIZE
 from llmchat.engine.driver import SequenceState, common_prefix
 from llmchat.engine.interface import EngineCaps, EngineInfo, GenerateRequest, prompt_ids
 from llmchat.engine.prompt_pieces import PromptPiece, tokens_for_pieces
@@ -101,7 +102,7 @@ def read_props(client: ServerClient) -> ServerFacts:
 class LlamaServerEngine:
     """A llama-server as a `ChatEngine` (llmchat.engine.interface)."""
 
-    batch_size = 512  # the server batches by itself
+    batch_size = DEFAULT_BATCH_SIZE  # the server batches by itself
     ctx_known = True  # /props says the slot's context
 
     def __init__(self, client: ServerClient, spec: ServerSpec, facts: ServerFacts, metadata: dict[str, str]):

@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from llmchat.defaults import DEFAULT_BATCH_SIZE
 from llmchat.engine.driver import draw_seed, reply_limit
 from llmchat.engine.interface import ChatMessages, EngineCaps, EngineInfo, GenerateRequest
 from llmchat.engine.prompt_pieces import PromptPiece
@@ -73,7 +74,7 @@ class OpenAICompatEngine:
     caps = EngineCaps(
         grammar=False, kv_shift=False, disk_cache=False, renders_template=True, token_ids=False, remote=True
     )
-    batch_size = 512  # the server batches by itself
+    batch_size = DEFAULT_BATCH_SIZE  # the server batches by itself
 
     def __init__(self, client: ServerClient, spec: ServerSpec, *, kind: str, model: str, n_ctx: int, ctx_known: bool):
         self.client = client
