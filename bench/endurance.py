@@ -53,8 +53,8 @@ def mib(kib: int | None) -> str:
 
 def kv_cache_mib(model: str | None, n_ctx: int) -> float:
     """KV-cache bytes for n_ctx tokens at f16, from the model's header (llmchat's own math)."""
-    from llmchat.gguf_file import read_metadata
-    from llmchat.model_info import attention_layout, kv_bytes_per_token
+    from llmchat.gguf.footprint import attention_layout, kv_bytes_per_token
+    from llmchat.gguf.reader import read_metadata
     from llmchat.models.resolve import bundled_default_model
 
     path = model or bundled_default_model()

@@ -32,7 +32,7 @@ PROMPT = "Write a short paragraph about the sea."
 
 
 def kv_bytes_per_token(path: Path) -> int:
-    from llmchat.gguf_file import read_metadata
+    from llmchat.gguf.reader import read_metadata
 
     meta = read_metadata(path).scalars
     arch = meta["general.architecture"]

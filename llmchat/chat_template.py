@@ -861,7 +861,7 @@ def facts_from_gguf(path: str | Path) -> ModelFacts:
     """ModelFacts of a GGUF file, read with llmchat's fast header reader (no llama.cpp), from the
     header cache when the file is the one read before."""
     from llmchat.errors import ModelError
-    from llmchat.header_cache import cached_for_file, read_metadata_cached
+    from llmchat.gguf.header_cache import cached_for_file, read_metadata_cached
 
     meta = read_metadata_cached(Path(path))
 

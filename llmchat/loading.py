@@ -133,8 +133,8 @@ def load_model(opts: RunOptions, *, n_ctx_override: int | None = None, announce:
     if model.how == "default" and announce:
         notice(f"model: {model.name} (the bundled default; choose another with -m)")
 
-    from llmchat.gguf_file import check_loadable
-    from llmchat.header_cache import read_metadata_cached
+    from llmchat.gguf.header_cache import read_metadata_cached
+    from llmchat.gguf.loadable import check_loadable
 
     metadata = read_metadata_cached(model.path)
     check_loadable(metadata, model.path)

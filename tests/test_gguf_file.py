@@ -17,14 +17,9 @@ from pathlib import Path
 import pytest
 
 from llmchat.errors import ModelError
-from llmchat.gguf_file import (
-    GGML_TYPES,
-    KNOWN_ARCHITECTURES,
-    SMALL_ARRAY_MAX,
-    ValueType,
-    check_loadable,
-    read_metadata,
-)
+from llmchat.gguf.loadable import KNOWN_ARCHITECTURES, check_loadable
+from llmchat.gguf.metadata import GGML_TYPES, ValueType
+from llmchat.gguf.reader import SMALL_ARRAY_MAX, read_metadata
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 N_VOCAB = 100  # > SMALL_ARRAY_MAX, so the vocabulary is a lazily read array
@@ -297,12 +292,12 @@ def test_permission_denied(small_gguf: Path) -> None:
 
 def test_permission_denied_mapping(small_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same error as above, simulated, so it is covered even where tests run as root."""
-    import llmchat.gguf_file as gguf_file
+    import llmchat.gguf.reader as gguf_reader
 
     def denied(*args: object, **kwargs: object) -> None:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(gguf_file, "open", denied, raising=False)
+    monkeypatch.setattr(gguf_reader, "open", denied, raising=False)
     assert_one_line_model_error(small_gguf, "permission denied", "chmod")
 
 

@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 from llmchat.errors import ModelError
-from llmchat.gguf_file import read_metadata
-from llmchat.header_cache import read_metadata_cached
+from llmchat.gguf.header_cache import read_metadata_cached
+from llmchat.gguf.reader import read_metadata
 
 
 @pytest.mark.parametrize("model", ["smollm2_path", "gemma_path"])

@@ -11,7 +11,7 @@ import json
 import pytest
 from test_models_layout import write_tiny_gguf
 
-from llmchat.gguf_file import read_metadata
+from llmchat.gguf.reader import read_metadata
 from llmchat.models.kind import BASE, INSTRUCT, REASONING, classify, kind_of, template_features
 
 QWEN3_LIKE_TEMPLATE = (

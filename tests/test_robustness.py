@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from llmchat.gguf_file import read_metadata
+from llmchat.gguf.reader import read_metadata
 
 # One thread: several llmchat processes (and other test runs) share the CPUs, and llama.cpp's
 # threads spin-wait on each other, which makes oversubscribed runs crawl.

@@ -28,7 +28,7 @@ runtime part asks the installed llama.cpp build which devices it can use.
         n_ctx, beyond_trained,
         kv_bytes        f16 KV cache as llama.cpp allocates it by default (full-size SWA layers)
         kv_bytes_swa    with swa_full=false (sliding-window layers keep only their window)
-        compute_bytes   compute + output buffer estimate (see llmchat/model_info.py)
+        compute_bytes   compute + output buffer estimate (see llmchat/gguf/footprint.py)
         total_bytes     weights + kv_bytes + compute_bytes;  total_bytes_swa likewise
         fits_ram        total_bytes <= MemAvailable (null if unknown)
         fits_vram       total_bytes <= free memory of the emptiest GPU (null without a GPU)
@@ -60,8 +60,9 @@ def info(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Show a model's architecture, KV-cache size and memory needs (reads the GGUF header only)."""
-    from llmchat.gguf_file import check_loadable, read_metadata
-    from llmchat.model_info import model_report
+    from llmchat.gguf.loadable import check_loadable
+    from llmchat.gguf.model_report import model_report
+    from llmchat.gguf.reader import read_metadata
     from llmchat.models.kind import kind_of
 
     path = resolve_model_path(model)
@@ -107,7 +108,7 @@ def runtime_report(meta: Any) -> dict:
 
 def _with_ggml_gpus(runtime: dict) -> Any:
     """Free VRAM from nvidia-smi, or else from ggml's own devices (Metal, Vulkan, ROCm)."""
-    from llmchat.model_info import GpuMemory, system_memory
+    from llmchat.machine import GpuMemory, system_memory
 
     memory = system_memory()
     if memory.gpus or not runtime["gpu_offload"]:

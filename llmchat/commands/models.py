@@ -144,8 +144,9 @@ def show_command(
     """Show a model as `llmchat info` does, plus where it is and which tool owns it."""
     from llmchat.commands.info import _print_report, _with_ggml_gpus, runtime_report
     from llmchat.config import load_config
-    from llmchat.gguf_file import check_loadable, read_metadata
-    from llmchat.model_info import model_report
+    from llmchat.gguf.loadable import check_loadable
+    from llmchat.gguf.model_report import model_report
+    from llmchat.gguf.reader import read_metadata
     from llmchat.models.kind import kind_of
     from llmchat.models.resolve import resolve_model
     from llmchat.models.stores import OWNERS
@@ -296,7 +297,8 @@ def alias_command(
     """Add `[models.NAME]` to the config file, so `-m NAME` loads TARGET."""
     from llmchat.config import load_config
     from llmchat.errors import UsageError
-    from llmchat.gguf_file import check_loadable, read_metadata
+    from llmchat.gguf.loadable import check_loadable
+    from llmchat.gguf.reader import read_metadata
     from llmchat.models.lookup import is_store_ref
     from llmchat.models.resolve import resolve_model
     from llmchat.output import notice

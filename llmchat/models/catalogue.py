@@ -1,12 +1,12 @@
 """The list of every GGUF the stores hold: what each is, whether llama.cpp can load it, whether it fits.
 
-Each file's header is read once with `llmchat.gguf_file` (headers only, never weights) and the
+Each file's header is read once with `llmchat.gguf.reader` (headers only, never weights) and the
 summary is cached in `<cache folder>/models-catalogue.json`, keyed by the file's real path, size
 and mtime, so a second `models list` reads no header at all. Measured on this machine
 (2 shared cores): SmolLM2's header takes 35 ms and Gemma 3's 110 ms (a 262k-token vocabulary to
 walk); from the cache the whole list costs only the folder walks.
 
-"Fits" reuses `info`'s memory estimate (`llmchat.model_info.estimate_context`) at the context
+"Fits" reuses `info`'s memory estimate (`llmchat.gguf.model_report.estimate_context`) at the context
 `ask`/`chat` would use by default: the trained context, at most 8192 (`llmchat.defaults`), or the config's `ctx`.
 """
 
@@ -27,8 +27,8 @@ from llmchat.private_files import ensure_private_dir
 
 if TYPE_CHECKING:
     from llmchat.config import Config
-    from llmchat.gguf_file import GGUFMetadata
-    from llmchat.model_info import SystemMemory
+    from llmchat.gguf.metadata import GGUFMetadata
+    from llmchat.machine import SystemMemory
 
 CACHE_VERSION = 1
 CACHE_FILE_NAME = "models-catalogue.json"
@@ -108,13 +108,9 @@ def default_ctx(trained: int | None, config: Config | None) -> int:
 
 def summarize(meta: GGUFMetadata, n_ctx: int | None, config: Config | None = None) -> Summary:
     """A header's summary; `problem` says why llama.cpp would refuse it (checked like `info` does)."""
-    from llmchat.gguf_file import check_loadable
-    from llmchat.model_info import (
-        attention_layout,
-        estimate_context,
-        parameter_count,
-        quantization,
-    )
+    from llmchat.gguf.footprint import attention_layout
+    from llmchat.gguf.loadable import check_loadable
+    from llmchat.gguf.model_report import estimate_context, parameter_count, quantization
 
     problem = None
     try:
@@ -129,7 +125,7 @@ def summarize(meta: GGUFMetadata, n_ctx: int | None, config: Config | None = Non
     ctx = n_ctx or default_ctx(trained, config)
     total = None
     if problem is None:
-        from llmchat.model_info import SystemMemory
+        from llmchat.machine import SystemMemory
 
         estimate = estimate_context(meta, attention_layout(meta), ctx, SystemMemory(None, None))
         total = estimate.total_bytes
@@ -257,7 +253,7 @@ def _stamp(path: Path) -> list[int] | None:
 
 
 def summary_for(path: Path, cache: SummaryCache, config: Config | None, n_ctx: int | None = None) -> Summary:
-    from llmchat.gguf_file import read_metadata
+    from llmchat.gguf.reader import read_metadata
 
     real = os.path.realpath(path)
     stamp = _stamp(path)
@@ -309,7 +305,7 @@ def make_entry(candidate: Candidate, summary: Summary, memory: SystemMemory) -> 
 
 def catalogue(config: Config | None = None, memory: SystemMemory | None = None) -> list[Entry]:
     """Every candidate of every store, with its summary (cached), kind and fits verdict."""
-    from llmchat.model_info import system_memory
+    from llmchat.machine import system_memory
 
     memory = system_memory() if memory is None else memory
     cache = SummaryCache()
@@ -328,7 +324,7 @@ def catalogue(config: Config | None = None, memory: SystemMemory | None = None) 
 
 def entry_for(candidate: Candidate, config: Config | None = None, memory: SystemMemory | None = None) -> Entry:
     """One candidate's entry (for `models show` and `models rm`), through the same cache."""
-    from llmchat.model_info import system_memory
+    from llmchat.machine import system_memory
 
     memory = system_memory() if memory is None else memory
     cache = SummaryCache()

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from llmchat.gguf_file import GGUFMetadata
+    from llmchat.gguf.metadata import GGUFMetadata
 
 BASE = "base"
 INSTRUCT = "instruct"

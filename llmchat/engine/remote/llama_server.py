@@ -146,7 +146,7 @@ class LlamaServerEngine:
     def open(cls, client: ServerClient, spec: ServerSpec) -> LlamaServerEngine:
         facts = read_props(client)
         if spec.local_gguf is not None:
-            from llmchat.gguf_file import read_metadata
+            from llmchat.gguf.reader import read_metadata
 
             scalars = read_metadata(spec.local_gguf).scalars
             metadata = {k: v for k, v in scalars.items() if isinstance(v, str)}

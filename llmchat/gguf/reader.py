@@ -10,8 +10,8 @@ What is checked mirrors llama.cpp's own loader (ggml/src/gguf.cpp and llama-mode
 magic, version, counts that the file could not hold, string and array lengths, duplicate keys and
 tensor names, alignment, tensor dimensions and types, row sizes that are not whole blocks, tensor
 offsets, and that the tensor data region fits inside the file (a truncated download).
-`check_loadable` adds the model-level checks: a known architecture and the keys every
-architecture needs.
+`llmchat.gguf.loadable.check_loadable` adds the model-level checks: a known architecture and the
+keys every architecture needs.
 
 Every failure is a `ModelError` whose message is one line: what is wrong with which file and what
 to do about it.
@@ -21,25 +21,21 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass, field
-from enum import IntEnum
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from llmchat.errors import ModelError
+from llmchat.gguf.metadata import (
+    GGML_TYPES,
+    SCALAR_FORMATS,
+    SCALAR_SIZES,
+    ArrayInfo,
+    GGUFMetadata,
+    TensorInfo,
+    ValueType,
+)
 
-__all__ = [
-    "ArrayInfo",
-    "GGMLType",
-    "GGML_TYPES",
-    "GGUFMetadata",
-    "KNOWN_ARCHITECTURES",
-    "TensorInfo",
-    "ValueType",
-    "check_loadable",
-    "ggml_type_name",
-    "read_metadata",
-]
+__all__ = ["read_metadata", "shown_name"]
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -59,40 +55,6 @@ READ_CHUNK = 4 << 20
 ADVICE_REDOWNLOAD = "the download is probably incomplete or damaged: download the model again"
 ADVICE_RECONVERT = "the file is damaged or was written by a broken tool: download or convert the model again"
 
-
-class ValueType(IntEnum):
-    """GGUF metadata value types (gguf.h `enum gguf_type`)."""
-
-    UINT8 = 0
-    INT8 = 1
-    UINT16 = 2
-    INT16 = 3
-    UINT32 = 4
-    INT32 = 5
-    FLOAT32 = 6
-    BOOL = 7
-    STRING = 8
-    ARRAY = 9
-    UINT64 = 10
-    INT64 = 11
-    FLOAT64 = 12
-
-
-# struct format characters of the fixed-size value types (little-endian files only).
-_SCALAR_FORMATS: dict[int, str] = {
-    ValueType.UINT8: "B",
-    ValueType.INT8: "b",
-    ValueType.UINT16: "H",
-    ValueType.INT16: "h",
-    ValueType.UINT32: "I",
-    ValueType.INT32: "i",
-    ValueType.FLOAT32: "f",
-    ValueType.BOOL: "?",
-    ValueType.UINT64: "Q",
-    ValueType.INT64: "q",
-    ValueType.FLOAT64: "d",
-}
-_SCALAR_SIZES: dict[int, int] = {t: struct.calcsize("<" + f) for t, f in _SCALAR_FORMATS.items()}
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _HEADER = struct.Struct("<4sIQQ")  # magic, version, n_tensors, n_kv
@@ -101,216 +63,6 @@ _HEADER = struct.Struct("<4sIQQ")  # magic, version, n_tensors, n_kv
 # the file could not possibly hold before looping over them.
 _MIN_KV_BYTES = 8 + 1 + 4 + 1  # key length, one key byte, type, one value byte
 _MIN_TENSOR_INFO_BYTES = 8 + 1 + 4 + 4 + 8  # name length, one name byte, n_dims, type, offset
-
-
-@dataclass(frozen=True)
-class GGMLType:
-    """A ggml tensor type: `block_size` elements are stored in `type_size` bytes."""
-
-    id: int
-    name: str
-    block_size: int
-    type_size: int
-
-
-def _ggml_types(*rows: tuple[int, str, int, int]) -> dict[int, GGMLType]:
-    return {row[0]: GGMLType(*row) for row in rows}
-
-
-_QK_K = 256  # super-block size of the K-quants and IQ types
-# From ggml.h `enum ggml_type` and the block structs in ggml-common.h (llama.cpp as vendored by
-# llama-cpp-python 0.3.36). Ids 4, 5 and 31-33, 36-38 were removed from ggml and never valid in files.
-GGML_TYPES: dict[int, GGMLType] = _ggml_types(
-    (0, "F32", 1, 4),
-    (1, "F16", 1, 2),
-    (2, "Q4_0", 32, 2 + 16),
-    (3, "Q4_1", 32, 2 + 2 + 16),
-    (6, "Q5_0", 32, 2 + 4 + 16),
-    (7, "Q5_1", 32, 2 + 2 + 4 + 16),
-    (8, "Q8_0", 32, 2 + 32),
-    (9, "Q8_1", 32, 4 + 4 + 32),
-    (10, "Q2_K", _QK_K, 2 + 2 + _QK_K // 16 + _QK_K // 4),
-    (11, "Q3_K", _QK_K, 2 + _QK_K // 4 + _QK_K // 8 + 12),
-    (12, "Q4_K", _QK_K, 2 + 2 + _QK_K // 2 + 12),
-    (13, "Q5_K", _QK_K, 2 + 2 + _QK_K // 2 + _QK_K // 8 + 12),
-    (14, "Q6_K", _QK_K, 2 + _QK_K // 2 + _QK_K // 4 + _QK_K // 16),
-    (15, "Q8_K", _QK_K, 4 + _QK_K + _QK_K // 8),
-    (16, "IQ2_XXS", _QK_K, 2 + _QK_K // 4),
-    (17, "IQ2_XS", _QK_K, 2 + _QK_K // 4 + _QK_K // 32),
-    (18, "IQ3_XXS", _QK_K, 2 + _QK_K // 4 + _QK_K // 8),
-    (19, "IQ1_S", _QK_K, 2 + _QK_K // 8 + _QK_K // 16),
-    (20, "IQ4_NL", 32, 2 + 16),
-    (21, "IQ3_S", _QK_K, 2 + _QK_K // 4 + _QK_K // 8 + _QK_K // 32 + 4),
-    (22, "IQ2_S", _QK_K, 2 + _QK_K // 4 + _QK_K // 16),
-    (23, "IQ4_XS", _QK_K, 2 + 2 + _QK_K // 2 + _QK_K // 64),
-    (24, "I8", 1, 1),
-    (25, "I16", 1, 2),
-    (26, "I32", 1, 4),
-    (27, "I64", 1, 8),
-    (28, "F64", 1, 8),
-    (29, "IQ1_M", _QK_K, _QK_K // 8 + _QK_K // 16 + _QK_K // 32),
-    (30, "BF16", 1, 2),
-    (34, "TQ1_0", _QK_K, 2 + 4 * 13),
-    (35, "TQ2_0", _QK_K, 2 + 64),
-    (39, "MXFP4", 32, 1 + 16),
-    (40, "NVFP4", 64, 4 + 32),
-    (41, "Q1_0", 128, 2 + 16),
-    (42, "Q2_0", 64, 2 + 16),
-)
-
-
-def ggml_type_name(type_id: int) -> str:
-    known = GGML_TYPES.get(type_id)
-    return known.name if known else f"type {type_id}"
-
-
-# Architecture names llama.cpp knows (src/llama-arch.cpp LLM_ARCH_NAMES, llama-cpp-python 0.3.36).
-KNOWN_ARCHITECTURES: frozenset[str] = frozenset(
-    """
-    llama llama4 deci falcon grok gpt2 gptj gptneox mpt baichuan starcoder refact bert modern-bert
-    nomic-bert nomic-bert-moe neo-bert jina-bert-v2 jina-bert-v3 eurobert bloom stablelm qwen qwen2
-    qwen2moe qwen2vl qwen3 qwen3moe qwen3next qwen3vl qwen3vlmoe qwen35 qwen35moe qwen4exp phi2 phi3
-    phimoe plamo plamo2 plamo3 codeshell orion internlm2 minicpm minicpm3 gemma gemma2 gemma3 gemma3n
-    gemma4 gemma4-assistant gemma-embedding starcoder2 mamba mamba2 maple jamba falcon-h1 xverse
-    command-r cohere2 cohere2moe dbrx olmo olmo2 olmoe muse-glimmer openelm arctic deepseek deepseek2
-    deepseek2-ocr deepseek32 deepseek4 chatglm glm4 glm4moe glm-dsa bitnet t5 t5encoder jais jais2
-    nemotron nemotron_h nemotron_h_moe exaone exaone4 exaone-moe rwkv6 rwkv6qwen2 rwkv7 arwkv7 granite
-    granitemoe granitehybrid graniteswitch granite_swa chameleon wavtokenizer-dec plm bailingmoe
-    bailingmoe2 bailingmoe3 dots1 dots3note arcee afmoe laguna ernie4_5 ernie4_5-moe hunyuan-moe
-    hunyuan-dense hunyuan_vl hy_v3 hy_v4 smollm3 gpt-oss lfm2 lfm2moe dream smallthinker llada
-    llada-moe seed_oss grovemoe apertus minimax-01 hrm_text minimax-m2 minimax-m3 cogvlm rnd1
-    pangu-embedded mistral3 eagle3 dflash mistral4 paddleocr mimo2 step35 spark2_5 llama-embed
-    maincoder kimi-linear kimi-k3 glm5-next talkie mellum nanbeige qwen3tts pockettts
-    """.split()
-)
-
-# Architectures llama.cpp loads that cannot generate chat replies: encoders, embedding models,
-# audio decoders. "clip" is the multimodal projector (mmproj) format, which llama.cpp refuses as a
-# main model.
-NON_CHAT_ARCHITECTURES: frozenset[str] = frozenset(
-    """
-    clip bert modern-bert nomic-bert nomic-bert-moe neo-bert jina-bert-v2 jina-bert-v3 eurobert
-    gemma-embedding llama-embed t5encoder wavtokenizer-dec
-    """.split()
-)
-
-
-@dataclass(frozen=True)
-class ArrayInfo:
-    """A metadata array too long to read eagerly: where it is, so it can be read on demand."""
-
-    key: str
-    type: ValueType  # element type
-    count: int
-    offset: int  # absolute file offset of the first element
-    nbytes: int  # bytes the elements take in the file
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    name: str
-    shape: tuple[int, ...]  # ggml order: shape[0] is the row length
-    ggml_type: int
-    offset: int  # relative to GGUFMetadata.data_offset
-    nbytes: int
-
-    @property
-    def type_name(self) -> str:
-        return ggml_type_name(self.ggml_type)
-
-    @property
-    def n_elements(self) -> int:
-        count = 1
-        for dim in self.shape:
-            count *= dim
-        return count
-
-
-@dataclass
-class GGUFMetadata:
-    path: Path
-    version: int
-    file_size: int
-    data_offset: int  # absolute file offset of the tensor data region
-    alignment: int
-    scalars: dict[str, Any] = field(default_factory=dict)
-    arrays: dict[str, ArrayInfo] = field(default_factory=dict)
-    tensors: list[TensorInfo] = field(default_factory=list)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.scalars.get(key, default)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self.scalars or key in self.arrays
-
-    @property
-    def architecture(self) -> str | None:
-        arch = self.scalars.get("general.architecture")
-        return arch if isinstance(arch, str) else None
-
-    def arch_get(self, suffix: str, default: Any = None) -> Any:
-        """`<arch>.<suffix>`, e.g. arch_get("block_count")."""
-        arch = self.architecture
-        return default if arch is None else self.scalars.get(f"{arch}.{suffix}", default)
-
-    @property
-    def tensor_data_bytes(self) -> int:
-        return sum(t.nbytes for t in self.tensors)
-
-    def read_array(self, key: str) -> list[Any]:
-        """An array value whether small (already in `scalars`) or large (read from the file now)."""
-        if key in self.scalars and isinstance(self.scalars[key], list):
-            return list(self.scalars[key])
-        info = self.arrays.get(key)
-        if info is None:
-            raise KeyError(key)
-        region = self._read_region(info)
-        try:
-            if info.type == ValueType.STRING:
-                return _parse_string_array(region, info.count)
-            return list(struct.unpack_from(f"<{info.count}{_SCALAR_FORMATS[info.type]}", region))
-        except (struct.error, IndexError, KeyError) as err:
-            raise _changed_on_disk(self.path, err) from None
-
-    def token_texts(self) -> list[str]:
-        """The vocabulary (`tokenizer.ggml.tokens`), read lazily in one file read."""
-        key = "tokenizer.ggml.tokens"
-        if key not in self:
-            raise ModelError(f"{self.path} has no vocabulary ({key} is missing); use a complete GGUF model file")
-        return self.read_array(key)
-
-    def _read_region(self, info: ArrayInfo) -> bytes:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(info.offset)
-                region = f.read(info.nbytes)
-        except OSError as err:
-            raise ModelError(f"cannot read {self.path}: {err.strerror or err}; check the file") from None
-        if len(region) != info.nbytes:
-            raise _changed_on_disk(self.path, "file is shorter than when it was opened")
-        return region
-
-
-def _changed_on_disk(path: Path, why: object) -> ModelError:
-    return ModelError(f"{path} changed on disk while being read ({why}); run the command again")
-
-
-def _parse_string_array(region: bytes, count: int) -> list[str]:
-    """Length-prefixed UTF-8 strings, back to back. A tight loop: this is the 262k-token hot path."""
-    texts: list[str] = []
-    append = texts.append
-    unpack_length = _U64.unpack_from
-    pos = 0
-    for _ in range(count):
-        (length,) = unpack_length(region, pos)
-        pos += 8
-        end = pos + length
-        if end > len(region):
-            raise IndexError("string runs past the array")
-        append(region[pos:end].decode("utf-8", "replace"))
-        pos = end
-    return texts
-
 
 # ---------------------------------------------------------------------------------------------
 # Reading
@@ -459,7 +211,7 @@ def _read_metadata(path: Path) -> GGUFMetadata:
         ) from None
 
 
-def _shown(name: str, limit: int = 80) -> str:
+def shown_name(name: str, limit: int = 80) -> str:
     """A name from the file, quoted, cut to `limit` and with control characters escaped, so an
     error message stays one readable line whatever bytes the file holds."""
     text = name if len(name) <= limit else name[:limit] + "..."
@@ -560,8 +312,8 @@ def _read_key_values(cursor: _Cursor, meta: GGUFMetadata, n_kv: int) -> None:
         if not key:
             raise _Corrupt(f"metadata entry {index} has an empty name")
         if key in meta.scalars or key in meta.arrays:
-            raise _Corrupt(f"metadata key {_shown(key)} appears twice")
-        value_type = _value_type(cursor.u32(f"the type of {_shown(key)}"), key)
+            raise _Corrupt(f"metadata key {shown_name(key)} appears twice")
+        value_type = _value_type(cursor.u32(f"the type of {shown_name(key)}"), key)
         if value_type == ValueType.ARRAY:
             _read_array_value(cursor, meta, key)
         else:
@@ -572,24 +324,24 @@ def _value_type(raw: int, key: str) -> ValueType:
     try:
         return ValueType(raw)
     except ValueError:
-        raise _Corrupt(f"metadata key {_shown(key)} has an invalid value type {raw}") from None
+        raise _Corrupt(f"metadata key {shown_name(key)} has an invalid value type {raw}") from None
 
 
 def _read_scalar(cursor: _Cursor, value_type: ValueType, key: str) -> Any:
-    what = f"the value of {_shown(key)}"
+    what = f"the value of {shown_name(key)}"
     if value_type == ValueType.STRING:
         return cursor.string(what)
-    return cursor.unpack(struct.Struct("<" + _SCALAR_FORMATS[value_type]), what)[0]
+    return cursor.unpack(struct.Struct("<" + SCALAR_FORMATS[value_type]), what)[0]
 
 
 def _read_array_value(cursor: _Cursor, meta: GGUFMetadata, key: str) -> None:
-    shown = _shown(key)
+    shown = shown_name(key)
     what = f"the array {shown}"
     element_type = _value_type(cursor.u32(f"the element type of {shown}"), key)
     if element_type == ValueType.ARRAY:
         raise _Corrupt(f"metadata key {shown} is an array of arrays, which llama.cpp does not support")
     count = cursor.u64(f"the length of {shown}")
-    min_element_size = 8 if element_type == ValueType.STRING else _SCALAR_SIZES[element_type]
+    min_element_size = 8 if element_type == ValueType.STRING else SCALAR_SIZES[element_type]
     if count > MAX_ARRAY_ELEMENTS or count * min_element_size > cursor.remaining:
         raise _CutShort(f"metadata array {shown} claims {count:,} elements but only {cursor.remaining:,} bytes remain")
     start = cursor.pos
@@ -606,7 +358,7 @@ def _read_array_value(cursor: _Cursor, meta: GGUFMetadata, key: str) -> None:
 def _read_small_array(cursor: _Cursor, element_type: ValueType, count: int, what: str) -> list[Any]:
     if element_type == ValueType.STRING:
         return [cursor.string(what) for _ in range(count)]
-    return list(cursor.unpack(struct.Struct(f"<{count}{_SCALAR_FORMATS[element_type]}"), what))
+    return list(cursor.unpack(struct.Struct(f"<{count}{SCALAR_FORMATS[element_type]}"), what))
 
 
 def _alignment(meta: GGUFMetadata) -> int:
@@ -622,7 +374,7 @@ def _read_tensor_infos(cursor: _Cursor, n_tensors: int) -> list[TensorInfo]:
     for index in range(n_tensors):
         tensor = _read_tensor_info(cursor, index)
         if tensor.name in seen:
-            raise _Corrupt(f"tensor {_shown(tensor.name)} appears twice")
+            raise _Corrupt(f"tensor {shown_name(tensor.name)} appears twice")
         seen.add(tensor.name)
         tensors.append(tensor)
     return tensors
@@ -632,7 +384,7 @@ def _read_tensor_info(cursor: _Cursor, index: int) -> TensorInfo:
     name = cursor.string(f"the name of tensor {index}")
     if len(name.encode("utf-8")) > MAX_TENSOR_NAME:
         raise _Corrupt(f"tensor {index} has a name longer than {MAX_TENSOR_NAME} bytes")
-    shown = _shown(name)
+    shown = shown_name(name)
     n_dims = cursor.u32(f"the shape of tensor {shown}")
     if n_dims > MAX_DIMS:
         raise _Corrupt(f"tensor {shown} has {n_dims:,} dimensions (at most {MAX_DIMS} allowed)")
@@ -648,20 +400,20 @@ def _check_shape(name: str, shape: tuple[int, ...]) -> None:
     elements = 1
     for dim in shape:
         if dim > INT64_MAX:
-            raise _Corrupt(f"tensor {_shown(name)} has a negative dimension")
+            raise _Corrupt(f"tensor {shown_name(name)} has a negative dimension")
         elements *= dim
     if elements > INT64_MAX:
-        raise _Corrupt(f"tensor {_shown(name)} has an impossible shape {tuple(shape)}")
+        raise _Corrupt(f"tensor {shown_name(name)} has an impossible shape {tuple(shape)}")
 
 
 def _tensor_nbytes(name: str, shape: tuple[int, ...], type_id: int) -> int:
     ggml_type = GGML_TYPES.get(type_id)
     if ggml_type is None:
-        raise _Unsupported(f"tensor {_shown(name)} has unknown ggml type {type_id}")
+        raise _Unsupported(f"tensor {shown_name(name)} has unknown ggml type {type_id}")
     row = shape[0] if shape else 1
     if row % ggml_type.block_size:
         raise _Corrupt(
-            f"tensor {_shown(name)} of type {ggml_type.name} has rows of {row} elements, "
+            f"tensor {shown_name(name)} of type {ggml_type.name} has rows of {row} elements, "
             f"not a multiple of its block size {ggml_type.block_size}"
         )
     elements = 1
@@ -679,7 +431,7 @@ def _check_tensor_layout(meta: GGUFMetadata) -> None:
     expected = 0
     for tensor in meta.tensors:
         if tensor.offset != expected:
-            raise _Corrupt(f"tensor {_shown(tensor.name)} is at offset {tensor.offset:,}, expected {expected:,}")
+            raise _Corrupt(f"tensor {shown_name(tensor.name)} is at offset {tensor.offset:,}, expected {expected:,}")
         expected += _pad(tensor.nbytes, meta.alignment)
     data_end = meta.data_offset + max((t.offset + t.nbytes for t in meta.tensors), default=0)
     if data_end > meta.file_size:
@@ -711,41 +463,3 @@ def _as_int(value: Any) -> int | None:
     if isinstance(value, int):
         return value
     return None
-
-
-# ---------------------------------------------------------------------------------------------
-# Model-level checks
-
-
-def check_loadable(meta: GGUFMetadata, path: str | os.PathLike[str] | None = None, *, for_chat: bool = True) -> None:
-    """Reject files llama.cpp would refuse (or that cannot chat) with a clear ModelError.
-
-    Deliberately permissive beyond the essentials: a known architecture plus the hyperparameters
-    every architecture needs. Per-architecture details are left to llama.cpp. `path` only changes
-    how the file is named in messages (default: the path it was read from).
-    """
-    path = meta.path if path is None else path
-    kind = meta.get("general.type")
-    if kind == "adapter":
-        raise ModelError(f"{path} is a LoRA adapter, not a model; pass the base model's .gguf file")
-    arch = meta.get("general.architecture")
-    if not isinstance(arch, str) or not arch:
-        raise ModelError(
-            f"{path} does not say which architecture it is (general.architecture is missing); "
-            "use a model file converted by llama.cpp's tools"
-        )
-    if arch not in KNOWN_ARCHITECTURES and arch != "clip":
-        raise ModelError(
-            f"{path} has architecture {_shown(arch)}, which llama.cpp does not know; "
-            "use a supported model or a newer llama-cpp-python"
-        )
-    if for_chat and arch in NON_CHAT_ARCHITECTURES:
-        what = "a multimodal projector (mmproj)" if arch == "clip" else f"an '{arch}' encoder/embedding model"
-        raise ModelError(f"{path} is {what}, not a chat model; pass a text-generation model")
-    missing = [
-        f"{arch}.{k}" for k in ("block_count", "context_length", "embedding_length") if f"{arch}.{k}" not in meta
-    ]
-    if missing:
-        raise ModelError(f"{path} lacks required metadata ({', '.join(missing)}); {ADVICE_RECONVERT}")
-    if not meta.tensors:
-        raise ModelError(f"{path} contains no weights (a vocabulary-only file?); pass a complete model file")

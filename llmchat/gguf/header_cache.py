@@ -1,6 +1,6 @@
 """A model file's validated header, kept between runs so that a load reads it only once per file.
 
-Before llama.cpp sees a file, llmchat reads its whole header (llmchat.gguf_file): llama.cpp aborts
+Before llama.cpp sees a file, llmchat reads its whole header (llmchat.gguf.reader): llama.cpp aborts
 the process on some malformed files, and the header also gives the trained context, sampling
 defaults and the model's kind. The read walks every vocabulary string (49k tokens and 48k merges
 for SmolLM2, 262k tokens for Gemma 3): 35-110 ms on a 2-core machine, paid again by every
@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from llmchat import paths
-from llmchat.gguf_file import ArrayInfo, GGUFMetadata, TensorInfo, ValueType, read_metadata
+from llmchat.gguf.metadata import ArrayInfo, GGUFMetadata, TensorInfo, ValueType
+from llmchat.gguf.reader import read_metadata
 
 CACHE_VERSION = 1
 
