@@ -12,7 +12,7 @@ Blocks are separated by one blank line, in the order the files were given (a glo
 sorted order). Putting files in the message itself, rather than in a side channel, is what keeps
 them in the KV cache: the next turn re-renders the same text and reuses it, and `--resume` sees
 exactly what the model saw. The history keeps each attachment's path, size, SHA-256 and text apart
-from the typed words (llmchat.history), and rebuilds the message with `compose`.
+from the typed words (llmchat.store), and rebuilds the message with `compose`.
 
 Refused with one line (exit 2), before anything is sent or saved: a binary file (a NUL byte in its
 first 8 KiB), a file that is not UTF-8 (the first bad byte's offset is named), and a file bigger
@@ -25,11 +25,11 @@ import glob
 import hashlib
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from llmchat.errors import UsageError
+from llmchat.store.attachment_records import Attachment, prefix
 
 if TYPE_CHECKING:
     from llmchat.session import ChatSession
@@ -42,41 +42,9 @@ GLOB_CHARS = "*?["
 STDIN = "-"
 
 
-@dataclass(frozen=True)
-class Attachment:
-    path: str  # as the user named it (a glob or folder member: as found); "<stdin>" for -
-    size: int  # bytes
-    sha256: str
-    text: str
-
-    @property
-    def block(self) -> str:
-        """The attachment as the model sees it."""
-        return wrap(self.path, self.text)
-
-    def describe(self) -> dict[str, object]:
-        return {"path": self.path, "size": self.size, "sha256": self.sha256}
-
-
-def wrap(path: str, text: str) -> str:
-    body = text if text.endswith("\n") or not text else text + "\n"
-    return f'<file path="{path.replace(chr(34), "%22")}">\n{body}</file>'
-
-
-def prefix(attachments: Sequence[Attachment]) -> str:
-    """What comes before the typed text in a message that carries `attachments`."""
-    return "".join(a.block + "\n\n" for a in attachments)
-
-
 def compose(attachments: Sequence[Attachment], typed: str) -> str:
     """The user message the model sees: each file's block, then the typed text."""
     return prefix(attachments) + typed if attachments else typed
-
-
-def typed_part(content: str, attachments: Sequence[Attachment]) -> str:
-    """The typed words of a composed message (the inverse of `compose`)."""
-    head = prefix(attachments)
-    return content[len(head) :] if attachments and content.startswith(head) else content
 
 
 # --------------------------------------------------------------------------- reading files

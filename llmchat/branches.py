@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from llmchat.conversation import Conversation
-    from llmchat.history import ConversationSummary
     from llmchat.session import ChatSession
+    from llmchat.store.records import ConversationSummary
 
 
 def turn_starts(conversation: Conversation) -> list[int]:
@@ -57,7 +57,7 @@ def last_user_turn(session: ChatSession) -> tuple[str, tuple[Any, ...]] | None:
     if not files and stored_in is not None and session.history is not None and message["content"].startswith("<file"):
         files = tuple(session.history.turn_attachments(stored_in, len(starts) - 1))
     if files:
-        from llmchat.attachments import typed_part
+        from llmchat.store.attachment_records import typed_part
 
         return typed_part(message["content"], files), files
     return message["content"], ()

@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     from prompt_toolkit.key_binding import KeyPressEvent
     from rich.console import Console
 
-    from llmchat.attachments import Attachment
     from llmchat.session import ChatSession
+    from llmchat.store.attachment_records import Attachment
     from llmchat.turn.record import TurnResult
 
 EXIT_HINT = "press Ctrl-C again or Ctrl-D to exit"

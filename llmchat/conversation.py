@@ -19,7 +19,7 @@ from llmchat.errors import ContextOverflowError
 
 if TYPE_CHECKING:
     from llmchat.engine.interface import Prompt
-    from llmchat.history import StoredConversation
+    from llmchat.store.records import StoredConversation
 
 TRIM_TARGET = 0.65
 

@@ -42,15 +42,16 @@ from llmchat.turn.stream import read_reply
 from llmchat.turn.tokens import prompt_of, shape_for_template
 
 if TYPE_CHECKING:
-    from llmchat.attachments import Attachment
     from llmchat.config import Config
     from llmchat.engine.grammar import Grammar
     from llmchat.engine.interface import ChatEngine, Prompt
     from llmchat.engine.kv_store import KVStore
     from llmchat.engine.reply import GenerationOutcome
-    from llmchat.history import HistoryStore, StoredConversation
     from llmchat.reasoning import ReasoningFormat
     from llmchat.sampling import SamplingParams
+    from llmchat.store.attachment_records import Attachment
+    from llmchat.store.history import HistoryStore
+    from llmchat.store.records import StoredConversation
     from llmchat.structured import StructuredOutput
     from llmchat.turn.tool_loop import ToolOffer
 

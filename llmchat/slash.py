@@ -22,10 +22,10 @@ if TYPE_CHECKING:
     from prompt_toolkit.document import Document
     from rich.console import Console
 
-    from llmchat.attachments import Attachment
-    from llmchat.history import HistoryStore
     from llmchat.sampling import SamplingParams
     from llmchat.session import ChatSession
+    from llmchat.store.attachment_records import Attachment
+    from llmchat.store.history import HistoryStore
 
 T = TypeVar("T")
 

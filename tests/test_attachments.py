@@ -12,11 +12,13 @@ from prompt_toolkit.application import create_app_session
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
-from llmchat import history as history_module
-from llmchat.attachments import Attachment, collect, compose, from_bytes, typed_part, wrap
+from llmchat.attachments import collect, compose, from_bytes
 from llmchat.errors import UsageError
-from llmchat.history import MIGRATIONS, HistoryStore, export_markdown
 from llmchat.slash import SlashCompleter
+from llmchat.store.attachment_records import Attachment, typed_part, wrap
+from llmchat.store.export import export_markdown
+from llmchat.store.history import HistoryStore
+from llmchat.store.migrations import MIGRATIONS, migrate
 
 ENTER = "\r"
 CTRL_D = "\x04"
@@ -128,7 +130,7 @@ def test_the_attachments_migration_upgrades_an_older_database(tmp_path):
     assert "m004_attachments" in names
     db = sqlite3.connect(tmp_path / "h.db", isolation_level=None)
     db.execute("BEGIN")
-    history_module.migrate(db, MIGRATIONS[: names.index("m004_attachments")])
+    migrate(db, MIGRATIONS[: names.index("m004_attachments")])
     db.execute("COMMIT")
     db.close()
     with _store(tmp_path) as store:

@@ -17,7 +17,8 @@ from prompt_toolkit.output import DummyOutput
 from llmchat.attachments import compose, from_bytes
 from llmchat.branches import draw_tree
 from llmchat.errors import UsageError
-from llmchat.history import MIGRATIONS, HistoryStore
+from llmchat.store.history import HistoryStore
+from llmchat.store.migrations import MIGRATIONS
 
 ENTER = "\r"
 CTRL_D = "\x04"

@@ -68,8 +68,8 @@ def small_loaded(tmp_path_factory):
 
 
 def _session(loaded, *, history=True):
-    from llmchat.history import HistoryStore
     from llmchat.session import ChatSession
+    from llmchat.store.history import HistoryStore
 
     return ChatSession.start(
         loaded.engine,
@@ -789,7 +789,7 @@ def test_ctrl_c_in_a_pseudo_terminal_stops_the_reply(isolated_home):
 def test_undo_and_retry_after_a_tool_turn_in_a_pseudo_terminal(isolated_home, tmp_path):
     """A real chat on a terminal with a tool that runs on every message: after the tool turn,
     /undo removes it (call, result and answer with the message) and /retry runs it again."""
-    from llmchat.history import HistoryStore
+    from llmchat.store.history import HistoryStore
     from tests.test_tools_loop import calls_made, functions_file
 
     tools = functions_file(tmp_path)
@@ -843,7 +843,7 @@ def test_bracketed_paste_in_a_pseudo_terminal_is_one_message(isolated_home):
     finally:
         child.close()
     assert child.exitstatus == 0
-    from llmchat.history import HistoryStore
+    from llmchat.store.history import HistoryStore
 
     with HistoryStore.open(isolated_home / "history.db") as store:
         messages = store.get("last").messages

@@ -1,4 +1,4 @@
-"""The conversation store (llmchat/history.py) and the `llmchat history` commands."""
+"""The conversation store (llmchat/store/) and the `llmchat history` commands."""
 
 from __future__ import annotations
 
@@ -13,9 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from llmchat import history
 from llmchat.errors import HistoryError, LlmchatError, UsageError
-from llmchat.history import MIGRATIONS, HistoryStore, HistoryUnavailable, export_json, export_markdown, open_or_warn
+from llmchat.store import migrations, queries
+from llmchat.store.db_errors import HistoryUnavailable
+from llmchat.store.export import export_json, export_markdown
+from llmchat.store.history import HistoryStore, open_or_warn
+from llmchat.store.migrations import MIGRATIONS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SUBPROCESS_TIMEOUT_S = 120  # only a guard against a hung child, never an assertion
@@ -87,7 +90,7 @@ def test_database_at_older_schema_version_is_migrated(db_path: Path):
     # Build the database an older llmchat would have left: only the first migration applied.
     db = raw_connection(db_path)
     db.execute("BEGIN")
-    assert history.migrate(db, MIGRATIONS[:1]) == [MIGRATIONS[0].__name__]
+    assert migrations.migrate(db, MIGRATIONS[:1]) == [MIGRATIONS[0].__name__]
     db.execute("INSERT INTO conversations VALUES ('01old', 'kept', 'm', '/m.gguf', 'chatml', NULL, '{}', 't0', 't0')")
     db.execute("COMMIT")
     db.close()
@@ -109,7 +112,7 @@ def test_failing_migration_rolls_back_entirely(db_path: Path, monkeypatch):
         db.execute("CREATE TABLE half_done (x)")
         raise sqlite3.OperationalError("simulated failure")
 
-    monkeypatch.setattr(history, "MIGRATIONS", [*MIGRATIONS, m999_half_done])
+    monkeypatch.setattr(migrations, "MIGRATIONS", [*MIGRATIONS, m999_half_done])
     with pytest.raises(HistoryError):
         HistoryStore.open(db_path)
 
@@ -186,7 +189,7 @@ def test_add_message_rejects_unknown_role(store: HistoryStore):
 
 def test_add_turn_is_one_transaction(store: HistoryStore, monkeypatch):
     cid = new_conversation(store)
-    real_insert = history._insert_message
+    real_insert = queries.insert_message
     calls = []
 
     def fail_on_the_reply(db, conversation_id, seq, message, now):
@@ -195,7 +198,7 @@ def test_add_turn_is_one_transaction(store: HistoryStore, monkeypatch):
             raise sqlite3.OperationalError("disk I/O error")
         return real_insert(db, conversation_id, seq, message, now)
 
-    monkeypatch.setattr(history, "_insert_message", fail_on_the_reply)
+    monkeypatch.setattr(queries, "insert_message", fail_on_the_reply)
     with pytest.raises(HistoryError):
         store.add_turn(cid, "question", "answer")
     monkeypatch.undo()
@@ -272,7 +275,7 @@ def test_list_conversations(store: HistoryStore):
     assert [s.n_messages for s in summaries] == [4, 2]
     assert summaries[0].name == "newer"
     assert summaries[1].preview == "first question with a second line"
-    assert len(summaries[0].preview) <= history.PREVIEW_CHARS
+    assert len(summaries[0].preview) <= queries.PREVIEW_CHARS
     assert [s.id for s in store.list_conversations(limit=1)] == [newer]
 
     store.add_turn(older, "bump", "it")  # a new turn makes it the latest
@@ -484,7 +487,7 @@ def test_lock_held_past_the_timeout_raises_history_error_naming_the_path(db_path
 WRITER_SCRIPT = """
 import sys, time
 from pathlib import Path
-from llmchat.history import HistoryStore
+from llmchat.store.history import HistoryStore
 
 path, conversation_id, worker, go = Path(sys.argv[1]), sys.argv[2], sys.argv[3], Path(sys.argv[4])
 with HistoryStore.open(path) as store:

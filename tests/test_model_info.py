@@ -25,14 +25,22 @@ from llmchat.gguf.metadata import GGUFMetadata, TensorInfo
 from llmchat.gguf.model_report import (
     TEMPLATE_BUILT_IN,
     TEMPLATE_FROM_FILE,
+    GpuMemory,
+    SystemMemory,
+    _parse_gpu_line,
+    attention_layout,
     chat_template_source,
+    compute_buffer_bytes,
+from llmchat.gguf.reader import read_metadata
+from llmchat.machine import GpuMemory, SystemMemory, _parse_gpu_line, system_memory
     context_points,
+    kv_bytes_per_token,
+    kv_cache_bytes,
     model_report,
     parameter_count,
     quantization,
+    system_memory,
 )
-from llmchat.gguf.reader import read_metadata
-from llmchat.machine import GpuMemory, SystemMemory, _parse_gpu_line, system_memory
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from llmchat.engine import kv_store
-from llmchat.history import HistoryStore
 from llmchat.private_files import forget_typed_lines
+from llmchat.store.history import HistoryStore
 
 SUBPROCESS_TIMEOUT_S = 300  # only a guard against a hung child, never an assertion
 ENTER = "\r"

@@ -288,7 +288,8 @@ def test_earlier_reasoning_is_never_sent_back_in_the_prompt():
 
 
 def test_history_keeps_reasoning_in_its_own_column_and_shows_it_marked(isolated_home):
-    from llmchat.history import HistoryStore, export_json, export_markdown
+    from llmchat.store.export import export_json, export_markdown
+    from llmchat.store.history import HistoryStore
 
     with HistoryStore.open() as store:
         cid = store.new_conversation(model="m", model_path="/m.gguf", template="t", system_prompt=None, sampling={})

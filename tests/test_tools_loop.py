@@ -465,14 +465,15 @@ def test_the_lazy_gate_switches_on_at_the_trigger_and_holds_the_call(
 def test_the_history_keeps_a_tool_turn_whole_and_upgrades_an_older_database(tmp_path):
     import sqlite3
 
-    from llmchat import history as history_module
-    from llmchat.history import MIGRATIONS, HistoryStore, export_markdown
+    from llmchat.store.export import export_markdown
+    from llmchat.store.history import HistoryStore
+    from llmchat.store.migrations import MIGRATIONS, migrate
     from llmchat.tools.prompt import assistant_tool_calls, tool_result
 
     names = [fn.__name__ for fn in MIGRATIONS]
     db = sqlite3.connect(tmp_path / "h.db", isolation_level=None)
     db.execute("BEGIN")
-    history_module.migrate(db, MIGRATIONS[: names.index("m006_tool_messages")])
+    migrate(db, MIGRATIONS[: names.index("m006_tool_messages")])
     db.execute("COMMIT")
     db.close()
     with HistoryStore.open(tmp_path / "h.db") as store:

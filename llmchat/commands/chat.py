@@ -18,9 +18,9 @@ from llmchat.errors import UsageError
 from llmchat.options import RunOptions, model_command
 
 if TYPE_CHECKING:
-    from llmchat.store.attachment_records import Attachment
     from llmchat.session import ChatSession
 
+    from llmchat.store.attachment_records import Attachment
 
 @model_command()
 def chat(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 if TYPE_CHECKING:
-    from llmchat.history import HistoryStore
+    from llmchat.store.history import HistoryStore
 
 EXPORT_FORMATS = ("json", "markdown")
 
@@ -23,8 +23,8 @@ def _open_store(*, reading: bool = True) -> HistoryStore | None:
     `reading`: where the database cannot be opened for writing (a read-only folder), read it as is."""
     from llmchat import paths
     from llmchat.errors import HistoryError
-    from llmchat.history import HistoryStore
     from llmchat.output import notice
+    from llmchat.store.history import HistoryStore
 
     path = paths.history_db()
     if not path.exists():
@@ -128,7 +128,7 @@ def show_command(
     as_json: bool = typer.Option(False, "--json", help="Print the conversation as JSON."),
 ) -> None:
     """Show one conversation: header and every turn."""
-    from llmchat.history import export_json, export_markdown
+    from llmchat.store.export import export_json, export_markdown
 
     conv = _load(ref)
     if as_json:
@@ -181,7 +181,7 @@ def export_command(
 ) -> None:
     """Export a conversation as JSON or Markdown."""
     from llmchat.errors import UsageError
-    from llmchat.history import export_json, export_markdown
+    from llmchat.store.export import export_json, export_markdown
 
     fmt = fmt.lower()
     if fmt not in EXPORT_FORMATS:

@@ -11,9 +11,9 @@ from llmchat.errors import UsageError
 from llmchat.output import notice
 
 if TYPE_CHECKING:
-    from llmchat.attachments import Attachment
     from llmchat.output import StreamPrinter
     from llmchat.session import ChatSession, TurnResult
+    from llmchat.store.attachment_records import Attachment
 
 OVERFLOW_MODES = ("drop", "error")
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from llmchat.attachments import Attachment
     from llmchat.engine.reply import ServerCall
     from llmchat.metrics import TurnStats
+    from llmchat.store.attachment_records import Attachment
     from llmchat.tools.spec import CallRecord
 
 

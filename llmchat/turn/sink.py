@@ -14,7 +14,7 @@ from llmchat.errors import HistoryError
 
 if TYPE_CHECKING:
     from llmchat.engine.kv_store import KVStore
-    from llmchat.history import HistoryStore
+    from llmchat.store.history import HistoryStore
     from llmchat.turn.record import TurnResult
 
 

@@ -37,7 +37,6 @@ from llmchat.errors import ServerError, UsageError
 
 if TYPE_CHECKING:
     from llmchat.engine.grammar import Grammar
-    from llmchat.engine.interface import ChatEngine
     from llmchat.engine.remote import ServerSpec
     from llmchat.engine.remote.http import ServerClient
     from llmchat.engine.remote.llama_server import LlamaServerEngine
@@ -442,10 +441,3 @@ def _add_call_fragments(calls: dict[int, dict[str, str]], fragments: Any) -> boo
 
 def _calls_of(calls: dict[int, dict[str, str]]) -> list[ServerCall]:
     return [ServerCall(c["name"], c["arguments"], c["id"]) for _, c in sorted(calls.items())]
-
-
-if TYPE_CHECKING:
-
-    def _is_a_chat_engine(engine: OpenAICompatEngine) -> ChatEngine:
-        """Never called: mypy checks here that an OpenAI-compatible engine satisfies the engine protocol."""
-        return engine

@@ -1,0 +1,494 @@
+"""The durable conversation store: one SQLite database shared by every llmchat process.
+
+Why it is built this way:
+- WAL mode lets readers go on while one process writes, and every write is a short
+  `BEGIN IMMEDIATE` transaction, so several chats can save turns into the same file at once.
+- A busy timeout plus a retry loop turns "database is locked" into a wait; only after the
+  timeout does the caller get a HistoryError naming the file and the way out.
+- Each turn is committed as soon as it is known, so a crash loses at most the reply in flight.
+- The schema evolves through an append-only list of migrations (llmchat.store.migrations): the
+  `_migrations` table records which ones ran, and pending ones run in one transaction.
+- Private by default: the database is created 0600 in a 0700 folder whatever the umask, and
+  SQLite gives its `-wal` and `-shm` files the database's mode. `secure_delete` overwrites
+  deleted text, and each delete checkpoints the WAL (TRUNCATE), whose old frames would otherwise
+  keep the text until overwritten.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence, TypeVar
+
+from llmchat import paths
+from llmchat.errors import HistoryError, UsageError
+from llmchat.private_files import ensure_private_dir, private_umask, tighten, tightened_notice
+from llmchat.store import migrations
+from llmchat.store.attachment_records import Attachment
+from llmchat.store.db_errors import HistoryUnavailable, is_busy, translate, unavailable
+from llmchat.store.queries import (
+    HEADER_COLUMNS,
+    LIST_SQL,
+    MESSAGE_COLUMNS,
+    SUMMARY_SQL,
+    NewMessage,
+    append_messages,
+    attach_files,
+    check_name,
+    conversation_from_rows,
+    last_id,
+    require_conversation,
+    require_free_name,
+    resolve,
+    summary_from_row,
+    touch,
+    trailing_exchange,
+)
+from llmchat.store.records import ConversationSummary, StoredConversation, new_id, to_json, utc_now
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT_S = 10.0
+# SQLite's own busy wait runs in C, where Ctrl-C is not seen until it returns; waiting in short
+# slices and looping in Python keeps the whole DEFAULT_TIMEOUT_S wait interruptible.
+SQLITE_BUSY_SLICE_S = 0.5
+
+
+class HistoryStore:
+    def __init__(self, db: sqlite3.Connection, path: Path, timeout: float):
+        self._db = db
+        self.path = path
+        self._timeout = timeout
+        # One connection may be shared by the UI thread and a generation thread.
+        self._lock = threading.RLock()
+
+    # ---- opening
+
+    @classmethod
+    def open(
+        cls, path: Path | None = None, *, timeout: float = DEFAULT_TIMEOUT_S, warn: Callable[[str], None] | None = None
+    ) -> HistoryStore:
+        """Open (creating if needed) the database at `path`, default `paths.history_db()`.
+
+        `warn` hears the one notice naming files an earlier llmchat left readable by others,
+        which are tightened to 0600 here."""
+        path = Path(path) if path is not None else paths.history_db()
+        db = cls._connect(path, timeout)
+        store = cls(db, path, timeout)
+        try:
+            # The umask covers SQLite's own files too, should its build not copy the database's mode.
+            with private_umask():
+                store._retrying(store._prepare)
+        except BaseException:
+            db.close()
+            raise
+        # After a good open: a corrupt or locked database gets its one error line, nothing more.
+        tightened = tighten(_private_files_beside(path))
+        if tightened and warn is not None:
+            warn(tightened_notice(tightened))
+        return store
+
+    @classmethod
+    def open_read_only(cls, path: Path, *, timeout: float = DEFAULT_TIMEOUT_S) -> HistoryStore:
+        """Open an existing database for reading only: for `history list/show/export` where the
+        data folder is read-only (a read-only mount, another user's files). Nothing is migrated;
+        a database that would need it is refused with what to do."""
+        path = Path(path)
+        # mode=ro still needs the WAL index (-shm) beside the file; where it cannot be created,
+        # immutable=1 reads the file as it is (nothing can be writing to a read-only folder).
+        last: sqlite3.Error | None = None
+        for flags in ("mode=ro", "immutable=1"):
+            try:
+                db = sqlite3.connect(
+                    f"{path.resolve().as_uri()}?{flags}",
+                    uri=True,
+                    timeout=min(timeout, SQLITE_BUSY_SLICE_S),
+                    check_same_thread=False,
+                )
+                pending = migrations.pending_migrations(db)
+            except sqlite3.Error as err:
+                last = err
+                continue
+            if pending:
+                db.close()
+                raise HistoryError(
+                    f"history database {path} is from an older llmchat and cannot be upgraded here (read-only); "
+                    "run llmchat once where the folder is writable"
+                )
+            return cls(db, path, timeout)
+        assert last is not None  # the loop ran at least once and only falls through after an error
+        raise translate(path, last, timeout) from last
+
+    @staticmethod
+    def _connect(path: Path, timeout: float) -> sqlite3.Connection:
+        try:
+            ensure_private_dir(path.parent)
+            # isolation_level=None: no implicit transactions; every write states its own BEGIN.
+            with private_umask():  # a new database file is created 0600
+                return sqlite3.connect(
+                    path, timeout=min(timeout, SQLITE_BUSY_SLICE_S), isolation_level=None, check_same_thread=False
+                )
+        except OSError as err:
+            raise unavailable(path, err.strerror or err) from err
+        except sqlite3.Error as err:
+            raise translate(path, err, timeout) from err
+
+    def _prepare(self) -> None:
+        # The first statement that reads the file is what finds a corrupt one.
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        # Deleted text is overwritten, not left in free pages (on in Debian's SQLite, not in every build).
+        self._db.execute("PRAGMA secure_delete=ON")
+        self._in_transaction(migrations.migrate)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> HistoryStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ---- transactions and retries
+
+    def _retrying(self, operation: Callable[[], T]) -> T:
+        """Run `operation`, waiting out "database is locked" until the timeout, then HistoryError."""
+        deadline = time.monotonic() + self._timeout
+        pause = 0.01
+        with self._lock:
+            while True:
+                try:
+                    return operation()
+                except sqlite3.Error as err:
+                    # SQLite's busy handler has waited one slice; some BUSY results skip that
+                    # handler altogether (WAL recovery, snapshot conflicts). Either way: loop.
+                    if not (is_busy(err) and time.monotonic() < deadline):
+                        raise translate(self.path, err, self._timeout) from err
+                time.sleep(min(pause, max(deadline - time.monotonic(), 0)))
+                pause = min(pause * 2, 0.25)
+
+    def _in_transaction(self, work: Callable[[sqlite3.Connection], T], *, write: bool = True) -> T:
+        # IMMEDIATE takes the write lock up front, so a writer waits at BEGIN (where SQLite's
+        # busy handler applies) instead of failing midway when upgrading a read lock.
+        self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            result = work(self._db)
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:  # a failed COMMIT leaves the transaction open
+                self._db.execute("ROLLBACK")
+            raise
+        return result
+
+    def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        return self._retrying(lambda: self._in_transaction(work))
+
+    def _read(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        # A read transaction gives one consistent snapshot (a header and its messages).
+        return self._retrying(lambda: self._in_transaction(work, write=False))
+
+    # ---- writing
+
+    def new_conversation(
+        self,
+        *,
+        model: str,
+        model_path: str,
+        template: str,
+        system_prompt: str | None,
+        sampling: dict,
+        name: str | None = None,
+    ) -> str:
+        if name is not None:
+            check_name(name)
+        conversation_id = new_id()
+        now = utc_now()
+
+        def insert(db: sqlite3.Connection) -> None:
+            if name is not None:
+                require_free_name(db, name)
+            db.execute(
+                "INSERT INTO conversations (id, name, model, model_path, template, system_prompt,"
+                " sampling_json, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    conversation_id,
+                    name,
+                    model,
+                    str(model_path),
+                    template,
+                    system_prompt,
+                    to_json(sampling or {}),
+                    now,
+                    now,
+                ),
+            )
+
+        self._write(insert)
+        return conversation_id
+
+    def add_message(
+        self,
+        conversation_id: str,
+        *,
+        role: str,
+        content: str,
+        interrupted: bool = False,
+        finish_reason: str | None = None,
+        stats: dict | None = None,
+        sampling: dict | None = None,
+    ) -> int:
+        """Append one message; returns its row id."""
+        message = NewMessage(role, content, interrupted, finish_reason, stats, sampling)
+        return self._write(lambda db: append_messages(db, conversation_id, [message])[0])
+
+    def add_turn(
+        self,
+        conversation_id: str,
+        user: str,
+        assistant: str,
+        *,
+        interrupted: bool = False,
+        finish_reason: str | None = None,
+        stats: dict | None = None,
+        sampling: dict | None = None,
+        reasoning: str | None = None,
+        attachments: Sequence[Attachment] = (),
+        tool_messages: Sequence[dict[str, Any]] = (),
+    ) -> None:
+        """Append a user message and its reply in one transaction: never half a turn. `user` is the
+        message as the model saw it; with `attachments`, the files it carries are stored apart.
+        `tool_messages`: a tool turn's calls and results, between the two (each with its `tool`
+        details: see StoredMessage.tool)."""
+        messages = [
+            NewMessage("user", user, attachments=tuple(attachments)),
+            *(
+                NewMessage(
+                    m["role"], m.get("content") or "", tool={k: v for k, v in m.items() if k not in ("role", "content")}
+                )
+                for m in tool_messages
+            ),
+            NewMessage("assistant", assistant, interrupted, finish_reason, stats, sampling, reasoning),
+        ]
+        self._write(lambda db: append_messages(db, conversation_id, messages))
+
+    def fork(self, id_or_name: str, at: int, *, name: str | None = None) -> str:
+        """A new conversation that shares the first `at` turns (user messages with their replies)
+        of `id_or_name`: a copy of them, attachments included, with the same model, template,
+        system prompt and sampling. Returns its id. UsageError when `at` is out of range."""
+        if name is not None:
+            check_name(name)
+        new = new_id()
+
+        def copy(db: sqlite3.Connection) -> None:
+            parent = resolve(db, id_or_name)
+            users = [
+                seq
+                for (seq,) in db.execute(
+                    "SELECT seq FROM messages WHERE conversation_id = ? AND role = 'user' ORDER BY seq", (parent,)
+                )
+            ]
+            if not 0 <= at <= len(users):
+                raise UsageError(
+                    f"conversation {parent} has {len(users)} turns; the branch point must be 0..{len(users)}"
+                )
+            if name is not None:
+                require_free_name(db, name)
+            end = users[at] if at < len(users) else None  # the first message not shared
+            now = utc_now()
+            db.execute(
+                "INSERT INTO conversations (id, name, model, model_path, template, system_prompt, sampling_json,"
+                " created_at, updated_at, parent_id, branch_at) SELECT ?, ?, model, model_path, template,"
+                " system_prompt, sampling_json, ?, ?, id, ? FROM conversations WHERE id = ?",
+                (new, name, now, now, at, parent),
+            )
+            shared = "conversation_id = ?" + ("" if end is None else " AND seq < ?")
+            arguments = (parent,) if end is None else (parent, end)
+            for (old_id,) in db.execute(f"SELECT id FROM messages WHERE {shared} ORDER BY seq", arguments).fetchall():
+                cursor = db.execute(
+                    "INSERT INTO messages (conversation_id, seq, role, content, interrupted, finish_reason,"
+                    " stats_json, sampling_json, created_at, reasoning, tool_json) SELECT ?, seq, role, content,"
+                    " interrupted, finish_reason, stats_json, sampling_json, created_at, reasoning, tool_json"
+                    " FROM messages WHERE id = ?",
+                    (new, old_id),
+                )
+                db.execute(
+                    "INSERT INTO attachments (message_id, position, path, size, sha256, text)"
+                    " SELECT ?, position, path, size, sha256, text FROM attachments WHERE message_id = ?",
+                    (cursor.lastrowid, old_id),
+                )
+
+        self._write(copy)
+        return new
+
+    def turn_attachments(self, conversation_id: str, turn: int) -> list[Attachment]:
+        """The files (text included) of the user message of turn `turn` (0-based), for /edit."""
+        rows = self._read(
+            lambda db: db.execute(
+                "SELECT a.path, a.size, a.sha256, a.text FROM attachments a JOIN messages m ON m.id = a.message_id"
+                " WHERE m.id = (SELECT id FROM messages WHERE conversation_id = ? AND role = 'user'"
+                " ORDER BY seq LIMIT 1 OFFSET ?) ORDER BY a.position",
+                (conversation_id, turn),
+            ).fetchall()
+        )
+        return [Attachment(*row) for row in rows]
+
+    def family(self, id_or_name: str) -> list[ConversationSummary]:
+        """Every conversation in the tree `id_or_name` belongs to (from its root down), oldest first."""
+
+        def load(db: sqlite3.Connection) -> list[ConversationSummary]:
+            root = resolve(db, id_or_name)
+            seen = {root}
+            while True:  # up to the root; `seen` guards against a cycle in a hand-edited database
+                row = db.execute("SELECT parent_id FROM conversations WHERE id = ?", (root,)).fetchone()
+                if row is None or row[0] is None or row[0] in seen:
+                    break
+                root = row[0]
+                seen.add(root)
+            members, frontier = [root], [root]
+            while frontier:
+                marks = ",".join("?" * len(frontier))
+                found = [
+                    r[0]
+                    for r in db.execute(f"SELECT id FROM conversations WHERE parent_id IN ({marks})", frontier)
+                    if r[0] not in members
+                ]
+                members += found
+                frontier = found
+            marks = ",".join("?" * len(members))
+            rows = db.execute(
+                SUMMARY_SQL.format(where=f"WHERE c.id IN ({marks})") + " ORDER BY c.created_at, c.id", members
+            ).fetchall()
+            return [summary_from_row(row) for row in rows]
+
+        return self._read(load)
+
+    def delete_last_exchange(self, conversation_id: str) -> int:
+        """For /undo: remove the trailing reply and the user message it answered; returns rows removed.
+
+        A trailing user message without a reply is removed alone.
+        """
+
+        def delete(db: sqlite3.Connection) -> int:
+            require_conversation(db, conversation_id)
+            tail = db.execute(
+                "SELECT id, role FROM messages WHERE conversation_id = ? AND seq >= COALESCE((SELECT MAX(seq)"
+                " FROM messages WHERE conversation_id = ? AND role = 'user'), 0) ORDER BY seq DESC",
+                (conversation_id, conversation_id),
+            ).fetchall()
+            doomed = trailing_exchange(tail)
+            db.executemany("DELETE FROM messages WHERE id = ?", [(row_id,) for row_id in doomed])
+            if doomed:
+                touch(db, conversation_id)
+            return len(doomed)
+
+        return self._write(delete)
+
+    def update_system_prompt(self, conversation_id: str, system_prompt: str | None) -> None:
+        def update(db: sqlite3.Connection) -> None:
+            require_conversation(db, conversation_id)
+            db.execute("UPDATE conversations SET system_prompt = ? WHERE id = ?", (system_prompt, conversation_id))
+            touch(db, conversation_id)
+
+        self._write(update)
+
+    def rename(self, conversation_id: str, name: str) -> None:
+        check_name(name)
+
+        def update(db: sqlite3.Connection) -> None:
+            require_conversation(db, conversation_id)
+            require_free_name(db, name, other_than=conversation_id)
+            db.execute("UPDATE conversations SET name = ? WHERE id = ?", (name, conversation_id))
+            touch(db, conversation_id)
+
+        self._write(update)
+
+    def delete(self, id_or_name: str) -> bool:
+        """Delete a conversation; True when no copy of its text is left in the WAL either (False:
+        another process is reading, and the WAL keeps old frames until it lets go)."""
+
+        def delete(db: sqlite3.Connection) -> None:
+            conversation_id = resolve(db, id_or_name)
+            db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))  # messages cascade
+
+        self._write(delete)
+        return self._truncate_wal()
+
+    def delete_all(self) -> bool:
+        """Empty the store, then checkpoint and VACUUM, so no deleted text is left in the database
+        file or the WAL. True when that succeeded (False: another process holds the WAL)."""
+
+        def delete(db: sqlite3.Connection) -> None:
+            db.execute("DELETE FROM messages")
+            db.execute("DELETE FROM conversations")
+
+        self._write(delete)
+        cleared = self._truncate_wal()
+        # VACUUM rebuilds the file without free pages; in WAL mode it writes through the WAL,
+        # hence the second checkpoint.
+        self._retrying(lambda: self._db.execute("VACUUM"))
+        return self._truncate_wal() and cleared
+
+    def _truncate_wal(self) -> bool:
+        """Copy the WAL into the database and cut it to zero bytes: its old frames hold deleted text."""
+        busy, _, _ = self._retrying(lambda: self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone())
+        return busy == 0
+
+    # ---- reading
+
+    def list_conversations(self, limit: int = 50) -> list[ConversationSummary]:
+        """The most recently updated conversations first."""
+        rows = self._read(lambda db: db.execute(LIST_SQL, (limit,)).fetchall())
+        return [summary_from_row(row) for row in rows]
+
+    def get(self, id_or_name: str) -> StoredConversation:
+        """Accepts a full id, a unique id prefix, a name, or "last" (the latest updated)."""
+
+        def load(db: sqlite3.Connection) -> StoredConversation:
+            conversation_id = resolve(db, id_or_name)
+            header = db.execute(
+                f"SELECT {HEADER_COLUMNS} FROM conversations WHERE id = ?", (conversation_id,)
+            ).fetchone()
+            rows = db.execute(
+                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? ORDER BY seq", (conversation_id,)
+            ).fetchall()
+            conversation = conversation_from_rows(header, rows)
+            conversation.children = [
+                (child, at)
+                for child, at in db.execute(
+                    "SELECT id, branch_at FROM conversations WHERE parent_id = ? ORDER BY created_at, id",
+                    (conversation_id,),
+                )
+            ]
+            attach_files(db, conversation)
+            return conversation
+
+        return self._read(load)
+
+    def last_id(self) -> str | None:
+        return self._read(last_id)
+
+
+def _private_files_beside(path: Path) -> list[Path]:
+    """The database, its WAL files and, in llmchat's own data folder, the input history."""
+    files = [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
+    if path == paths.history_db():
+        files.append(paths.input_history_file())
+    return files
+
+
+def open_or_warn(path: Path | None = None, warn: Callable[[str], None] | None = None) -> HistoryStore | None:
+    """Open the store, or warn once and return None when it cannot be created or written.
+
+    A corrupt or locked database still raises: those messages tell the user the way out, and
+    silently not saving a chat they expect to keep would be worse.
+    """
+    try:
+        return HistoryStore.open(path, warn=warn)
+    except HistoryUnavailable as err:
+        if warn is not None:
+            warn(f"{err}; going on without history")
+        return None
