@@ -73,7 +73,7 @@ class BareModel:
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = 0
         # Without ggml's AMX buffers where the CPU advertises AMX, as the engine loads (they die
-        # with SIGILL on this project's VMs; see llmchat/engine/core.py).
+        # with SIGILL on this project's VMs; see llmchat/engine/model_load.py).
         params.use_extra_bufts = not cpu_has_amx()
         self.model = llama_cpp.llama_model_load_from_file(path.encode(), params)
         context = llama_cpp.llama_context_default_params()

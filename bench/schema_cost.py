@@ -7,7 +7,7 @@
 For each thread count (one engine load each) and temperature, two modes run in alternating order,
 rep after rep, so that drift in machine load hits both alike:
 - free:   no grammar (the plain `Engine.generate` path);
-- schema: `--schema` as llmchat decodes it (engine.grammar.GrammarGate: the usual samplers pick,
+- schema: `--schema` as llmchat decodes it (engine.grammar_gate.GrammarGate: the usual samplers pick,
           the grammar checks that one token; on a refusal the top 256 candidates are filtered,
           the whole vocabulary only when none of them is allowed).
 With --llama-cpp, a third mode runs the same grammar through llama.cpp's own grammar sampler
@@ -49,7 +49,8 @@ def _own_jiffies() -> int:
 
 
 def chat_prompt(engine, text: str) -> list[int]:
-    from llmchat.chat_template import render_prompt, resolve_template
+    from llmchat.prompt.render import render_prompt
+    from llmchat.prompt.resolution import resolve_template
     from llmchat.session import model_facts
 
     facts = model_facts(engine)
@@ -59,10 +60,10 @@ def chat_prompt(engine, text: str) -> list[int]:
 
 
 def llama_cpp_chain(engine, sampling, grammar):
-    """llmchat's chain (engine.parallel.sampler_chain's samplers, in its order) with llama.cpp's own
+    """llmchat's chain (engine.sampler.sampler_chain's samplers, in its order) with llama.cpp's own
     grammar sampler in place of the gate."""
     from llmchat.engine.bindings import llama_cpp
-    from llmchat.engine.parallel import add_pickers
+    from llmchat.engine.sampler import add_pickers
 
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
     model = engine.model
@@ -144,8 +145,7 @@ def main() -> None:
     if args.reps < 1:
         parser.error("--reps must be at least 1")
 
-    from llmchat.engine import Engine, EngineSettings
-    from llmchat.engine import grammar as grammar_module
+    from llmchat.engine import Engine, EngineSettings, grammar_gate
     from llmchat.engine.grammar import Grammar, schema_to_gbnf
     from llmchat.sampling import SamplingParams
     from llmchat.structured import concise_to_schema, validation_error
@@ -153,13 +153,13 @@ def main() -> None:
     schema = concise_to_schema(SCHEMA)
     grammar = Grammar(schema_to_gbnf(schema), "bench")
     gates: list = []
-    original_free = grammar_module.GrammarGate._free
+    original_free = grammar_gate.GrammarGate._free
 
     def counting_free(self, smpl):  # the gate's counts, read as llama.cpp frees it
         gates.append(self)
         original_free(self, smpl)
 
-    grammar_module.GrammarGate._free = counting_free  # type: ignore[method-assign]
+    grammar_gate.GrammarGate._free = counting_free  # type: ignore[method-assign]
 
     def model_path(name: str) -> tuple[str, Path]:
         if name == "gemma":

@@ -137,7 +137,7 @@ def test_an_engine_that_fails_after_its_model_loaded_frees_it(smollm2_path, ledg
     def failing_notice(*args):
         raise RuntimeError("the backend notice failed (injected)")
 
-    monkeypatch.setattr(core, "_backend_notice", failing_notice)
+    monkeypatch.setattr(core, "backend_notice", failing_notice)
     with pytest.raises(RuntimeError, match="injected"):
         Engine.load(smollm2_path, _settings())
     ledger.assert_all_freed()
@@ -178,7 +178,7 @@ def test_close_frees_the_model_even_when_freeing_the_draft_fails(smollm2_path, l
 
 # --- sampler chains: a grammar that cannot start -------------------------------------------------------
 def _chain(engine, grammar):
-    from llmchat.engine.parallel import sampler_chain
+    from llmchat.engine.sampler import sampler_chain
     from llmchat.sampling import SamplingParams
 
     return sampler_chain(engine.model.vocab, engine.model.n_vocab, 64, SamplingParams(temperature=0.0), 1, grammar)

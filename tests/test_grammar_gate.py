@@ -15,19 +15,18 @@ MOVIE = "title, year int, genres list[str]"
 
 
 def test_top_candidates_settle_refusals_and_greedy_equals_llama_cpp(gemma_path, monkeypatch, grammar_reference):
-    from llmchat.engine import Engine, EngineSettings
-    from llmchat.engine import grammar as grammar_module
+    from llmchat.engine import Engine, EngineSettings, grammar_gate
     from llmchat.engine.grammar import Grammar, schema_to_gbnf
     from llmchat.sampling import SamplingParams
 
     gates = []
-    original_free = grammar_module.GrammarGate._free
+    original_free = grammar_gate.GrammarGate._free
 
     def keep(self, smpl):
         gates.append(self)
         original_free(self, smpl)
 
-    monkeypatch.setattr(grammar_module.GrammarGate, "_free", keep)
+    monkeypatch.setattr(grammar_gate.GrammarGate, "_free", keep)
     schema = concise_to_schema(MOVIE)
     grammar = Grammar(schema_to_gbnf(schema), "test")
     # Penalty 1.0 and no loop stop: the reference chain is llama.cpp's grammar sampler and greedy only.

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from llmchat.engine.core import Engine, EngineSettings, Generation, TokenEvent, physical_cores
+    from llmchat.engine.core import Engine, Generation, TokenEvent
+    from llmchat.engine.model_load import EngineSettings, physical_cores
     from llmchat.engine.reply import GenerationOutcome
 
 __all__ = ["Engine", "EngineSettings", "Generation", "GenerationOutcome", "TokenEvent", "physical_cores"]
@@ -24,6 +25,10 @@ def __getattr__(name: str) -> Any:
         from llmchat.engine.reply import GenerationOutcome
 
         return GenerationOutcome
+    if name in ("EngineSettings", "physical_cores"):
+        from llmchat.engine import model_load
+
+        return getattr(model_load, name)
     if name in __all__:
         from llmchat.engine import core
 

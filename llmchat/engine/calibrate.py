@@ -38,7 +38,8 @@ from llmchat import paths
 from llmchat.private_files import ensure_private_dir, write_private_atomic
 
 if TYPE_CHECKING:
-    from llmchat.engine.core import Engine, EngineSettings
+    from llmchat.engine.core import Engine
+    from llmchat.engine.model_load import EngineSettings
 
 PROBE_TOKENS = 36  # llama-bench's pp36, the size of a typical chat message
 PROBE_DEPTH = 1024  # deep enough that the attention cost shows (it grows with the cached tokens)
@@ -145,7 +146,7 @@ def choose(
 ) -> Choice:
     """What `--flash-attn auto` picks, and why (shown by --verbose, /show, info and --json stats)."""
     from llmchat.engine.bindings import llama_cpp
-    from llmchat.engine.core import physical_cores
+    from llmchat.engine.model_load import physical_cores
 
     if kv_type != "f16":
         return Choice(True, f"auto: the {kv_type} KV cache needs it")
@@ -220,7 +221,7 @@ def calibrate(
     """Measure flash attention on and off for this model and machine, and store the faster."""
     from dataclasses import replace
 
-    from llmchat.engine.core import physical_cores
+    from llmchat.engine.model_load import physical_cores
 
     threads = settings.threads or physical_cores()
     n_ctx = depth + 2 * PROBE_TOKENS + 64

@@ -9,27 +9,33 @@ speculative decoding when a drafter is set (drafted tokens are verified in one p
 from __future__ import annotations
 
 import ctypes
-import os
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Generator, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Generator, Iterator, Sequence
 
-from llmchat import interrupts
-from llmchat.defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_CTX
 from llmchat.engine import logs
 from llmchat.engine.bindings import llama_cpp
-from llmchat.engine.devices import cpu_has_amx
 from llmchat.engine.drafting import CountingDrafter, DraftModelDrafter, PromptLookupDrafter
 from llmchat.engine.driver import SequenceState, common_prefix
 from llmchat.engine.grammar import Grammar
 from llmchat.engine.interface import EngineCaps, EngineInfo, GenerateRequest, prompt_ids
+from llmchat.engine.model_load import (
+    KV_TYPES,
+    EngineSettings,
+    backend_notice,
+    layers_to_offload,
+    open_model,
+    physical_cores,
+)
 from llmchat.engine.native import DecodeError, LoadedModel
 from llmchat.engine.prompt_pieces import PromptPiece, tokens_for_pieces
-from llmchat.errors import ModelError, UsageError
+from llmchat.errors import ModelError
 
-KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
+if TYPE_CHECKING:
+    from llmchat.engine.interface import ChatEngine
+
 # Token attributes of markup tokens (<|im_end|>, <end_of_turn>): control or user-defined specials.
 _CONTROL_ATTRS = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
 # How far back the repeat penalty looks: llama-server's default `repeat_last_n` (and llama-cpp-python's
@@ -38,89 +44,12 @@ _CONTROL_ATTRS = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR
 _PENALTY_LAST_N = 64
 
 
-def physical_cores() -> int:
-    """Physical cores, not logical CPUs: decode is memory-bound and hyperthreads only add contention.
-
-    llama-cpp-python's own default (half the logical CPUs) measured about 40% slower decode on a
-    2-core machine.
-    """
-    try:
-        cores = set()
-        physical = core = None
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("physical id"):
-                    physical = line.split(":")[1].strip()
-                elif line.startswith("core id"):
-                    core = line.split(":")[1].strip()
-                elif not line.strip() and core is not None:
-                    cores.add((physical, core))
-                    physical = core = None
-        if core is not None:
-            cores.add((physical, core))
-        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        if cores:
-            return max(1, min(len(cores), usable))
-    except OSError:
-        pass
-    return max(1, os.cpu_count() or 1)
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    n_ctx: int | None = None  # None: min(trained context, DEFAULT_MAX_CTX)
-    threads: int | None = None  # None: physical cores
-    batch_size: int = DEFAULT_BATCH_SIZE
-    device: str = "auto"  # auto | cpu | gpu
-    gpu_layers: int | None = None  # None: all when the build can offload (auto/gpu), 0 on cpu
-    flash_attn: bool = True  # llama.cpp's own -fa auto picks it on CPU; see Engine.load
-    flash_attn_why: str = ""  # how `--flash-attn auto` decided (llmchat.engine.calibrate); "" when set by hand
-    kv_type: str = "f16"  # f16 | q8_0 | q4_0, for both K and V
-    mmap: bool = True
-    mlock: bool = False
-    verbose: bool = False
-    lookup: bool = False  # prompt-lookup n-gram drafting
-    kv_shift: bool = True  # after a trim, shift the kept cache instead of prefilling it again
-    draft_model: Path | None = None
-    draft_tokens: int = 16  # the most drafted tokens per pass; the length adapts below it
-
-
 @dataclass
 class TokenEvent:
     """One sampled token: `text` is what may be shown now (may be empty while held back)."""
 
     text: str
     token_id: int
-
-
-def _backend_notice(gpu_layers: int, threads: int) -> str:
-    """Where the model runs, as llama.cpp reported it during this load."""
-    from llmchat.engine.devices import devices
-
-    cpu = f"CPU, {threads} threads"
-    gpus = [d for d in devices() if d.is_gpu]
-    if not gpus:
-        return f"backend: {cpu} (this llama-cpp-python build has no GPU backend)"
-    names = ", ".join(f"{d.name} ({d.description})" for d in gpus)
-    if gpu_layers == 0:
-        return f"backend: {cpu}; GPU {names} not used (--device cpu or --gpu-layers 0)"
-    done = logs.offloaded
-    layers = f"{done['layers']}/{done['of']} layers offloaded" if done else "offload requested"
-    return f"backend: {names}: {layers}; the rest on {cpu}"
-
-
-def _gpu_layers(settings: EngineSettings) -> int:
-    can_offload = bool(llama_cpp.llama_supports_gpu_offload())
-    if settings.device == "gpu" and not can_offload:
-        raise UsageError(
-            "--device gpu: this llama-cpp-python build has no GPU support; reinstall it with "
-            "CMAKE_ARGS='-DGGML_CUDA=on' (NVIDIA) or '-DGGML_METAL=on' (Apple), or use --device cpu"
-        )
-    if settings.device == "cpu":
-        return 0
-    if settings.gpu_layers is not None:
-        return settings.gpu_layers if can_offload else 0
-    return -1 if can_offload else 0
 
 
 class Engine:
@@ -147,7 +76,7 @@ class Engine:
             flash_attn_why=settings.flash_attn_why or None,
         )
 
-    penalty_last_n = _PENALTY_LAST_N  # the repeat penalty's window (engine.parallel's sampler_chain)
+    penalty_last_n = _PENALTY_LAST_N  # the repeat penalty's window (engine.sampler's sampler_chain)
 
     @property
     def batch_size(self) -> int:
@@ -155,7 +84,7 @@ class Engine:
 
     def check_grammar(self, grammar: Grammar) -> None:
         """UsageError unless llama.cpp can parse `grammar` for this model's vocabulary."""
-        from llmchat.engine.grammar import check_grammar
+        from llmchat.engine.grammar_gate import check_grammar
 
         check_grammar(grammar, self.model.vocab)
 
@@ -203,7 +132,7 @@ class Engine:
         # kernel that splits the cache across threads and rounds differently; see README.)
         # The option values were checked once, before loading (llmchat.loading.validate_options).
         flash_attn = settings.flash_attn
-        gpu_layers = _gpu_layers(settings)
+        gpu_layers = layers_to_offload(settings)
         threads = settings.threads or physical_cores()
 
         drafter: PromptLookupDrafter | DraftModelDrafter | None = None
@@ -218,7 +147,7 @@ class Engine:
                 drafter = PromptLookupDrafter(settings.draft_tokens)
             elif settings.draft_model:
                 # The drafter's greedy picks should match the target's: the same attention numerics.
-                draft_model = _open_model(
+                draft_model = open_model(
                     settings.draft_model,
                     threads=threads,
                     gpu_layers=gpu_layers,
@@ -227,7 +156,7 @@ class Engine:
                 )
                 undo.callback(draft_model.close)
                 drafter = DraftModelDrafter(draft_model, settings.draft_tokens, penalty_last_n=_PENALTY_LAST_N)
-            model = _open_model(
+            model = open_model(
                 model_path,
                 threads=threads,
                 gpu_layers=gpu_layers,
@@ -246,7 +175,7 @@ class Engine:
                 notices.append(
                     f"speculative decoding: {'prompt lookup' if settings.lookup else settings.draft_model}, up to {settings.draft_tokens} drafted tokens per pass"
                 )
-            notices.append(_backend_notice(gpu_layers, threads))
+            notices.append(backend_notice(gpu_layers, threads))
             engine = cls(model, model_path, settings, notices, CountingDrafter(drafter) if drafter else None)
             undo.pop_all()
         return engine
@@ -489,11 +418,11 @@ class Generation:
 
     def _stream(self, tokens: list[int]) -> Generator[int, Any, None]:
         """The model's decode loop over `tokens`, sampled through llmchat's own chain
-        (engine.parallel's `sampler_chain`): the repeat penalty's window holds the prompt's last
+        (engine.sampler's `sampler_chain`): the repeat penalty's window holds the prompt's last
         tokens too, as on llama-server, and a grammar gate when the request has one. Drafted
         positions are sampled through the same chain, so a drafted token is kept only when it
         equals the token the chain picked."""
-        from llmchat.engine.parallel import grammar_start, sampler_chain
+        from llmchat.engine.sampler import grammar_start, sampler_chain
 
         model = self.engine.model
         request = self.request
@@ -528,59 +457,8 @@ def engine_failure(err: DecodeError) -> ModelError:
     )
 
 
-def _open_model(
-    model_path: Path,
-    *,
-    threads: int,
-    gpu_layers: int,
-    settings: EngineSettings,
-    flash_attn: bool,
-    kv_type: int | None = None,
-    output_window: int = 1,
-) -> LoadedModel:
-    logs.recent_errors.clear()
-    logs.offloaded.clear()
-    try:
-        model = LoadedModel(
-            model_path,
-            n_ctx=settings.n_ctx or 0,
-            max_ctx=DEFAULT_MAX_CTX,
-            n_batch=settings.batch_size,
-            threads=threads,
-            gpu_layers=gpu_layers,
-            mmap=settings.mmap,
-            mlock=settings.mlock,
-            flash_attn=flash_attn,
-            kv_type=kv_type,
-            extra_buffer_types=not cpu_has_amx(),
-            progress_callback=_KEEP_LOADING,
-            output_window=output_window,
-        )
-    except (ValueError, RuntimeError, OSError) as err:
-        interrupts.raise_pending()  # a load aborted by Ctrl-C is an interruption, not a bad file
-        reason = logs.first_error() or str(err)
-    else:
-        try:
-            interrupts.raise_pending()  # the signal came in the load's last callbacks
-        except BaseException:
-            model.close()
-            raise
-        return model
-    reason = " ".join(reason.split())  # one line, whatever the library said
-    lowered = reason.lower()
-    if "context" in lowered or "alloc" in lowered or "memory" in lowered:
-        advice = "try a smaller --ctx"
-    else:
-        advice = "the file may be damaged or need a newer llama-cpp-python; check it, or download it again"
-    raise ModelError(f"llama.cpp could not load {model_path}: {reason}; {advice}")
+if TYPE_CHECKING:
 
-
-@interrupts.native_callback
-def _keep_loading(progress: float, user_data: ctypes.c_void_p) -> bool:
-    """llama.cpp's load progress callback: returning false aborts the load. A Ctrl-C or SIGTERM
-    during the load lands in one of llama.cpp's callbacks and is only recorded there
-    (llmchat.interrupts); this is how it stops the load at once instead of after it."""
-    return not interrupts.pending()
-
-
-_KEEP_LOADING = llama_cpp.llama_progress_callback(_keep_loading)  # module-level: ctypes keeps it alive
+    def _is_a_chat_engine(engine: Engine) -> ChatEngine:
+        """Never called: mypy checks here that the local engine satisfies the engine protocol."""
+        return engine

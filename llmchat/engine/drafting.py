@@ -101,7 +101,7 @@ class DraftModelDrafter:
     Its picks follow the main model's greedy choice as closely as it can: the same repeat
     penalty over the same history. The main model's penalty sampler is created for each reply
     and its window holds the last `penalty_last_n` tokens of prompt and reply (as on
-    llama-server; engine.parallel's `sampler_chain`), so the drafter applies the penalty to the
+    llama-server; engine.sampler's `sampler_chain`), so the drafter applies the penalty to the
     same last tokens plus its own drafts. Without that, every
     place where the penalty changes the main model's pick rejects the draft (acceptance fell
     from 94% to 77% at the default 1.1 in a self-draft test).

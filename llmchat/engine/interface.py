@@ -6,8 +6,8 @@ The session, the chat UI and batch speak only to this surface, so a turn runs th
 whichever engine answers it. What an engine can do is one typed value (`caps`), what `/show` and
 `--verbose` say about it another (`info`): nobody asks an engine what it is, a field says it.
 
-Nothing here imports llama_cpp, numpy or httpx: both engines are checked against these protocols
-by mypy without loading either.
+Nothing here imports llama_cpp, numpy or httpx, nor names an engine: each engine's own module
+has mypy check it against `ChatEngine`, so this surface depends on none of them.
 """
 
 from __future__ import annotations
@@ -167,15 +167,3 @@ class ChatEngine(Protocol):
     # reads the events); otherwise whoever reads the events feeds it.
     def generate(self, request: GenerateRequest, *, feeds_steering: bool = False) -> GenerationLike: ...
     def close(self) -> None: ...
-
-
-if TYPE_CHECKING:
-    from llmchat.engine.core import Engine
-    from llmchat.engine.remote.llama_server import LlamaServerEngine
-    from llmchat.engine.remote.openai_compat import OpenAICompatEngine
-
-    def _every_engine_is_a_chat_engine(
-        local: Engine, server: LlamaServerEngine, compatible: OpenAICompatEngine
-    ) -> list[ChatEngine]:
-        """Never called: mypy checks here that each engine satisfies the protocol."""
-        return [local, server, compatible]

@@ -7,7 +7,7 @@ schema that leaves an unclosed, invalid record behind, although the schema was s
 Measured on Gemma 3 270M (issue 25): 2 of 12 records of a `--parallel 4` batch were cut that way.
 
 So under a grammar the reply rules (engine.reply) do not end a detected loop; they ask `LoopExit`
-to steer out. The grammar gate (engine.grammar) then closes the structure that holds the whole
+to steer out. The grammar gate (engine.grammar_gate) then closes the structure that holds the whole
 repeated span (the innermost list, string or object open through all of it), as soon as the
 grammar allows that closing text, and the model goes on from there. The closing tokens are
 picked in the sampler, like sampled ones, so the serial loop, `--parallel`, and drafted tokens

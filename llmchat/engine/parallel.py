@@ -39,21 +39,17 @@ prefilled in full.
 from __future__ import annotations
 
 import time
-from contextlib import ExitStack
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 from llmchat.engine import logs
 from llmchat.engine.bindings import llama_cpp
 from llmchat.engine.driver import DecodedResult, SequenceState, common_prefix
-from llmchat.engine.grammar import Grammar, constrained
 from llmchat.engine.interface import QueuedRequest, prompt_ids
-from llmchat.engine.loop_exit import LoopExit
+from llmchat.engine.sampler import grammar_start, sampler_chain
 from llmchat.errors import ModelError, UsageError
-from llmchat.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from llmchat.engine.core import Engine
-    from llmchat.engine.native import LoadedModel
 
 # A new item waits for another slot's prefill only when that saves at least this many tokens.
 MIN_WAIT_GAIN = 4
@@ -83,88 +79,6 @@ class _Slot:
     def planned(self) -> list[int]:
         """What this sequence's KV will hold once its prompt is evaluated."""
         return self.cache + self.pending
-
-
-def sampler_chain(
-    vocab: Any,
-    n_vocab: int,
-    penalty_last_n: int,
-    sampling: SamplingParams,
-    seed: int,
-    grammar: Grammar | None = None,
-    *,
-    start_after: str | None = None,
-    history: Sequence[int] = (),
-    loop_exit: LoopExit | None = None,
-    feed_trigger: bool = False,
-) -> Any:
-    """The chain llama-cpp-python's `Llama` builds: repetition penalty, then greedy at temperature 0, else
-    top-k / typical / top-p / min-p / temperature / dist(seed). With a grammar, the samplers after
-    the penalties run inside a `GrammarGate` (engine.grammar), which holds the pick to the grammar
-    and steers out of loops the reply rules report through `loop_exit`.
-
-    `history`: the tokens before the first one sampled (the prompt, and a reply so far). Their last
-    `penalty_last_n` go into the repeat penalty's window, as llama-server does (it accepts every
-    prompt token into its sampler), while llama-cpp-python's own chain starts empty: with the
-    default penalty the same greedy prompt then gave another reply in this process than on a
-    server. Only the penalty sampler sees them; a grammar's state starts at the reply."""
-    chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-    with ExitStack() as undo:  # a grammar that cannot start (or a Ctrl-C) frees the chain and what it holds
-        undo.callback(llama_cpp.llama_sampler_free, chain)
-        penalties = llama_cpp.llama_sampler_init_penalties(n_vocab, penalty_last_n, sampling.repeat_penalty, 0.0, 0.0)
-        llama_cpp.llama_sampler_chain_add(chain, penalties)
-        remember(chain, history[max(0, len(history) - penalty_last_n) :] if penalty_last_n > 0 else ())
-        temperature = sampling.temperature
-        rest = constrained(
-            chain,
-            vocab,
-            grammar,
-            start_after=start_after,
-            greedy=temperature == 0,
-            loop_exit=loop_exit,
-            feed_trigger=feed_trigger and start_after is not None,
-        )
-        add_pickers(rest, sampling, seed)
-        undo.pop_all()
-    return chain
-
-
-def add_pickers(chain: Any, sampling: SamplingParams, seed: int) -> None:
-    """The samplers after the penalties, onto `chain`: greedy at temperature 0, else top-k /
-    typical / top-p / min-p / temperature / dist(seed) (dist alone below 0)."""
-
-    def add(sampler: Any) -> None:
-        llama_cpp.llama_sampler_chain_add(chain, sampler)
-
-    temperature = sampling.temperature
-    if temperature < 0:
-        add(llama_cpp.llama_sampler_init_dist(seed))
-    elif temperature == 0:
-        add(llama_cpp.llama_sampler_init_greedy())
-    else:
-        add(llama_cpp.llama_sampler_init_top_k(sampling.top_k))
-        add(llama_cpp.llama_sampler_init_typical(1.0, 1))
-        add(llama_cpp.llama_sampler_init_top_p(sampling.top_p, 1))
-        add(llama_cpp.llama_sampler_init_min_p(sampling.min_p, 1))
-        add(llama_cpp.llama_sampler_init_temp(temperature))
-        add(llama_cpp.llama_sampler_init_dist(seed))
-
-
-def grammar_start(model: LoadedModel, after: str | None, reply: Sequence[int]) -> str | None:
-    """The text after which a grammar applies, or None once the reply so far already holds it (a
-    chain made again after forced tokens closed the thinking block: the grammar applies now)."""
-    if after is None or not reply:
-        return after
-    so_far = b"".join(model.piece(token, special=True) for token in reply).decode("utf-8", errors="replace")
-    return None if after in so_far else after
-
-
-def remember(chain: Any, tokens: Sequence[int]) -> None:
-    """Put `tokens` into the repeat penalty's window of a `sampler_chain` (its first sampler) without
-    sampling them: prompt tokens, or tokens forced into the reply."""
-    penalties = llama_cpp.llama_sampler_chain_get(chain, 0)
-    for token in tokens:
-        llama_cpp.llama_sampler_accept(penalties, int(token))
 
 
 class ParallelDecoder:

@@ -1,7 +1,7 @@
 """Run `python -m llama_cpp.server` (llama-cpp-python's OpenAI-compatible server) for the tests.
 
 One change to the library's server: models load without llama.cpp's "extra buffer types", as
-llmchat's own engine does on CPUs that advertise Intel AMX (llmchat.engine.core.cpu_has_amx):
+llmchat's own engine does on CPUs that advertise Intel AMX (llmchat.engine.devices.cpu_has_amx):
 ggml's AMX kernels die with SIGILL there at the first prefill. The server has no flag for it.
 """
 
@@ -13,7 +13,7 @@ import llama_cpp.llama_cpp as bindings
 
 
 def _main() -> None:
-    from llmchat.engine.core import cpu_has_amx
+    from llmchat.engine.devices import cpu_has_amx
 
     if cpu_has_amx():
         original = bindings.llama_model_default_params
