@@ -460,3 +460,39 @@ class ChatSession:
         self.conversation = replace(self.conversation, system=system or None)
         if self.history is not None and self.conversation_id is not None:
             self.history.update_system_prompt(self.conversation_id, system or None)
+
+    # --- what the chat's commands change (llmchat.ui calls these; it never writes the fields) -----
+    def drop_last_exchange(self, *, keep_in_history: bool = False) -> dict[str, Any] | None:
+        """Remove the last exchange (`Conversation.drop_last_exchange`: the last user message and
+        everything after it, a tool turn's calls and results or an interrupted reply included).
+        Returns its user message; None when there was none.
+
+        /undo and /retry: a saved exchange leaves the history too; a store that fails raises
+        HistoryError once the conversation has changed. /edit (`keep_in_history`): the stored
+        conversation keeps it, and the next saved turn starts a branch that shares the turns before
+        it (llmchat.branches). A branch not saved yet shares at most the turns that are left."""
+        user = self.conversation.drop_last_exchange()
+        if user is None:
+            return None
+        self.last_result = None
+        turns_left = sum(1 for message in self.conversation.messages if message["role"] == "user")
+        if self.conversation_id is None:
+            if self.fork_from is not None:
+                self.fork_from = (self.fork_from[0], min(self.fork_from[1], turns_left))
+        elif keep_in_history:
+            self.fork_from = (self.conversation_id, turns_left)
+            self.conversation_id = None
+        elif self.history is not None:
+            self.history.delete_last_exchange(self.conversation_id)
+        return user
+
+    def offer_tools(self, on: bool) -> None:
+        """/tool on|off: offer the tools to the model from the next turn, or not. Switched on after
+        `--tool-choice none`, the model chooses (`auto`)."""
+        if self.tools is None:
+            return
+        self.tools.enabled = on
+        if on and self.tools.choice.mode == "none":
+            from llmchat.tools.choice import ToolChoice
+
+            self.tools.choice = ToolChoice("auto")

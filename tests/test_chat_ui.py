@@ -22,14 +22,16 @@ from prompt_toolkit.document import Document
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
-from llmchat import chat_ui, slash
-from llmchat.chat_ui import CtrlCGuard, run_interactive
 from llmchat.conversation import Conversation
 from llmchat.errors import HistoryError
 from llmchat.metrics import TurnStats
 from llmchat.output import StreamPrinter
 from llmchat.session import TurnResult
-from llmchat.slash import SlashCompleter
+from llmchat.ui import chat, slash
+from llmchat.ui.chat import run_interactive
+from llmchat.ui.completer import SlashCompleter
+from llmchat.ui.context import Action
+from llmchat.ui.terminal import CtrlCGuard
 
 SUMMARY = re.compile(r"TTFT \d+ ms · [\d.]+ tok/s · \d+ tokens · prompt \d+ \(\d+ cached\) · ctx \d+/\d+")
 ENTER = "\r"
@@ -42,13 +44,14 @@ CTRL_D = "\x04"
 
 def _load(tmp_path_factory, **options):
     """A real engine + sampling, loaded once per module with its own LLMCHAT_HOME (no config)."""
+    from llmchat.config import load_config
     from llmchat.loading import load_model
     from llmchat.options import RunOptions
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LLMCHAT_HOME", str(tmp_path_factory.mktemp("load-home")))
         mp.delenv("LLMCHAT_MODEL", raising=False)
-        return load_model(RunOptions(**options), announce=False)
+        return load_model(RunOptions(**options), config=load_config(), announce=False)
 
 
 @pytest.fixture(scope="module")
@@ -81,10 +84,10 @@ def _session(loaded, *, history=True):
 
 @pytest.fixture
 def session(loaded):
-    chat = _session(loaded)
-    yield chat
-    if chat.history is not None:
-        chat.history.close()
+    chat_session = _session(loaded)
+    yield chat_session
+    if chat_session.history is not None:
+        chat_session.history.close()
 
 
 def drive(session, keys: str, *, show_stats: bool = True, markdown: bool = False) -> None:
@@ -113,7 +116,7 @@ def test_reply_streams_and_summary_follows(session, capsys, monkeypatch):
             fragments.append(fragment)
             super().text(fragment)
 
-    monkeypatch.setattr(chat_ui, "StreamPrinter", Recording)
+    monkeypatch.setattr(chat, "StreamPrinter", Recording)
     drive(session, "What is the capital of France?" + ENTER + "/exit" + ENTER)
     out, err = capsys.readouterr()
     reply = session.last_result.reply
@@ -266,11 +269,12 @@ def test_retry_with_nothing_to_retry(session, capsys):
 def _offer_tools(session, folder: Path) -> None:
     """The chat's tools as `chat --functions FILE --tool-choice record_city --approve-tools
     --chain-limit 1` offers them: every message makes one call, then an answer."""
-    from llmchat.commands import tool_options
+    from llmchat.config import load_config
+    from llmchat.tools import options as tool_options
     from tests.test_tools_loop import functions_file
 
     request = tool_options.tool_request(None, [str(functions_file(folder))], None, "record_city", 1, True)
-    toolset = tool_options.gather(request)
+    toolset = tool_options.gather(request, load_config())
     assert toolset is not None
     tool_options.offer(session, toolset, request, dim=True)
     # Room for the call's JSON and a short answer.
@@ -329,10 +333,10 @@ def test_undo_and_retry_after_a_turn_with_files(session, capsys, tmp_path):
     assert [a.path for a in user["attachments"]] == [str(notes)] and "Thursday" in user["content"]
     capsys.readouterr()
 
-    ui = chat_ui.ChatUI(session, show_stats=False, markdown=False, verbose=False)
+    ui = chat.ChatUI(session, show_stats=False, markdown=False, verbose=False)
     ui.context.attachments.extend(slash_attachments(later))  # attached after the message, for the next one
     outcome = slash.dispatch("/retry", ui.context)
-    assert outcome.action is slash.Action.TURN and outcome.text == "When is the meeting?"
+    assert outcome.action is Action.TURN and outcome.text == "When is the meeting?"
     assert ui.run_turn(outcome.text or "", outcome.attachments) == ""
     [user, reply] = session.conversation.messages
     assert [a.path for a in user["attachments"]] == [str(notes)], "sent again with its own files only"
@@ -355,12 +359,12 @@ def slash_attachments(*paths: Path) -> list:
 
 
 def test_undo_and_retry_after_an_interrupted_turn(session, capsys, monkeypatch):
-    monkeypatch.setattr(chat_ui, "StreamPrinter", _interrupting_printer(after_fragments=3))
+    monkeypatch.setattr(chat, "StreamPrinter", _interrupting_printer(after_fragments=3))
     session.set_sampling(dataclasses.replace(session.sampling, max_tokens=200))
     question = "Count from 1 to 100, one number per line."
     drive(session, question + ENTER)
     assert conversation_messages(session)[1][2] is True, "interrupted"
-    monkeypatch.setattr(chat_ui, "StreamPrinter", StreamPrinter)
+    monkeypatch.setattr(chat, "StreamPrinter", StreamPrinter)
     session.set_sampling(dataclasses.replace(session.sampling, max_tokens=24))
     capsys.readouterr()
     drive(session, "/retry" + ENTER)
@@ -368,7 +372,7 @@ def test_undo_and_retry_after_an_interrupted_turn(session, capsys, monkeypatch):
     assert [(m[0], m[2]) for m in messages] == [("user", False), ("assistant", False)]
     assert messages[0][1] == question and messages[1][1].strip()
     assert messages == stored_messages(session)
-    monkeypatch.setattr(chat_ui, "StreamPrinter", _interrupting_printer(after_fragments=3))
+    monkeypatch.setattr(chat, "StreamPrinter", _interrupting_printer(after_fragments=3))
     session.set_sampling(dataclasses.replace(session.sampling, max_tokens=200))
     drive(session, question + ENTER)
     assert conversation_messages(session)[3][2] is True
@@ -513,7 +517,7 @@ def _interrupting_printer(after_fragments: int, times: int = 1):
 
 @pytest.mark.parametrize("presses", [1, 3])
 def test_ctrl_c_mid_reply_keeps_session_and_history_consistent(session, capsys, monkeypatch, presses):
-    monkeypatch.setattr(chat_ui, "StreamPrinter", _interrupting_printer(after_fragments=3, times=presses))
+    monkeypatch.setattr(chat, "StreamPrinter", _interrupting_printer(after_fragments=3, times=presses))
     session.set_sampling(dataclasses.replace(session.sampling, max_tokens=200))
     drive(session, "Count from 1 to 100, one number per line." + ENTER + "Say hello." + ENTER)
     out, err = capsys.readouterr()
@@ -636,7 +640,7 @@ def test_ctrl_c_at_the_prompt(capsys):
     )
     _, err = capsys.readouterr()
     assert fake.sent == ["real", "b"]
-    assert err.count(chat_ui.EXIT_HINT) == 4  # after "draft" is cleared, before "real", before "b", before exiting
+    assert err.count(chat.EXIT_HINT) == 4  # after "draft" is cleared, before "real", before "b", before exiting
 
 
 def test_ctrl_d_exits(capsys):

@@ -499,15 +499,16 @@ def test_the_live_readout_shows_the_thinking_phase():
 
 
 def test_slash_think_and_nothink_switch_the_template_variable(loaded):
-    from llmchat import slash
+    from llmchat.ui import slash
+    from llmchat.ui.context import CommandContext
 
     session, _ = _session(loaded, QWEN3)
     errors, infos = [], []
-    ctx = slash.CommandContext(session, out=None, error=errors.append, info=infos.append)
+    ctx = CommandContext(session, out=None, error=errors.append, info=infos.append)
     slash.dispatch("/nothink", ctx)
     assert session.template_vars == {"enable_thinking": False} and infos[-1].startswith("thinking off")
     slash.dispatch("/think", ctx)
     assert session.template_vars == {"enable_thinking": True} and not errors
     r1, _ = _session(loaded, R1)
-    slash.dispatch("/nothink", slash.CommandContext(r1, out=None, error=errors.append, info=infos.append))
+    slash.dispatch("/nothink", CommandContext(r1, out=None, error=errors.append, info=infos.append))
     assert "cannot switch thinking off" in errors[-1]

@@ -597,11 +597,12 @@ def test_slash_tools_lists_them_and_slash_tool_switches_them(tmp_path):
 
     from rich.console import Console
 
-    from llmchat import slash
     from llmchat.tools.choice import ToolChoice
     from llmchat.tools.families import GENERIC
     from llmchat.tools.prompt import Capabilities
     from llmchat.turn.tool_loop import ToolIO, ToolOffer
+    from llmchat.ui import slash
+    from llmchat.ui.context import CommandContext
 
     specs = load_functions(str(functions_file(tmp_path)))
     offer = ToolOffer(
@@ -615,8 +616,13 @@ def test_slash_tools_lists_them_and_slash_tool_switches_them(tmp_path):
     buffer = io.StringIO()
     errors: list[str] = []
     infos: list[str] = []
-    session = SimpleNamespace(tools=offer)
-    ctx = slash.CommandContext(session, out=Console(file=buffer, width=200), error=errors.append, info=infos.append)
+    from llmchat.session import ChatSession
+
+    class ToolsOnly(SimpleNamespace):
+        offer_tools = ChatSession.offer_tools  # the session's own switch, on a stand-in holding only its tools
+
+    session = ToolsOnly(tools=offer)
+    ctx = CommandContext(session, out=Console(file=buffer, width=200), error=errors.append, info=infos.append)
     slash.dispatch("/tools", ctx)
     listed = buffer.getvalue()
     assert "tools on" in listed and "record_city" in listed and "city: string (required)" in listed
@@ -626,7 +632,7 @@ def test_slash_tools_lists_them_and_slash_tool_switches_them(tmp_path):
     assert errors[-1] == "/tool on or /tool off"
     slash.dispatch("/tool on", ctx)
     assert offer.active is True
-    without = slash.CommandContext(SimpleNamespace(tools=None), out=None, error=errors.append, info=infos.append)
+    without = CommandContext(SimpleNamespace(tools=None), out=None, error=errors.append, info=infos.append)
     slash.dispatch("/tools", without)
     assert "start it with -T NAME" in errors[-1]
 

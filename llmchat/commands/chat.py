@@ -83,7 +83,7 @@ def chat(
         check_room(session, attachments)  # a file too big for the room left: exit 2, nothing sent
         interactive = sys.stdin.isatty() and not json_output
         if interactive:
-            from llmchat.chat_ui import run_interactive
+            from llmchat.ui.chat import run_interactive
 
             config = session.config
             run_interactive(

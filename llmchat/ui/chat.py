@@ -1,48 +1,32 @@
 """The interactive chat: a prompt-toolkit prompt, slash commands, and one streamed reply per turn.
 
-Replies go through `ChatSession.turn` with `render.StreamPrinter`, the same path `ask` uses, so
+Replies go through `ChatSession.turn` with `output.StreamPrinter`, the same path `ask` uses, so
 the live readout (bottom row while decoding) and the summary line are the same everywhere.
 
 Keys: Enter sends; Alt-Enter (or Esc then Enter) inserts a newline; a bracketed paste stays one
 message however many lines it has. Ctrl-C stops a reply; at the prompt it clears the line, and on
 an empty line the first press prints a hint and a second consecutive press exits. Ctrl-D exits.
-
-`--markdown`: the reply is not echoed while it is decoded; the live readout shows its progress on
-the bottom row (TTFT, tok/s, tokens so far) and the finished reply is printed once, rendered by
-rich (code blocks highlighted). We chose that over "stream plain, then print it again rendered"
-because printing every reply twice doubles the scrollback and leaves the conversation hard to read,
-and over re-rendering the Markdown live because that is a second streaming path whose cost grows
-with each token (the whole reply is re-parsed on every refresh) and would slow decoding. With
-`--no-stats` as well there is no readout, so the reply appears only when it is complete.
+`--markdown` prints each reply rendered once it is complete (llmchat.ui.markdown).
 """
 
 from __future__ import annotations
 
-import signal
 import sys
-from contextlib import contextmanager
-from typing import IO, TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING
 
 from llmchat import interrupts
 from llmchat.attachments import compose
 from llmchat.errors import ContextOverflowError, HistoryError, LlmchatError
 from llmchat.output import StreamPrinter, is_tty, notice
-from llmchat.slash import (
-    Action,
-    CommandContext,
-    SlashCompleter,
-    dispatch,
-    is_command,
-    unescape_message,
-)
+from llmchat.ui.completer import SlashCompleter
+from llmchat.ui.context import Action, CommandContext
+from llmchat.ui.markdown import MarkdownObserver
+from llmchat.ui.slash import dispatch, is_command, unescape_message
+from llmchat.ui.terminal import CtrlCGuard, input_history, interrupt_once, quiet_terminal
 
 if TYPE_CHECKING:
-    from types import FrameType
-
     from prompt_toolkit import PromptSession
-    from prompt_toolkit.history import History
     from prompt_toolkit.key_binding import KeyPressEvent
-    from rich.console import Console
 
     from llmchat.session import ChatSession
     from llmchat.store.attachment_records import Attachment
@@ -51,182 +35,6 @@ if TYPE_CHECKING:
 EXIT_HINT = "press Ctrl-C again or Ctrl-D to exit"
 PROMPT = "> "
 CONTINUATION = "… "
-
-
-# --------------------------------------------------------------------------- Ctrl-C at the prompt
-
-
-class CtrlCGuard:
-    """What Ctrl-C does at the prompt: clear a non-empty line; on an empty one, hint first, then exit.
-
-    "Consecutive" means no typing in between: any change to the line (or a new prompt) disarms it.
-    """
-
-    CLEAR, HINT, EXIT = "clear", "hint", "exit"
-
-    def __init__(self) -> None:
-        self.armed = False
-
-    def press(self, line: str) -> str:
-        if line:
-            self.armed = False
-            return self.CLEAR
-        if self.armed:
-            return self.EXIT
-        self.armed = True
-        return self.HINT
-
-    def reset(self) -> None:
-        self.armed = False
-
-
-# --------------------------------------------------------------------------- input history
-
-
-def input_history(warn: Callable[[str], None], persist: bool = True) -> History:
-    """A FileHistory at `paths.input_history_file()`, or an in-memory one when that file cannot be
-    written (with one warning) or when the chat keeps no history (`persist=False`).
-
-    Every line typed is in that file, so it is created 0600 in a 0700 folder whatever the umask."""
-    import os
-
-    from prompt_toolkit.history import FileHistory, InMemoryHistory
-
-    from llmchat import paths
-    from llmchat.private_files import ensure_private_dir, open_private, private_umask
-
-    if not persist:
-        return InMemoryHistory()
-    path = paths.input_history_file()
-    try:
-        ensure_private_dir(path.parent)
-        os.close(open_private(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND))
-    except OSError as err:
-        warn(
-            f"warning: cannot write the input history {path} ({err.strerror or err}); lines typed now are kept for this chat only"
-        )
-        return InMemoryHistory()
-
-    class SafeFileHistory(FileHistory):
-        """A write that fails later (disk full, file removed with its folder) must not end the
-        chat: warn once, keep the rest of the lines in memory."""
-
-        failed = False
-
-        def store_string(self, string: str) -> None:
-            if self.failed:
-                return
-            try:
-                with private_umask():  # prompt-toolkit opens with "ab": a file removed meanwhile comes back 0600
-                    super().store_string(string)
-            except OSError as err:
-                self.failed = True
-                warn(
-                    f"warning: cannot write the input history {path} ({err.strerror or err}); lines typed now are kept for this chat only"
-                )
-
-        def load_history_strings(self) -> Iterator[str]:
-            try:
-                yield from super().load_history_strings()
-            except (OSError, UnicodeDecodeError):
-                return
-
-    return SafeFileHistory(str(path))
-
-
-# --------------------------------------------------------------------------- display helpers
-
-
-class MarkdownObserver:
-    """Wraps a StreamPrinter (created with echo_text=False): when the reply is done, it ends the live
-    readout, prints the reply rendered as Markdown, then lets the printer print its summary."""
-
-    def __init__(self, printer: StreamPrinter, console: Console):
-        self.printer = printer
-        self.console = console
-
-    def prefill_started(self, prompt_tokens: int, cached_tokens: int, context_limit: int) -> None:
-        self.printer.prefill_started(prompt_tokens, cached_tokens, context_limit)
-
-    def text(self, fragment: str) -> None:
-        self.printer.text(fragment)
-
-    def token(self, generated: int, t_first: float, now: float) -> None:
-        self.printer.token(generated, t_first, now)
-
-    def thinking(self, fragment: str) -> None:
-        self.printer.thinking(fragment)
-
-    def round_ended(self) -> None:
-        self.printer.round_ended()
-
-    def finished(self, result: TurnResult) -> None:
-        self.printer.abort()  # ends the live readout and restores the scrolling region
-        if result.reply.strip():
-            from rich.markdown import Markdown
-
-            self.console.print(Markdown(result.reply, code_theme="monokai"))
-        self.printer.finished(result)
-
-
-@contextmanager
-def interrupt_once() -> Iterator[None]:
-    """During a turn, the first Ctrl-C raises KeyboardInterrupt (session.turn turns it into an
-    interrupted reply); later ones are ignored until the turn is over, so hammering Ctrl-C cannot
-    break the saving of the partial reply or leave the terminal's scrolling region set."""
-    fired = False
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        nonlocal fired
-        if not fired:
-            fired = True
-            raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGINT, interrupts.interrupt_handler(handler))
-    except ValueError:  # not the main thread: keep Python's default behaviour
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-@contextmanager
-def quiet_terminal(stream: IO[str]) -> Iterator[None]:
-    """Terminal settings for while a reply streams.
-
-    - No ECHO: keys typed ahead would land in the middle of the reply (and Ctrl-C would leave a
-      `^C`). They stay in the input queue and prompt-toolkit shows them at the next prompt.
-    - NOFLSH: Ctrl-C must not make the terminal driver discard its queues, or the readout's
-      escape sequences still in the output queue could be cut in half (and typed-ahead text lost).
-    Signals still work: ISIG is untouched, so Ctrl-C still interrupts the reply."""
-    try:
-        import termios
-
-        fd = stream.fileno()
-        saved = termios.tcgetattr(fd)
-    except (ImportError, OSError, ValueError, AttributeError):  # not a terminal (tests, pipes), or no termios
-        yield
-        return
-    quiet = list(saved)
-    quiet[3] = (quiet[3] & ~termios.ECHO) | termios.NOFLSH
-    try:
-        termios.tcsetattr(fd, termios.TCSANOW, quiet)  # TCSANOW: keep what was typed ahead
-    except (OSError, termios.error):
-        yield
-        return
-    try:
-        yield
-    finally:
-        try:
-            termios.tcsetattr(fd, termios.TCSANOW, saved)
-        except (OSError, termios.error):
-            pass
-
-
-# --------------------------------------------------------------------------- the loop
 
 
 class ChatUI:

@@ -1,0 +1,95 @@
+"""Tab completion in the chat: command names, /set keys and preset names, /file paths, /prompt's
+saved prompts and /load's saved conversations. Completion never breaks typing: a failed look-up
+completes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Iterator
+
+from prompt_toolkit.completion import CompleteEvent, Completer, Completion
+
+from llmchat.sampling import PRESETS, SETTABLE
+from llmchat.ui.slash import COMMANDS
+
+if TYPE_CHECKING:
+    from prompt_toolkit.document import Document
+
+    from llmchat.session import ChatSession
+
+
+class SlashCompleter(Completer):
+    """Completes only on a line that starts with "/"."""
+
+    def __init__(self, session: ChatSession | None = None):
+        self.session = session
+
+    def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterator[Completion]:
+        text = document.text_before_cursor
+        if not text.startswith("/") or text.startswith("//") or "\n" in text:
+            return
+        replaced, candidates = self.candidates(text)
+        for word, meta in candidates:
+            yield Completion(word, start_position=-len(replaced), display_meta=meta)
+
+    def candidates(self, text: str) -> tuple[str, list[tuple[str, str]]]:
+        """The part of the line being completed, and (completion, description) pairs for it.
+        Pure apart from /load's look-up in the history, for tests."""
+        if " " not in text:
+            return text, [(c.name, c.help) for c in COMMANDS.values() if c.name.startswith(text.lower())]
+        name, rest = text.split(" ", 1)
+        name = name.lower()
+        words = rest.split(" ")
+        if name == "/set":
+            if len(words) == 1:
+                return words[0], [(key, "setting") for key in (*SETTABLE, "preset") if key.startswith(words[0].lower())]
+            if len(words) == 2 and words[0].lower() == "preset":
+                return words[1], [(p, _preset_meta(p)) for p in PRESETS if p.startswith(words[1].lower())]
+        if name == "/file":
+            return _path_candidates(rest)
+        if name == "/prompt":
+            config = self.session.config if self.session is not None else None
+            names = sorted(config.prompts) if config is not None else []
+            return rest, [(n, "saved prompt") for n in names if n.startswith(rest)]
+        if name == "/load":
+            # The whole rest of the line is the reference: names may contain spaces.
+            return rest, [(ref, meta) for ref, meta in self._saved() if ref.startswith(rest)]
+        return text, []
+
+    def _saved(self) -> list[tuple[str, str]]:
+        store = self.session.history if self.session is not None else None
+        if store is None:
+            return []
+        try:
+            summaries = store.list_conversations(limit=50)
+        except Exception:  # completion must never break typing
+            return []
+        found = []
+        for summary in summaries:
+            if summary.name:
+                found.append((summary.name, summary.preview))
+            found.append((summary.id, summary.name or summary.preview))
+        return found
+
+
+def _path_candidates(typed: str) -> tuple[str, list[tuple[str, str]]]:
+    """Completions of the last path component; folders end with a slash. Hidden names only when
+    the component starts with a dot."""
+    folder, start = os.path.split(typed)
+    where = os.path.expanduser(folder) or "."
+    try:
+        names = sorted(os.listdir(where))
+    except OSError:
+        return start, []
+    found = []
+    for name in names:
+        if not name.startswith(start) or (name.startswith(".") and not start.startswith(".")):
+            continue
+        is_dir = os.path.isdir(os.path.join(where, name))
+        found.append((name + ("/" if is_dir else ""), "folder" if is_dir else "file"))
+    return start, found
+
+
+def _preset_meta(name: str) -> str:
+    return ", ".join(f"{k}={v}" for k, v in PRESETS[name].items() if k in ("temperature", "top_k", "top_p"))

@@ -1,0 +1,151 @@
+"""The terminal around the chat prompt: what Ctrl-C does at the prompt and during a reply, the
+terminal settings while a reply streams, and the file that keeps the lines typed.
+
+Kept apart from the loop (llmchat.ui.chat) because each piece is a small state machine or a
+context manager that tests drive without a model.
+"""
+
+from __future__ import annotations
+
+import signal
+from contextlib import contextmanager
+from typing import IO, TYPE_CHECKING, Callable, Iterator
+
+from llmchat import interrupts
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from prompt_toolkit.history import History
+
+
+class CtrlCGuard:
+    """What Ctrl-C does at the prompt: clear a non-empty line; on an empty one, hint first, then exit.
+
+    "Consecutive" means no typing in between: any change to the line (or a new prompt) disarms it.
+    """
+
+    CLEAR, HINT, EXIT = "clear", "hint", "exit"
+
+    def __init__(self) -> None:
+        self.armed = False
+
+    def press(self, line: str) -> str:
+        if line:
+            self.armed = False
+            return self.CLEAR
+        if self.armed:
+            return self.EXIT
+        self.armed = True
+        return self.HINT
+
+    def reset(self) -> None:
+        self.armed = False
+
+
+def input_history(warn: Callable[[str], None], persist: bool = True) -> History:
+    """A FileHistory at `paths.input_history_file()`, or an in-memory one when that file cannot be
+    written (with one warning) or when the chat keeps no history (`persist=False`).
+
+    Every line typed is in that file, so it is created 0600 in a 0700 folder whatever the umask."""
+    import os
+
+    from prompt_toolkit.history import FileHistory, InMemoryHistory
+
+    from llmchat import paths
+    from llmchat.private_files import ensure_private_dir, open_private, private_umask
+
+    if not persist:
+        return InMemoryHistory()
+    path = paths.input_history_file()
+    try:
+        ensure_private_dir(path.parent)
+        os.close(open_private(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND))
+    except OSError as err:
+        warn(
+            f"warning: cannot write the input history {path} ({err.strerror or err}); lines typed now are kept for this chat only"
+        )
+        return InMemoryHistory()
+
+    class SafeFileHistory(FileHistory):
+        """A write that fails later (disk full, file removed with its folder) must not end the
+        chat: warn once, keep the rest of the lines in memory."""
+
+        failed = False
+
+        def store_string(self, string: str) -> None:
+            if self.failed:
+                return
+            try:
+                with private_umask():  # prompt-toolkit opens with "ab": a file removed meanwhile comes back 0600
+                    super().store_string(string)
+            except OSError as err:
+                self.failed = True
+                warn(
+                    f"warning: cannot write the input history {path} ({err.strerror or err}); lines typed now are kept for this chat only"
+                )
+
+        def load_history_strings(self) -> Iterator[str]:
+            try:
+                yield from super().load_history_strings()
+            except (OSError, UnicodeDecodeError):
+                return
+
+    return SafeFileHistory(str(path))
+
+
+@contextmanager
+def interrupt_once() -> Iterator[None]:
+    """During a turn, the first Ctrl-C raises KeyboardInterrupt (session.turn turns it into an
+    interrupted reply); later ones are ignored until the turn is over, so hammering Ctrl-C cannot
+    break the saving of the partial reply or leave the terminal's scrolling region set."""
+    fired = False
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        nonlocal fired
+        if not fired:
+            fired = True
+            raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, interrupts.interrupt_handler(handler))
+    except ValueError:  # not the main thread: keep Python's default behaviour
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def quiet_terminal(stream: IO[str]) -> Iterator[None]:
+    """Terminal settings for while a reply streams.
+
+    - No ECHO: keys typed ahead would land in the middle of the reply (and Ctrl-C would leave a
+      `^C`). They stay in the input queue and prompt-toolkit shows them at the next prompt.
+    - NOFLSH: Ctrl-C must not make the terminal driver discard its queues, or the readout's
+      escape sequences still in the output queue could be cut in half (and typed-ahead text lost).
+    Signals still work: ISIG is untouched, so Ctrl-C still interrupts the reply."""
+    try:
+        import termios
+
+        fd = stream.fileno()
+        saved = termios.tcgetattr(fd)
+    except (ImportError, OSError, ValueError, AttributeError):  # not a terminal (tests, pipes), or no termios
+        yield
+        return
+    quiet = list(saved)
+    quiet[3] = (quiet[3] & ~termios.ECHO) | termios.NOFLSH
+    try:
+        termios.tcsetattr(fd, termios.TCSANOW, quiet)  # TCSANOW: keep what was typed ahead
+    except (OSError, termios.error):
+        yield
+        return
+    try:
+        yield
+    finally:
+        try:
+            termios.tcsetattr(fd, termios.TCSANOW, saved)
+        except (OSError, termios.error):
+            pass
