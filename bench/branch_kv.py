@@ -107,18 +107,18 @@ def main() -> None:
 
 def in_memory(args: argparse.Namespace, questions: list[str]) -> list[tuple[str, object]]:
     """/branch N in a running chat, then the same branch turn with the cache taken by another conversation."""
-    from llmchat.branches import keep_turns
+    from llmchat.config import load_config
     from llmchat.loading import start_session
     from llmchat.options import RunOptions
 
     opts = RunOptions(model=args.model, temperature=0.0, max_tokens=args.reply_tokens, seed=1)
-    session = start_session(opts, overflow="drop", with_history=False)
+    session = start_session(opts, config=load_config(), overflow="drop", with_history=False)
     try:
         for question in questions:
             session.turn(question)
-        keep_turns(session, args.at)
+        session.keep_turns(args.at)
         shared = [dict(m) for m in session.conversation.messages]
-        session.sampling = replace(session.sampling, max_tokens=8)
+        session.set_sampling(replace(session.sampling, max_tokens=8))
         warm = session.turn("And 11?").stats
         session.new_conversation()
         session.turn("Something else entirely.")  # the KV cache now holds another conversation

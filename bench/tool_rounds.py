@@ -54,16 +54,16 @@ def gate_cost(functions: Path, model: str, reps: int, tokens: int, raw: list[str
     from llmchat.config import load_config
     from llmchat.loading import start_session
     from llmchat.options import RunOptions
+    from llmchat.tools.offer import ToolIO, make_offer
     from llmchat.tools.registry import gather_tools
-    from llmchat.turn.tool_loop import ToolIO, make_offer
 
     opts = RunOptions(model=model, template=str(TEMPLATE), temperature=0.0, seed=1, max_tokens=tokens, loop_stop=False)
-    session = start_session(opts, overflow="error", with_history=False)
+    session = start_session(opts, config=load_config(), overflow="error", with_history=False)
     toolset = gather_tools(load_config(), (), (str(functions),), ())
     try:
         io = ToolIO(show_call=lambda _: None, notice=lambda line: print(line, file=sys.stderr))
-        session.tools = make_offer(session, toolset.specs(), io, tool_choice="auto")
-        offer = session.tools
+        offer = make_offer(session, toolset.specs(), io, tool_choice="auto")
+        session.use_tools(offer)
         prepared = session.prepare(FREE_PROMPT)
         prepared.tool_grammar = offer.grammar(list(offer.specs), False, lazy=True)
         prepared.tool_trigger = offer.family.triggers[0]

@@ -26,13 +26,14 @@ import hashlib
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 from llmchat.errors import UsageError
 from llmchat.store.attachment_records import Attachment, prefix
 
 if TYPE_CHECKING:
-    from llmchat.session import ChatSession
+    from llmchat.conversation import Budget, Conversation
+    from llmchat.engine.interface import ChatEngine, Prompt
 
 BINARY_SNIFF_BYTES = 8192  # as git and grep do: a NUL byte near the start means binary
 # A hard bound on what is read at all: a file this big needs millions of tokens, more than any
@@ -160,7 +161,24 @@ def _display(member: Path, root: Path, spec: str) -> str:
 # --------------------------------------------------------------------------- the context
 
 
-def tokens_of(session: ChatSession, attachment: Attachment, *, room: int | None = None) -> tuple[int, bool]:
+class PromptRoom(Protocol):
+    """What the room left in the context is counted in (a chat session): its engine's tokenizer,
+    its budget, and the prompt of its conversation."""
+
+    @property
+    def engine(self) -> ChatEngine: ...
+
+    @property
+    def conversation(self) -> Conversation: ...
+
+    def budget(self) -> Budget: ...
+
+    def context_used(self) -> int: ...
+
+    def tokenize_messages(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> Prompt: ...
+
+
+def tokens_of(session: PromptRoom, attachment: Attachment, *, room: int | None = None) -> tuple[int, bool]:
     """The tokens an attachment takes in the prompt, and whether that is exact. With `room`, a
     file certainly bigger than it (by the engine's lower bound) is not tokenized at all: a 2 MB
     file would take seconds; its count is then that lower bound."""
@@ -172,7 +190,7 @@ def tokens_of(session: ChatSession, attachment: Attachment, *, room: int | None 
     return len(session.engine.tokenize(block, special=False)), True
 
 
-def room_left(session: ChatSession, typed: str = "") -> int:
+def room_left(session: PromptRoom, typed: str = "") -> int:
     """Prompt tokens still free: the prompt limit, less the conversation and the typed message."""
     budget = session.budget()
     used = session.context_used()
@@ -183,7 +201,7 @@ def room_left(session: ChatSession, typed: str = "") -> int:
     return budget.prompt_limit - used
 
 
-def check_room(session: ChatSession, attachments: Sequence[Attachment], typed: str = "") -> list[int]:
+def check_room(session: PromptRoom, attachments: Sequence[Attachment], typed: str = "") -> list[int]:
     """Each attachment's tokens; UsageError (exit 2) naming the first file that does not fit in the
     room left, before anything is sent."""
     room = room_left(session, typed)

@@ -14,11 +14,11 @@ longest saved prefix, whichever conversation saved it).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from llmchat.conversation import Conversation
-    from llmchat.session import ChatSession
+    from llmchat.store.history import HistoryStore
     from llmchat.store.records import ConversationSummary
 
 
@@ -27,24 +27,35 @@ def turn_starts(conversation: Conversation) -> list[int]:
     return [i for i, message in enumerate(conversation.messages) if message["role"] == "user"]
 
 
-def keep_turns(session: ChatSession, turns: int) -> None:
-    """Cut the conversation in memory to its first `turns` turns, and make the next saved turn fork
-    the stored conversation there (nothing is written until then). An unsaved conversation (history
-    off, or no reply yet) is only cut."""
-    conversation = session.conversation
-    starts = turn_starts(conversation)
-    end = starts[turns] if turns < len(starts) else len(conversation.messages)
-    del conversation.messages[end:]
-    conversation.window_start = min(conversation.window_start, len(conversation.messages))
-    if session.conversation_id is not None:
-        session.fork_from = (session.conversation_id, turns)
-        session.conversation_id = None
-    elif session.fork_from is not None:  # a branch not saved yet, cut further: fork earlier
-        session.fork_from = (session.fork_from[0], min(session.fork_from[1], turns))
-    session.last_result = None
+def fork_point(conversation_id: str | None, fork_from: tuple[str, int] | None, turns: int) -> tuple[str, int] | None:
+    """Where the next saved turn forks once a conversation is cut to its first `turns` turns:
+    the stored conversation at that turn; a branch not saved yet, cut further, forks earlier; an
+    unsaved conversation (history off, or no reply yet) forks nothing."""
+    if conversation_id is not None:
+        return conversation_id, turns
+    if fork_from is not None:
+        return fork_from[0], min(fork_from[1], turns)
+    return None
 
 
-def last_user_turn(session: ChatSession) -> tuple[str, tuple[Any, ...]] | None:
+class StoredTurns(Protocol):
+    """What the last user turn is read from (a chat session): its conversation, where it is stored
+    or forks from, and the history that holds a loaded message's files."""
+
+    @property
+    def conversation(self) -> Conversation: ...
+
+    @property
+    def conversation_id(self) -> str | None: ...
+
+    @property
+    def fork_from(self) -> tuple[str, int] | None: ...
+
+    @property
+    def history(self) -> HistoryStore | None: ...
+
+
+def last_user_turn(session: StoredTurns) -> tuple[str, tuple[Any, ...]] | None:
     """The last user message as typed, and the files it carried (None: no message yet). A message
     loaded from the history (/load, --resume) has its files looked up there."""
     conversation = session.conversation

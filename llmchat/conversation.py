@@ -95,6 +95,13 @@ class Conversation:
                 return message["content"]
         return None
 
+    def keep_turns(self, turns: int) -> None:
+        """Keep the first `turns` turns (a turn: a user message and everything after it up to the
+        next one) and drop the rest."""
+        starts = [i for i, message in enumerate(self.messages) if message["role"] == "user"]
+        del self.messages[starts[turns] if turns < len(starts) else len(self.messages) :]
+        self.window_start = min(self.window_start, len(self.messages))
+
     def clear(self) -> None:
         self.messages.clear()
         self.window_start = 0

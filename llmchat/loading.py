@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from llmchat.config import Config, load_config
+from llmchat.config import Config
 from llmchat.defaults import DEFAULT_MAX_CTX
 from llmchat.errors import UsageError
 from llmchat.models.resolve import ResolvedModel, resolve_model
@@ -21,13 +21,13 @@ from llmchat.sampling import SamplingParams, build_sampling, preset_values
 from llmchat.saved_prompts import sampling_layers
 
 if TYPE_CHECKING:
-    from llmchat.chat_template import ResolvedTemplate
     from llmchat.engine import Engine, EngineSettings
     from llmchat.engine.interface import ChatEngine
     from llmchat.engine.kv_store import KVStore
-    from llmchat.engine.remote import ServerSpec
     from llmchat.engine.remote.llama_server import LlamaServerEngine
     from llmchat.engine.remote.openai_compat import OpenAICompatEngine
+    from llmchat.engine.remote.spec import ServerSpec
+    from llmchat.prompt.render import ResolvedTemplate
     from llmchat.session import ChatSession
 
 MIN_CTX = 64
@@ -92,7 +92,7 @@ def check_template_choice(choice: str | None) -> None:
     """An unknown --template is a usage error (exit 2) before any model is loaded."""
     if choice is None:
         return
-    from llmchat.chat_template import builtin_templates
+    from llmchat.prompt.builtins import builtin_templates
 
     if Path(choice).expanduser().is_file() or choice in {t.name for t in builtin_templates()}:
         return
@@ -114,10 +114,9 @@ def flash_attn_choice(opts: RunOptions, config: Config) -> tuple[str, str]:
     return "auto", ""
 
 
-def load_model(opts: RunOptions, *, n_ctx_override: int | None = None, announce: bool = True) -> Loaded:
+def load_model(opts: RunOptions, *, config: Config, n_ctx_override: int | None = None, announce: bool = True) -> Loaded:
     validate_options(opts)
     check_template_choice(opts.template)
-    config = load_config()
     fa_choice, fa_source = flash_attn_choice(opts, config)
     if opts.kv_type != "f16" and fa_choice == "off":
         raise UsageError(
@@ -219,10 +218,10 @@ def _prepare_while_loading() -> None:
     def prepare() -> None:
         try:
             import llmchat.session  # noqa: F401  (the turn, the template, the conversation)
-            from llmchat import template_sandbox
+            from llmchat.prompt import sandbox
 
-            template_sandbox.compile_template("{{ messages }}", "warm-up")
-            import llmchat.engine.parallel  # noqa: F401  (the sampler chain)
+            sandbox.compile_template("{{ messages }}", "warm-up")
+            import llmchat.engine.sampler  # noqa: F401  (the sampler chain)
             import llmchat.models.kind  # noqa: F401
         except Exception:  # noqa: BLE001 - the main thread meets and reports it
             pass
@@ -258,13 +257,13 @@ def report_template(session: ChatSession, verbose: bool) -> None:
 
 
 def start_session(
-    opts: RunOptions, *, overflow: str, with_history: bool, disk_cache: bool | None = None
+    opts: RunOptions, *, config: Config, overflow: str, with_history: bool, disk_cache: bool | None = None
 ) -> ChatSession:
     """Load the model, open the history store (unless off), resolve the template: a ready ChatSession.
 
     `disk_cache`: use the KV cache on disk; None: wherever the history is on (batch, which saves no
     history, passes True: its items restore a shared system prompt)."""
-    loaded = load_model(opts)
+    loaded = load_model(opts, config=config)
     # Imported after the load: `_prepare_while_loading` has imported them alongside it.
     from llmchat.reasoning import ReasoningSettings
     from llmchat.session import ChatSession
@@ -279,6 +278,14 @@ def start_session(
         from llmchat.store.history import open_or_warn
 
         store = open_or_warn(warn=lambda message: notice(f"warning: {message}"))
+    # The KV cache on disk holds the conversation: off wherever the history is off (--no-history).
+    wanted = store is not None if disk_cache is None else disk_cache and loaded.config.history
+    kv_store = None
+    if opts.prompt_cache and loaded.config.prompt_cache and wanted:
+        kv_store = open_kv_store(loaded.engine, loaded.config)
+    server_template = None  # a server that renders its own template: it stands in for ours
+    if loaded.engine.caps.renders_template:
+        server_template = server_rendered_template(loaded.engine.info.template_detail or "the server")
     try:
         session = ChatSession.start(
             loaded.engine,
@@ -286,27 +293,22 @@ def start_session(
             model_label=loaded.model.name,
             template_choice=opts.template,
             config_template=loaded.model.template,
+            server_template=server_template,
             system=opts.system if opts.system is not None else loaded.config.system,
             overflow=overflow,
             history=store,
-        )
-        if loaded.engine.caps.renders_template:
-            session.template = server_rendered_template(loaded.engine.info.template_detail or "the server")
-        session.configure_reasoning(
-            ReasoningSettings.from_options(opts, loaded.config), say=lambda line: notice(f"warning: {line}")
+            kv_store=kv_store,
+            reasoning=ReasoningSettings.from_options(opts, loaded.config),
+            say=lambda line: notice(f"warning: {line}"),
+            config=loaded.config,
+            origins=dict(opts.origins),
+            verbose=opts.verbose,
         )
     except BaseException:
         loaded.engine.close()
         if store is not None:
             store.close()
         raise
-    session.config = loaded.config
-    session.origins = dict(opts.origins)
-    session.verbose = opts.verbose
-    # The KV cache on disk holds the conversation: off wherever the history is off (--no-history).
-    wanted = store is not None if disk_cache is None else disk_cache and loaded.config.history
-    if opts.prompt_cache and loaded.config.prompt_cache and wanted:
-        session.kv_store = open_kv_store(loaded.engine, loaded.config)
     report_template(session, opts.verbose)
     return session
 
@@ -327,7 +329,7 @@ def server_specs(opts: RunOptions, config: Config) -> list[ServerSpec]:
     server's name, whose `urls` may name a group), `-m NAME:MODEL` or `-m NAME` for a configured
     [servers.NAME]. With --server, -m names the server's model, or a local copy of its GGUF (the
     template and BOS/EOS are then read from it)."""
-    from llmchat.engine.remote import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT, ServerSpec, normalize_url
+    from llmchat.engine.remote.spec import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT, ServerSpec, normalize_url
 
     entries: list[tuple[str | None, dict[str, Any]]] = []
     model = None
@@ -452,8 +454,8 @@ def load_remote(opts: RunOptions, config: Config, specs: list[ServerSpec]) -> Lo
 def server_rendered_template(detail: str) -> ResolvedTemplate:
     """The stand-in template of a server that renders its own (llmchat.engine.remote.openai_compat):
     `/show` and `--verbose` say who renders it."""
-    from llmchat.chat_template import ResolvedTemplate
     from llmchat.engine.remote.openai_compat import SERVER_TEMPLATE
+    from llmchat.prompt.render import ResolvedTemplate
 
     return ResolvedTemplate(
         name="server",

@@ -20,18 +20,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
-from llmchat.errors import ConfigError, UsageError
-from llmchat.sampling import PRESETS, SETTABLE, parse_value
+from llmchat import paths
+from llmchat.config import PROMPT_TEXT_KEYS, Config, check_saved_prompt
+from llmchat.errors import UsageError
+from llmchat.sampling import PRESETS, SETTABLE
 
 if TYPE_CHECKING:
-    from llmchat.config import Config
     from llmchat.options import RunOptions
     from llmchat.session import ChatSession
-
-# The keys a [prompts.NAME] table may hold besides the sampling values (SETTABLE).
-TEXT_KEYS = ("system", "model", "template", "preset", "schema", "description")
 
 
 @dataclass(frozen=True)
@@ -60,40 +58,12 @@ class SavedPrompt:
 
     def as_table(self) -> dict[str, Any]:
         """The prompt as it would be written in the config (for `prompts show --json`)."""
-        values = {key: getattr(self, key) for key in TEXT_KEYS if getattr(self, key) is not None}
+        values = {key: getattr(self, key) for key in PROMPT_TEXT_KEYS if getattr(self, key) is not None}
         return {"name": self.name, **values, **self.sampling}
 
 
-def check_table(config_path: Path, table: Mapping[str, Any]) -> None:
-    """Validate `[prompts]` when the config is read: a bad saved prompt is a config error (one line,
-    naming the key), not a surprise when it is first used."""
-    for name, settings in table.items():
-        parse(config_path, name, settings)
-
-
 def parse(config_path: Path, name: str, settings: Any) -> SavedPrompt:
-    where = f"config file {config_path}: prompts.{name}"
-    if not isinstance(settings, dict):
-        raise ConfigError(f"{where} must be a table ([prompts.{name}]); fix or remove it")
-    values: dict[str, Any] = {}
-    sampling: dict[str, Any] = {}
-    for key, value in settings.items():
-        if key in TEXT_KEYS:
-            if not isinstance(value, str):
-                raise ConfigError(f"{where}.{key} must be a string; fix or remove that line")
-            values[key] = value
-        elif key in SETTABLE:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"{where}.{key} must be a number; fix or remove that line")
-            try:
-                sampling[key] = parse_value(key, repr(value))
-            except UsageError as err:
-                raise ConfigError(f"{where}: {err}") from None
-        else:
-            known = ", ".join((*TEXT_KEYS, *SETTABLE))
-            raise ConfigError(f"{where}: unknown key {key!r}; known keys: {known}")
-    if values.get("preset") is not None and values["preset"] not in PRESETS:
-        raise ConfigError(f"{where}.preset must be one of {', '.join(PRESETS)}, got {values['preset']!r}")
+    values, sampling = check_saved_prompt(config_path, name, settings)
     return SavedPrompt(name=name, sampling=sampling, **values)
 
 
@@ -113,15 +83,11 @@ def all_prompts(config: Config) -> list[SavedPrompt]:
     return [parse(config.path, name, config.prompts[name]) for name in sorted(config.prompts)]
 
 
-def apply_to_options(opts: RunOptions, config: Config | None = None) -> RunOptions:
+def apply_to_options(opts: RunOptions, config: Config) -> RunOptions:
     """`-p NAME`: fill what the command line left unset from the saved prompt. Sampling is not
     copied here: `loading` layers it with its provenance (`sampling_layers`)."""
     if not opts.saved_prompt:
         return opts
-    if config is None:
-        from llmchat.config import load_config
-
-        config = load_config()
     prompt = lookup(opts.saved_prompt, config)
     changes: dict[str, Any] = {}
     origins: dict[str, str] = {}
@@ -150,19 +116,17 @@ def apply_to_session(session: ChatSession, name: str) -> list[str]:
     """`/prompt NAME` in chat: the saved prompt's system prompt, sampling and schema from the next
     message on. The model cannot change under a running chat: a different one is said, not loaded.
     Returns the lines to show."""
-    from llmchat.config import load_config
-
-    config = session.config or load_config()
+    config = session.config or Config(path=paths.config_file())  # a session built without a config: none saved
     prompt = lookup(name, config)
     said = []
     if prompt.schema is not None:  # first: a schema the engine refuses leaves everything as it was
         from llmchat.structured import structured_output
 
         session.hold_to(structured_output(schema=prompt.schema, named=config.schemas))
-        session.origins["schema"] = prompt.source
+        session.set_origin("schema", prompt.source)
     if prompt.system is not None:
         session.with_system(prompt.system)
-        session.origins["system"] = prompt.source
+        session.set_origin("system", prompt.source)
         said.append("system prompt set")
     sampling = session.sampling
     for source, layer, layer_preset in sampling_layers(name, config):

@@ -21,9 +21,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
-from llmchat.chat_template import ModelFacts, ResolvedTemplate, render_prompt, resolve_template
+from llmchat.branches import fork_point
 from llmchat.conversation import Budget, Conversation, default_reply_reserve, fit_to_context
 from llmchat.engine.interface import GenerateRequest, prompt_ids
+from llmchat.prompt.model_facts import ModelFacts
+from llmchat.prompt.render import RenderedPrompt, ResolvedTemplate, render_prompt
+from llmchat.prompt.resolution import resolve_template
 from llmchat.reasoning import (
     ReasoningSettings,
     ThinkingSplitter,
@@ -33,7 +36,7 @@ from llmchat.reasoning import (
     thinking_variables,
 )
 from llmchat.turn.observer import NullObserver, TurnObserver
-from llmchat.turn.plan import EngineVocabulary, PreparedTurn, check_message_size, model_facts
+from llmchat.turn.plan import EngineVocabulary, PreparedTurn, TurnScope, check_message_size, model_facts, request_of
 from llmchat.turn.policy import DEFAULT_REPLY_CAP, LOOP_NOTICE, reply_cap
 from llmchat.turn.record import RECORD_KEYS, TurnResult, error_record
 from llmchat.turn.sink import ConversationFacts, TurnSink
@@ -43,7 +46,6 @@ from llmchat.turn.tokens import prompt_of, shape_for_template
 
 if TYPE_CHECKING:
     from llmchat.config import Config
-    from llmchat.engine.grammar import Grammar
     from llmchat.engine.interface import ChatEngine, Prompt
     from llmchat.engine.kv_store import KVStore
     from llmchat.engine.reply import GenerationOutcome
@@ -53,7 +55,8 @@ if TYPE_CHECKING:
     from llmchat.store.history import HistoryStore
     from llmchat.store.records import StoredConversation
     from llmchat.structured import StructuredOutput
-    from llmchat.turn.tool_loop import ToolOffer
+    from llmchat.tools.offer import ToolOffer
+    from llmchat.turn.tool_loop import KeptPrefix
 
 # Names other modules import from here (the session's parts live in llmchat.turn).
 __all__ = [
@@ -89,11 +92,6 @@ class ChatSession:
     reasoning_format: ReasoningFormat | None = None
     reasoning: ReasoningSettings = field(default_factory=ReasoningSettings)
     template_vars: dict[str, Any] = field(default_factory=dict)
-    _prompt_tail: str = ""  # the end of the last rendered generation prompt
-    # The text of the last rendered generation prompt, and a prompt text that later renders must
-    # tokenize as it was (a tool turn's first round: its tokens are in the KV cache).
-    last_rendered: str = ""
-    kept_prefix: tuple[str, list[int]] | None = None  # (text, its token ids)
     _markup: dict[int, bytes] = field(default_factory=dict)
     _close_ids: list[int] = field(default_factory=list)
     structured: StructuredOutput | None = None  # --schema / --format json / --grammar, for every turn
@@ -110,17 +108,9 @@ class ChatSession:
     def history(self) -> HistoryStore | None:
         return self.sink.history
 
-    @history.setter
-    def history(self, store: HistoryStore | None) -> None:
-        self.sink.history = store
-
     @property
     def kv_store(self) -> KVStore | None:
         return self.sink.kv_store  # the KV cache on disk (llmchat.engine.kv_store); None: off
-
-    @kv_store.setter
-    def kv_store(self, store: KVStore | None) -> None:
-        self.sink.kv_store = store
 
     @property
     def conversation_id(self) -> str | None:
@@ -139,24 +129,39 @@ class ChatSession:
         model_label: str,
         template_choice: str | None = None,
         config_template: str | None = None,
+        server_template: ResolvedTemplate | None = None,
         system: str | None = None,
         overflow: str = "drop",
         history: HistoryStore | None = None,
+        kv_store: KVStore | None = None,
+        reasoning: ReasoningSettings | None = None,
+        say: Callable[[str], None] = lambda line: None,
+        config: Config | None = None,
+        origins: dict[str, str] | None = None,
+        verbose: bool = False,
     ) -> ChatSession:
+        """A complete session, built once: the template resolved (`server_template` stands in for
+        it where the server renders its own), the reasoning format found in it and `reasoning`
+        applied (what the template cannot do is said through `say`), and the stores turns save to."""
         facts = model_facts(engine)
         template = resolve_template(facts, template_choice, config_template)
         session = cls(
             engine=engine,
-            template=template,
+            template=server_template or template,
             facts=facts,
             sampling=sampling,
             model_label=model_label,
             conversation=Conversation(system=system),
             overflow=overflow,
-            sink=TurnSink(history),
+            sink=TurnSink(history, kv_store),
+            config=config,
+            verbose=verbose,
+            reasoning_format=detect_format(template.text, EngineVocabulary(engine)),
+            origins=dict(origins or {}),
         )
-        session.reasoning_format = detect_format(template.text, EngineVocabulary(engine))
         session._reasoning_tokens()
+        if reasoning is not None:
+            session.configure_reasoning(reasoning, say)
         return session
 
     # --- reasoning ------------------------------------------------------------------------------
@@ -206,15 +211,15 @@ class ChatSession:
     # --- tokens and budget ------------------------------------------------------------------
     def tokenize_messages(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> Prompt:
         """The prompt of `messages` as the engine takes it (llmchat.turn.tokens)."""
-        shaped, variables = shape_for_template(messages, self.tools, self.template_vars)
-        rendered = render_prompt(
+        return prompt_of(self.engine, self._render(messages, add_generation_prompt, self.tools), messages)
+
+    def _render(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool, tools: ToolOffer | None
+    ) -> RenderedPrompt:
+        shaped, variables = shape_for_template(messages, tools, self.template_vars)
+        return render_prompt(
             self.template, shaped, self.facts, add_generation_prompt=add_generation_prompt, variables=variables
         )
-        if add_generation_prompt:
-            # The generation prompt ends every render the same way, whichever messages were trimmed.
-            self._prompt_tail = rendered.text[-256:]
-            self.last_rendered = rendered.text
-        return prompt_of(self.engine, rendered, messages, self.kept_prefix)
 
     def budget(self, sampling: SamplingParams | None = None) -> Budget:
         max_tokens = (sampling or self.sampling).max_tokens
@@ -229,36 +234,45 @@ class ChatSession:
     def prepare(
         self,
         user_text: str,
+        scope: TurnScope | None = None,
         *,
-        conversation: Conversation | None = None,
-        sampling: SamplingParams | None = None,
-        overflow: str | None = None,
-        structured: StructuredOutput | None = None,
         after_user: Sequence[dict[str, Any]] = (),
+        kept_prefix: KeptPrefix | None = None,
     ) -> PreparedTurn:
         """Render and tokenize the next prompt, trimming the conversation when it must (and may).
-        `structured`: what this reply is held to (default: the session's own). `after_user`: the
-        messages of this turn after the user's (a tool round: the calls so far and their results).
+        `scope`: what the turn runs in, where it is not the session's own (a batch item).
+        `after_user`: the messages of this turn after the user's (a tool round: the calls so far and
+        their results). `kept_prefix`: (text, ids) of the prompt this one extends, whose tokens are
+        kept as they are in the KV cache (a tool turn's first round).
 
         Raises ContextOverflowError (nothing changed) when it cannot fit."""
         t_submit = time.perf_counter()
-        conversation = self.conversation if conversation is None else conversation
-        sampling = sampling or self.sampling
+        scope = scope or TurnScope()
+        conversation = self.conversation if scope.conversation is None else scope.conversation
+        sampling = scope.sampling or self.sampling
+        tools = scope.tools or self.tools
         budget = self.budget(sampling)
         self.check_message_size(user_text, budget)
         tail = [dict(message) for message in after_user]
+        renders: list[tuple[Prompt, str]] = []  # each prompt tried, with its text
 
         def tokenize(messages: list[dict[str, Any]]) -> Prompt:
-            return self.tokenize_messages([*messages, *tail])
+            rendered = self._render([*messages, *tail], True, tools)
+            prompt = prompt_of(self.engine, rendered, [*messages, *tail], kept_prefix)
+            renders.append((prompt, rendered.text))
+            return prompt
 
-        fit = fit_to_context(conversation, user_text, budget, tokenize, overflow=overflow or self.overflow)
+        fit = fit_to_context(conversation, user_text, budget, tokenize, overflow=scope.overflow or self.overflow)
+        text = next(text for prompt, text in renders if prompt is fit.prompt_tokens)
         stops = tuple(self.template.stop_strings)
         fmt = self.reasoning_format
         if fmt is not None:  # gpt-oss's <|end|> ends its analysis message, not the reply
             stops = tuple(stop for stop in stops if stop not in fmt.markers)
-        starts = fmt is not None and starts_in_thinking(fmt, self._prompt_tail)
-        structured = structured or self.structured
+        # The generation prompt ends every render the same way, whichever messages were trimmed.
+        starts = fmt is not None and starts_in_thinking(fmt, text[-256:])
+        structured = scope.structured or self.structured
         prepared = PreparedTurn(user_text, conversation, sampling, budget, fit, stops, t_submit, starts, structured)
+        prepared.rendered_text = text
         prepared.tracker = self._tracker(prepared)
         prepared.markup = self._markup if prepared.tracker is not None else None
         return prepared
@@ -270,40 +284,9 @@ class ChatSession:
             self.engine.check_grammar(structured.grammar)  # UsageError where it cannot take one
         self.structured = structured
 
-    def grammar_for(self, prepared: PreparedTurn) -> tuple[Grammar | None, str | None]:
-        """The grammar a turn decodes under, and the text after which it applies: when the prompt
-        leaves a thinking block open, the model thinks freely and is held to the grammar once it
-        has closed the block (a grammar from the first token would make the close unreachable)."""
-        fmt = self.reasoning_format
-        if prepared.tool_grammar is not None:
-            # A tool round (llmchat.turn.tool_loop): forced from the first answer token, or lazy,
-            # from the family's trigger on (the request feeds the trigger through the grammar).
-            if prepared.tool_trigger is not None:
-                return prepared.tool_grammar, prepared.tool_trigger
-            after = fmt.close_tag if fmt is not None and fmt.kind == "tags" and prepared.starts_thinking else None
-            return prepared.tool_grammar, after
-        if prepared.structured is None:
-            return None, None
-        if not self.engine.caps.grammar:
-            self.engine.check_grammar(prepared.structured.grammar)  # says why, as a UsageError
-        after = fmt.close_tag if fmt is not None and fmt.kind == "tags" and prepared.starts_thinking else None
-        return prepared.structured.grammar, after
-
     def request_for(self, prepared: PreparedTurn) -> GenerateRequest:
         """What the engine decodes for a prepared turn: the same request in every mode."""
-        grammar, grammar_after = self.grammar_for(prepared)
-        return GenerateRequest(
-            prepared.prompt,
-            prepared.sampling,
-            max_tokens=reply_cap(prepared.sampling),
-            stop_strings=prepared.stop_strings,
-            steering=prepared.tracker,
-            markup=prepared.markup,
-            grammar=grammar,
-            grammar_after=grammar_after,
-            grammar_from_trigger=prepared.tool_trigger is not None and prepared.tool_grammar is not None,
-            tool_choice=prepared.tool_choice,
-        )
+        return request_of(prepared, self.engine, self.reasoning_format)
 
     def turn(
         self,
@@ -313,34 +296,27 @@ class ChatSession:
         record: bool = True,
         on_commit: Callable[[TurnResult], object] | None = None,
         attachments: tuple[Attachment, ...] = (),
+        scope: TurnScope | None = None,
     ) -> TurnResult:
         """Generate the reply to `user_text`. Ctrl-C stops generation and returns the partial reply,
         marked interrupted; it is kept in the conversation and history like any other. A failed
         save never raises: the result says `saved=False` and carries the warning. `on_commit` hears
         the result as soon as it joined the conversation, before anything that may still raise
-        (a stream cut mid-reply, Ctrl-C while it is shown)."""
+        (a stream cut mid-reply, Ctrl-C while it is shown). `scope`: see `prepare`.
+
+        With tools on, the turn runs in rounds (llmchat.turn.tool_loop); either way it ends here:
+        the result kept (history, KV cache on disk), then the exception that stopped the reply
+        raised, or the observer told."""
         observer = observer or NullObserver()
-        if self.tools is not None and self.tools.active:
-            from llmchat.turn.tool_loop import tool_turn
+        tools = (scope.tools if scope is not None else None) or self.tools
+        if tools is not None and tools.active:
+            from llmchat.turn.tool_loop import tool_rounds
 
-            return tool_turn(self, user_text, observer, record=record, on_commit=on_commit, attachments=attachments)
-        prepared = self.prepare(user_text)
-        result, stopped = self.decode(prepared, observer)
+            prepared, result, stopped = tool_rounds(self, tools, user_text, observer, scope)
+        else:
+            prepared = self.prepare(user_text, scope)
+            result, stopped = self.decode(prepared, observer)
         result.attachments = tuple(attachments)
-        return self.conclude(prepared, result, stopped, observer, record=record, on_commit=on_commit)
-
-    def conclude(
-        self,
-        prepared: PreparedTurn,
-        result: TurnResult,
-        stopped: BaseException | None,
-        observer: TurnObserver,
-        *,
-        record: bool,
-        on_commit: Callable[[TurnResult], object] | None,
-    ) -> TurnResult:
-        """The end of every turn, with tools or without: the result kept (history, KV cache on
-        disk), then the exception that stopped the reply raised, or the observer told."""
         self.commit(prepared, result, record=record)
         self.sink.save_kv(result)
         if on_commit is not None:
@@ -453,8 +429,25 @@ class ChatSession:
         self.last_result = None
         self.fork_from = None
 
+    def keep_turns(self, turns: int) -> None:
+        """/branch N and /edit: cut the conversation in memory to its first `turns` turns, and make
+        the next saved turn fork the stored conversation there (nothing is written until then). An
+        unsaved conversation (history off, or no reply yet) is only cut."""
+        self.conversation.keep_turns(turns)
+        self.fork_from = fork_point(self.conversation_id, self.fork_from, turns)
+        self.conversation_id = None
+        self.last_result = None
+
     def set_sampling(self, sampling: SamplingParams) -> None:
         self.sampling = sampling
+
+    def set_origin(self, value: str, source: str) -> None:
+        """Say where a value the session holds came from (`-p NAME`, `/prompt NAME`), for /show."""
+        self.origins[value] = source
+
+    def use_tools(self, offer: ToolOffer | None) -> None:
+        """Offer these tools (llmchat.tools.offer) from the next turn on; None: no tools."""
+        self.tools = offer
 
     def with_system(self, system: str | None) -> None:
         self.conversation = replace(self.conversation, system=system or None)
@@ -475,12 +468,9 @@ class ChatSession:
         if user is None:
             return None
         self.last_result = None
-        turns_left = sum(1 for message in self.conversation.messages if message["role"] == "user")
-        if self.conversation_id is None:
-            if self.fork_from is not None:
-                self.fork_from = (self.fork_from[0], min(self.fork_from[1], turns_left))
-        elif keep_in_history:
-            self.fork_from = (self.conversation_id, turns_left)
+        if keep_in_history or self.conversation_id is None:
+            turns_left = sum(1 for message in self.conversation.messages if message["role"] == "user")
+            self.fork_from = fork_point(self.conversation_id, self.fork_from, turns_left)
             self.conversation_id = None
         elif self.history is not None:
             self.history.delete_last_exchange(self.conversation_id)

@@ -266,7 +266,8 @@ def test_item_tools_resolve_like_dash_t_or_to_offered_tools(tmp_path, isolated_h
     tools (here one started with --mcp); a configured [tools.NAME] the command line did not offer is
     gathered too; `tool_choice` none answers without tools."""
     from llmchat.batch.tools import ItemTools, plan_tools
-    from llmchat.commands.tool_options import tool_request
+    from llmchat.config import load_config
+    from llmchat.tools.options import tool_request
 
     functions, _ = setup(tmp_path)
     isolated_home.mkdir(parents=True, exist_ok=True)
@@ -285,7 +286,7 @@ def test_item_tools_resolve_like_dash_t_or_to_offered_tools(tmp_path, isolated_h
     request = tool_request(
         None, [str(functions)], ["mcp-server-time --local-timezone UTC"], "auto", 5, True, offered_elsewhere=True
     )
-    plan = plan_tools(request, items, None)
+    plan = plan_tools(request, items, None, load_config())
     assert plan is not None
     try:
         time_tools = ("time_get_current_time", "time_convert_time")

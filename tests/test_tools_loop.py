@@ -143,16 +143,19 @@ def test_plain_stdout_carries_only_the_answer(cli, smollm2_path, tmp_path):
 def test_a_hostile_tool_output_stays_text(smollm2_path, tmp_path):
     """A tool result holding `<|im_end|>` reaches the model as text: the rendered prompt has exactly
     as many end-of-turn control tokens as with a harmless result."""
+    from llmchat.config import load_config
     from llmchat.loading import start_session
     from llmchat.options import RunOptions
+    from llmchat.tools.offer import ToolIO, make_offer
     from llmchat.tools.prompt import assistant_tool_calls, tool_result
-    from llmchat.turn.tool_loop import ToolIO, make_offer
 
     specs = load_functions(str(functions_file(tmp_path)))
-    session = start_session(RunOptions(model=str(smollm2_path), ctx=2048), overflow="drop", with_history=False)
+    session = start_session(
+        RunOptions(model=str(smollm2_path), ctx=2048), config=load_config(), overflow="drop", with_history=False
+    )
     try:
         io = ToolIO(show_call=lambda line: None, notice=lambda line: None)
-        session.tools = make_offer(session, specs, io, tool_choice="record_city")
+        session.use_tools(make_offer(session, specs, io, tool_choice="record_city"))
         end = session.engine.tokenize("<|im_end|>", special=True)
         assert len(end) == 1
 
@@ -429,7 +432,7 @@ def test_the_lazy_gate_switches_on_at_the_trigger_and_holds_the_call(
     import llama_cpp
 
     from llmchat.engine import Engine, EngineSettings
-    from llmchat.engine.grammar import GrammarGate
+    from llmchat.engine.grammar_gate import GrammarGate
     from llmchat.tools.families import family_by_id
     from llmchat.tools.grammar import call_grammar
 
@@ -535,7 +538,9 @@ def test_a_tool_result_is_never_template_text_in_any_family(template, tmp_path):
     (Llama 3.x, Command R7B, gpt-oss): the result is a protected piece, never trusted markup. So is
     each string in an earlier call's arguments (the model sampled it as text), whether the template
     prints the arguments as an object or as JSON text (DeepSeek R1, Functionary)."""
-    from llmchat.chat_template import facts_from_metadata, render_prompt, resolve_template
+    from llmchat.prompt.model_facts import facts_from_metadata
+    from llmchat.prompt.render import render_prompt
+    from llmchat.prompt.resolution import resolve_template
     from llmchat.tools.families import detect_family
     from llmchat.tools.prompt import (
         assistant_tool_calls,
@@ -599,8 +604,8 @@ def test_slash_tools_lists_them_and_slash_tool_switches_them(tmp_path):
 
     from llmchat.tools.choice import ToolChoice
     from llmchat.tools.families import GENERIC
+    from llmchat.tools.offer import ToolIO, ToolOffer
     from llmchat.tools.prompt import Capabilities
-    from llmchat.turn.tool_loop import ToolIO, ToolOffer
     from llmchat.ui import slash
     from llmchat.ui.context import CommandContext
 
@@ -729,7 +734,7 @@ def test_call_markers_that_are_control_tokens_are_shown_as_text(smollm2_path):
     The offer lists the call grammar's fixed texts that are one control token each; the reply shows
     those as their text. In SmolLM2's vocabulary <|im_start|> is such a token, <tool_call> is not."""
     from llmchat.engine import Engine, EngineSettings
-    from llmchat.turn.tool_loop import control_markers
+    from llmchat.tools.offer import control_markers
 
     engine = Engine.load(smollm2_path, EngineSettings(n_ctx=256))
     try:

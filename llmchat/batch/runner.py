@@ -48,21 +48,24 @@ from llmchat.engine.interface import QueuedRequest, prompt_ids
 from llmchat.errors import LlmchatError, ServerError, UsageError
 from llmchat.options import RunOptions
 from llmchat.output import notice
+from llmchat.turn.plan import TurnScope
 from llmchat.turn.policy import reply_cap
 from llmchat.turn.record import error_record
 
 if TYPE_CHECKING:
     from llmchat.batch.tools import BatchTools
-    from llmchat.commands.tool_options import ToolRequest
+    from llmchat.config import Config
     from llmchat.engine.core import Engine
     from llmchat.engine.parallel import ParallelDecoder
     from llmchat.engine.remote.llama_server import LlamaServerEngine
     from llmchat.engine.remote.openai_compat import OpenAICompatEngine
     from llmchat.engine.remote.streams import ConcurrentStreams
+    from llmchat.tools.options import ToolRequest
 
     Decoder = SerialDecoder | ParallelDecoder | ConcurrentStreams
     from llmchat.sampling import SamplingParams
-    from llmchat.session import ChatSession, PreparedTurn
+    from llmchat.session import ChatSession
+    from llmchat.turn.plan import PreparedTurn
 
 
 PROGRESS_MODES = ("auto", "bar", "lines", "json", "off")
@@ -102,24 +105,25 @@ class BatchRunner:
             sampling = replace(sampling, stop=item.stop)
         return sampling
 
-    def conversation_for(self, item: BatchItem) -> Conversation:
+    def scope_for(self, item: BatchItem) -> TurnScope:
+        """The item as a turn of its own conversation, with its sampling, schema and tools: the
+        session's own stay as they are. A batch never trims an item's messages."""
         system = item.system if item.has_system else self.system
-        return Conversation(system=system, messages=[dict(m) for m in item.history])
-
-    def prepare(self, item: BatchItem) -> PreparedTurn:
-        """The item as a turn of its own conversation: `ChatSession.prepare`, as for ask and chat.
-        Raises LlmchatError when it cannot fit (a batch never trims an item's messages), or when the
-        engine cannot take the item's own schema."""
-        assert item.user is not None
-        if item.structured is not None:
-            self.engine.check_grammar(item.structured.grammar)
-        return self.session.prepare(
-            item.user,
-            conversation=self.conversation_for(item),
+        return TurnScope(
+            conversation=Conversation(system=system, messages=[dict(m) for m in item.history]),
             sampling=self.sampling_for(item),
             overflow="error",
             structured=item.structured,
+            tools=self.tools.offer_for(item) if self.tools is not None and self.tools.for_item(item) else None,
         )
+
+    def prepare(self, item: BatchItem) -> PreparedTurn:
+        """The item as a turn of its own (`ChatSession.prepare`, as for ask and chat). Raises
+        LlmchatError when it cannot fit, or when the engine cannot take the item's own schema."""
+        assert item.user is not None
+        if item.structured is not None:
+            self.engine.check_grammar(item.structured.grammar)
+        return self.session.prepare(item.user, self.scope_for(item))
 
     @property
     def servers(self) -> int:
@@ -198,23 +202,16 @@ class BatchRunner:
         return phases
 
     def _tool_item(self, item: BatchItem, writer: InOrder, progress: Progress) -> None:
-        """An item with tools: a turn of its own conversation through the tool loop
-        (llmchat.turn.tool_loop), as `ask` runs it; the session is given back as it was."""
-        assert self.tools is not None and item.user is not None
-        session = self.session
-        saved = session.conversation, session.sampling, session.tools
-        session.conversation = self.conversation_for(item)
-        session.sampling = self.sampling_for(item)
-        session.tools = self.tools.offer_for(item)
+        """An item with tools: a turn of its own, through the tool loop (llmchat.turn.tool_loop), as
+        `ask` runs it: `ChatSession.turn` in the item's scope, which leaves the session as it was."""
+        assert item.user is not None
         try:
-            result = session.turn(item.user, record=False)
+            result = self.session.turn(item.user, record=False, scope=self.scope_for(item))
         except ServerError:
             raise
         except LlmchatError as err:  # it cannot fit, the engine refused it: this item fails
             self._fail(item, str(err), writer, progress)
             return
-        finally:
-            session.conversation, session.sampling, session.tools = saved
         if result.interrupted:  # Ctrl-C ends the reply (as in ask): the batch stops, this item is not written
             raise KeyboardInterrupt
         writer.put(item.index, result.to_record(item.id))
@@ -355,6 +352,7 @@ def run_batch(
     progress: str,
     fsync: bool,
     opts: RunOptions,
+    config: Config,
     tools: ToolRequest | None = None,
 ) -> tuple[int, int]:
     """The whole command; returns (items failed, items run). `parallel`: None when not given (1, or
@@ -363,7 +361,7 @@ def run_batch(
     check_arguments(input_path, output, parallel=parallel, resume=resume, progress=progress, opts=opts)
     from llmchat.structured import from_options
 
-    structured = from_options(opts)  # a bad --schema is a usage error before the model loads
+    structured = from_options(opts, config)  # a bad --schema is a usage error before the model loads
     items = parse_input(read_input(input_path))
     attach_files(items, Path.cwd() if input_path == "-" else Path(input_path).expanduser().resolve().parent)
     output = output.expanduser() if output is not None else None
@@ -392,13 +390,17 @@ def run_batch(
     from llmchat.loading import start_session
 
     # Every tool name and choice, and the approval, before the load (MCP servers start here).
-    batch_tools = plan_tools(tools, items, structured) if tools is not None else None
+    batch_tools = plan_tools(tools, items, structured, config) if tools is not None else None
     sink = None
     try:
         # Before the output is opened: a model that fails to load clobbers nothing. A batch is not a
         # conversation, so nothing goes to the history store.
         session = start_session(
-            replace(opts, parallel=parallel, every_server=True), overflow="error", with_history=False, disk_cache=True
+            replace(opts, parallel=parallel, every_server=True),
+            config=config,
+            overflow="error",
+            with_history=False,
+            disk_cache=True,
         )
         try:
             session.hold_to(structured)

@@ -28,11 +28,12 @@ from llmchat.tools.registry import MCP_PREFIX, ToolSet, configured_servers, gath
 
 if TYPE_CHECKING:
     from llmchat.batch.items import BatchItem
-    from llmchat.commands.tool_options import ToolRequest
+    from llmchat.config import Config
     from llmchat.session import ChatSession
     from llmchat.structured import StructuredOutput
+    from llmchat.tools.offer import ToolOffer
+    from llmchat.tools.options import ToolRequest
     from llmchat.tools.spec import ToolSpec
-    from llmchat.turn.tool_loop import ToolOffer
 
 
 def item_label(item: BatchItem) -> str:
@@ -69,7 +70,7 @@ class BatchTools:
     def make_offers(self, session: ChatSession) -> None:
         """Build (and check) every distinct offer once the model is loaded, before any item runs:
         a template or server that cannot take tools is a usage error with nothing written."""
-        from llmchat.turn.tool_loop import ToolIO, make_offer
+        from llmchat.tools.offer import ToolIO, make_offer
 
         specs = self.specs
         said: set[str] = set()
@@ -92,7 +93,7 @@ class BatchTools:
 
     def offer_for(self, item: BatchItem) -> ToolOffer:
         """The item's offer, its calls and notices on stderr naming the item."""
-        from llmchat.turn.tool_loop import ToolIO
+        from llmchat.tools.offer import ToolIO
 
         offer = self._offers[self.by_item[item.index]]
         label = item_label(item)
@@ -108,7 +109,7 @@ class BatchTools:
 
 
 def plan_tools(
-    request: ToolRequest, items: Sequence[BatchItem], structured: StructuredOutput | None
+    request: ToolRequest, items: Sequence[BatchItem], structured: StructuredOutput | None, config: Config
 ) -> BatchTools | None:
     """Resolve and check the tools of these items (the ones about to run), starting the MCP servers
     they need. None when no item offers tools. UsageError (exit 2) naming the item for a bad name
@@ -121,9 +122,6 @@ def plan_tools(
         )
     if not request.wanted and not any(item.tools or item.tool_choice for item in runnable):
         return None
-    from llmchat.config import load_config
-
-    config = load_config()
     plan = BatchTools(request)
     try:
         plan.toolsets.append(gather_tools(config, request.tools, request.functions, request.mcp))

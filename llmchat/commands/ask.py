@@ -1,10 +1,10 @@
 """`llmchat ask`: one prompt (argument and/or piped stdin), one streamed reply on stdout."""
 
-import sys
 from typing import Annotated, Optional
 
 import typer
 
+from llmchat.commands.model_options import model_command
 from llmchat.commands.tool_options import (
     ApproveToolsOption,
     ChainLimitOption,
@@ -14,16 +14,19 @@ from llmchat.commands.tool_options import (
     ToolOption,
 )
 from llmchat.defaults import DEFAULT_CHAIN_LIMIT
+from llmchat.env import Environment
 from llmchat.errors import LlmchatError, UsageError
-from llmchat.options import RunOptions, model_command
+from llmchat.options import RunOptions
 
 
-def read_prompt(argument: Optional[str], *, from_stdin: bool = True, may_be_empty: bool = False) -> str:
+def read_prompt(
+    argument: Optional[str], env: Environment, *, from_stdin: bool = True, may_be_empty: bool = False
+) -> str:
     """The prompt from piped stdin, the argument, or both (stdin first: `cat notes | llmchat ask "summarise"`).
     `from_stdin=False`: stdin is a file (`-f -`), not the prompt; `may_be_empty`: files carry the message."""
     parts = []
-    if from_stdin and not sys.stdin.isatty():
-        raw = sys.stdin.buffer.read()
+    if from_stdin and not env.stdin_isatty:
+        raw = env.stdin.buffer.read()
         try:
             piped = raw.decode("utf-8")
         except UnicodeDecodeError as err:
@@ -83,25 +86,26 @@ def ask(
     approve_tools: ApproveToolsOption = False,
     *,
     opts: RunOptions,
+    env: Environment,
 ) -> None:
     """One prompt, one streamed reply on stdout."""
     from llmchat.attachments import STDIN, check_room, collect
-    from llmchat.commands import tool_options
     from llmchat.commands.turns import check_overflow, continue_conversation, run_turn
     from llmchat.loading import start_session
-    from llmchat.output import StreamPrinter, is_tty, write_json
+    from llmchat.output import StreamPrinter, write_json
     from llmchat.structured import from_options
+    from llmchat.tools import options as tool_options
     from llmchat.turn.policy import INVALID_REPLY_EXIT
 
     check_overflow(overflow)
     # Files first: a binary or non-UTF-8 file is refused before the model loads.
     attachments = tuple(collect(files or ()))
-    text = read_prompt(prompt, from_stdin=STDIN not in (files or ()), may_be_empty=bool(attachments))
-    structured = from_options(opts)  # a bad schema is a usage error before the model loads
+    text = read_prompt(prompt, env, from_stdin=STDIN not in (files or ()), may_be_empty=bool(attachments))
+    structured = from_options(opts, env.config)  # a bad schema is a usage error before the model loads
     tools = tool_options.tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools)
-    toolset = tool_options.gather(tools)  # a bad --functions file, an unknown -T: exit 2 before the load
+    toolset = tool_options.gather(tools, env.config)  # a bad --functions file, an unknown -T: exit 2 before the load
     with tool_options.closed_on_failure(toolset):  # MCP servers stop if the model cannot load
-        session = start_session(opts, overflow=overflow, with_history=not no_history)
+        session = start_session(opts, config=env.config, overflow=overflow, with_history=not no_history)
     try:
         session.hold_to(structured)
         if toolset is not None:
@@ -109,9 +113,11 @@ def ask(
         if continue_last or cid:
             continue_conversation(session, cid or "last")
         check_room(session, attachments, text)  # a file too big for the room left: exit 2, nothing sent
-        on_terminal = is_tty(sys.stderr)
+        on_terminal = env.stderr_isatty
         show_stats = on_terminal if stats is None else stats
         printer = StreamPrinter(
+            env.stdout,
+            env.stderr,
             show_live=show_stats and on_terminal and not json_output,
             show_summary=show_stats and not json_output,
             echo_text=not json_output,
@@ -119,7 +125,7 @@ def ask(
         )
         result = run_turn(session, text, printer, attachments)
         if json_output:
-            write_json(result.to_record())
+            write_json(result.to_record(), env.stdout)
         if result.interrupted:
             raise KeyboardInterrupt
         if result.error is not None:  # the policy every mode follows (llmchat.turn.policy)

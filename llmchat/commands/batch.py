@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from llmchat.commands.model_options import model_command
 from llmchat.commands.tool_options import (
     ApproveToolsOption,
     ChainLimitOption,
@@ -18,7 +19,8 @@ from llmchat.commands.tool_options import (
     ToolOption,
 )
 from llmchat.defaults import DEFAULT_CHAIN_LIMIT
-from llmchat.options import RunOptions, model_command
+from llmchat.env import Environment
+from llmchat.options import RunOptions
 
 
 @model_command()
@@ -58,6 +60,7 @@ def batch(
     approve_tools: ApproveToolsOption = False,
     *,
     opts: RunOptions,
+    env: Environment,
 ) -> None:
     """Answer every item of INPUT with one loaded model; one JSON line per item, in input order.
 
@@ -77,11 +80,9 @@ def batch(
     `tool_choice` replace them. Nobody is at a terminal to approve a call, so tools run only with
     --approve-tools (or a tool's approve = "always"); without it the batch stops before the load.
     """
-    import sys
-
     from llmchat.batch.runner import run_batch
-    from llmchat.commands.tool_options import tool_request
     from llmchat.errors import ExitCode, LlmchatError
+    from llmchat.tools.options import tool_request
 
     tools = tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools, offered_elsewhere=True)
     try:
@@ -93,13 +94,14 @@ def batch(
             progress=progress,
             fsync=fsync,
             opts=opts,
+            config=env.config,
             tools=tools,
         )
     except KeyboardInterrupt:
         # Raised as SystemExit: Typer (standalone_mode=False) turns KeyboardInterrupt into a *returned*
         # exit code, which `cli.main` does not pass on. The records written so far are complete lines.
-        fresh_line = "\n" if sys.stderr.isatty() else ""  # after the echoed ^C on a terminal
-        sys.stderr.write(f"{fresh_line}llmchat: interrupted (rerun with --resume -o OUTPUT to finish)\n")
+        fresh_line = "\n" if env.stderr_isatty else ""  # after the echoed ^C on a terminal
+        env.stderr.write(f"{fresh_line}llmchat: interrupted (rerun with --resume -o OUTPUT to finish)\n")
         raise SystemExit(int(ExitCode.INTERRUPTED)) from None
     if failed:
         # An error (not typer.Exit, whose code is returned, not raised, under standalone_mode=False): exit 1.

@@ -1,10 +1,10 @@
 """`llmchat chat`: interactive on a terminal; with piped stdin, one message per line, one reply per turn."""
 
-import sys
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from llmchat.commands.model_options import model_command
 from llmchat.commands.tool_options import (
     ApproveToolsOption,
     ChainLimitOption,
@@ -14,13 +14,14 @@ from llmchat.commands.tool_options import (
     ToolOption,
 )
 from llmchat.defaults import DEFAULT_CHAIN_LIMIT
+from llmchat.env import Environment
 from llmchat.errors import UsageError
-from llmchat.options import RunOptions, model_command
+from llmchat.options import RunOptions
 
 if TYPE_CHECKING:
     from llmchat.session import ChatSession
-
     from llmchat.store.attachment_records import Attachment
+
 
 @model_command()
 def chat(
@@ -57,45 +58,45 @@ def chat(
     approve_tools: ApproveToolsOption = False,
     *,
     opts: RunOptions = RunOptions(),
+    env: Environment,
 ) -> None:
     """Chat: interactive on a terminal; with piped stdin, one message per line and one reply per turn."""
     from llmchat.attachments import STDIN, check_room, collect
-    from llmchat.commands import tool_options
     from llmchat.commands.turns import check_overflow, continue_conversation
     from llmchat.loading import start_session
     from llmchat.structured import from_options
+    from llmchat.tools import options as tool_options
 
     check_overflow(overflow)
     if STDIN in (files or ()):
         raise UsageError("chat reads its messages from stdin; -f - is for ask (attach a file by its path)")
     attachments = tuple(collect(files or ()))  # a binary or non-UTF-8 file: exit 2 before the model loads
-    structured = from_options(opts)  # a bad --schema is a usage error before the model loads
+    structured = from_options(opts, env.config)  # a bad --schema is a usage error before the model loads
     tools = tool_options.tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools)
-    toolset = tool_options.gather(tools)  # a bad --functions file, an unknown -T: exit 2 before the load
+    toolset = tool_options.gather(tools, env.config)  # a bad --functions file, an unknown -T: exit 2 before the load
     with tool_options.closed_on_failure(toolset):  # MCP servers stop if the model cannot load
-        session = start_session(opts, overflow=overflow, with_history=not no_history)
+        session = start_session(opts, config=env.config, overflow=overflow, with_history=not no_history)
     try:
         session.hold_to(structured)
         if toolset is not None:
-            tool_options.offer(session, toolset, tools, dim=sys.stdin.isatty() and not json_output)
+            tool_options.offer(session, toolset, tools, dim=env.stdin_isatty and not json_output)
         if resume:
             continue_conversation(session, resume)
         check_room(session, attachments)  # a file too big for the room left: exit 2, nothing sent
-        interactive = sys.stdin.isatty() and not json_output
+        interactive = env.stdin_isatty and not json_output
         if interactive:
             from llmchat.ui.chat import run_interactive
 
-            config = session.config
             run_interactive(
                 session,
-                show_stats=(config.stats if config else True) if stats is None else stats,
-                markdown=(config.markdown if config else False) if markdown is None else markdown,
+                show_stats=env.config.stats if stats is None else stats,
+                markdown=env.config.markdown if markdown is None else markdown,
                 verbose=opts.verbose,
                 attachments=attachments,
             )
         else:
             exit_code = run_scripted_chat(
-                session, json_output=json_output, show_stats=bool(stats), attachments=attachments
+                session, env, json_output=json_output, show_stats=bool(stats), attachments=attachments
             )
             if exit_code:
                 raise typer.Exit(exit_code)
@@ -106,7 +107,12 @@ def chat(
 
 
 def run_scripted_chat(
-    session: "ChatSession", *, json_output: bool, show_stats: bool, attachments: "tuple[Attachment, ...]" = ()
+    session: "ChatSession",
+    env: Environment,
+    *,
+    json_output: bool,
+    show_stats: bool,
+    attachments: "tuple[Attachment, ...]" = (),
 ) -> int:
     """One user message per stdin line; each reply on stdout (or one JSON record per turn, with
     the turn number as its id). `attachments` (-f) go with the first message."""
@@ -120,13 +126,18 @@ def run_scripted_chat(
     turn_number = 0
     # Bytes, decoded line by line: one undecodable line is reported like any bad message, and
     # never reaches the tokenizer as surrogates (text-mode stdin would pass them through).
-    for raw in sys.stdin.buffer:
+    for raw in env.stdin.buffer:
         message, bad_input = _decode_line(raw.rstrip(b"\r\n"))
         if not bad_input and not message.strip():
             continue
         turn_number += 1
         printer = StreamPrinter(
-            show_live=False, show_summary=show_stats, echo_text=not json_output, mark_interrupted=False
+            env.stdout,
+            env.stderr,
+            show_live=False,
+            show_summary=show_stats,
+            echo_text=not json_output,
+            mark_interrupted=False,
         )
         try:
             if bad_input:
@@ -135,18 +146,19 @@ def run_scripted_chat(
             attachments = ()
         except (ContextOverflowError, UsageError) as err:
             # The session goes on: this message is reported and skipped, nothing else is lost.
-            notice(f"llmchat: error: turn {turn_number}: {err}")
+            notice(f"llmchat: error: turn {turn_number}: {err}", env.stderr)
             exit_code = exit_code or int(err.exit_code)
             if json_output:
                 write_json(
-                    error_record(turn_number, str(err), model=session.model_label, template=session.template.name)
+                    error_record(turn_number, str(err), model=session.model_label, template=session.template.name),
+                    env.stdout,
                 )
             continue
         if json_output:
-            write_json(result.to_record(turn_number))  # its `error` says why a structured reply is invalid
+            write_json(result.to_record(turn_number), env.stdout)  # its `error` says why a structured reply is invalid
         if result.error is not None:
             # The same policy as every mode (llmchat.turn.policy): said here, exit 5 at the end.
-            notice(invalid_reply_line(result.error, turn_number))
+            notice(invalid_reply_line(result.error, turn_number), env.stderr)
             exit_code = exit_code or int(INVALID_REPLY_EXIT)
         if result.interrupted:
             raise KeyboardInterrupt

@@ -14,5 +14,5 @@ One module per job:
 - tools_file.py: `--tools FILE` for `template render|show`.
 
 Nothing here imports llama_cpp; the tool loop that uses these pieces is one more use of the decode
-driver (llmchat.turn.tool_loop), and `ask`/`chat` offer the tools (llmchat.commands.tool_options).
+driver (llmchat.turn.tool_loop), and `ask`/`chat` offer the tools (llmchat.tools.options).
 """

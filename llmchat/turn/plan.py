@@ -1,23 +1,40 @@
 """What a prepared turn is: conversation and sampling in, a turn ready to decode out (the session's
-`prepare` builds it), and the model facts a plan is rendered with."""
+`prepare` builds it), what one turn runs in when it is not the session's own (`TurnScope`), and
+the model facts a plan is rendered with."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from llmchat.chat_template import facts_from_metadata
+from llmchat.engine.interface import GenerateRequest
 from llmchat.errors import ContextOverflowError
+from llmchat.prompt.model_facts import facts_from_metadata
+from llmchat.turn.policy import reply_cap
 
 if TYPE_CHECKING:
-    from llmchat.chat_template import ModelFacts
     from llmchat.conversation import Budget, Conversation, FitResult
     from llmchat.engine.grammar import Grammar
     from llmchat.engine.interface import ChatEngine, Prompt
     from llmchat.engine.kv_store import Restored
-    from llmchat.reasoning import ThinkingTracker
+    from llmchat.prompt.model_facts import ModelFacts
+    from llmchat.reasoning import ReasoningFormat, ThinkingTracker
     from llmchat.sampling import SamplingParams
     from llmchat.structured import StructuredOutput
+    from llmchat.tools.offer import ToolOffer
+
+
+@dataclass(frozen=True)
+class TurnScope:
+    """What one turn runs in, where it is not the session's own: a batch item's conversation,
+    sampling, overflow rule, schema and tools. Each None is the session's. The session itself is
+    not changed by a scoped turn (a batch item is no part of its conversation)."""
+
+    conversation: Conversation | None = None
+    sampling: SamplingParams | None = None
+    overflow: str | None = None
+    structured: StructuredOutput | None = None
+    tools: ToolOffer | None = None
 
 
 @dataclass
@@ -35,7 +52,7 @@ class PreparedTurn:
     structured: StructuredOutput | None = None  # what the reply is held to (--schema, a batch item's own)
     restored: Restored | None = None  # what the KV cache on disk gave this turn
     # A reasoning model's thinking as it streams, with its budget: the request's steering
-    # (`ChatSession.request_for`), fed by whoever reads the reply's text.
+    # (`request_of`), fed by whoever reads the reply's text.
     tracker: ThinkingTracker | None = None
     markup: dict[int, bytes] | None = None  # the format's control-token markers, shown as text
     # A tool round (llmchat.turn.tool_loop): the call grammar, and the trigger text that switches it
@@ -44,6 +61,8 @@ class PreparedTurn:
     tool_trigger: str | None = None
     # A tool round on a server that takes tools natively: its `tool_choice` (llmchat.tools.native).
     tool_choice: str | dict[str, Any] | None = None
+    # The rendered prompt's text: a tool turn's later rounds keep the first round's tokens for it.
+    rendered_text: str = ""
 
     @property
     def prompt(self) -> Prompt:
@@ -85,3 +104,42 @@ def check_message_size(engine: ChatEngine, user_text: str, budget: Budget) -> No
             prompt_tokens=at_least,
             limit=budget.prompt_limit,
         )
+
+
+def grammar_of(
+    prepared: PreparedTurn, engine: ChatEngine, fmt: ReasoningFormat | None
+) -> tuple[Grammar | None, str | None]:
+    """The grammar a turn decodes under, and the text after which it applies: when the prompt
+    leaves a thinking block open, the model thinks freely and is held to the grammar once it
+    has closed the block (a grammar from the first token would make the close unreachable)."""
+    if prepared.tool_grammar is not None:
+        # A tool round (llmchat.turn.tool_loop): forced from the first answer token, or lazy,
+        # from the family's trigger on (the request feeds the trigger through the grammar).
+        if prepared.tool_trigger is not None:
+            return prepared.tool_grammar, prepared.tool_trigger
+        after = fmt.close_tag if fmt is not None and fmt.kind == "tags" and prepared.starts_thinking else None
+        return prepared.tool_grammar, after
+    if prepared.structured is None:
+        return None, None
+    if not engine.caps.grammar:
+        engine.check_grammar(prepared.structured.grammar)  # says why, as a UsageError
+    after = fmt.close_tag if fmt is not None and fmt.kind == "tags" and prepared.starts_thinking else None
+    return prepared.structured.grammar, after
+
+
+def request_of(prepared: PreparedTurn, engine: ChatEngine, fmt: ReasoningFormat | None) -> GenerateRequest:
+    """What the engine decodes for a prepared turn (`fmt`: the model's reasoning format): the same
+    request in every mode."""
+    grammar, grammar_after = grammar_of(prepared, engine, fmt)
+    return GenerateRequest(
+        prepared.prompt,
+        prepared.sampling,
+        max_tokens=reply_cap(prepared.sampling),
+        stop_strings=prepared.stop_strings,
+        steering=prepared.tracker,
+        markup=prepared.markup,
+        grammar=grammar,
+        grammar_after=grammar_after,
+        grammar_from_trigger=prepared.tool_trigger is not None and prepared.tool_grammar is not None,
+        tool_choice=prepared.tool_choice,
+    )

@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from llmchat.chat_template import RenderedPrompt
     from llmchat.engine.interface import ChatEngine, Prompt
     from llmchat.engine.prompt_pieces import PromptPiece
-    from llmchat.turn.tool_loop import ToolOffer
+    from llmchat.prompt.render import RenderedPrompt
+    from llmchat.tools.offer import ToolOffer
 
 Piece3 = tuple[str, bool, "str | None"]  # a rendered piece: text, trusted, the role of its message
 

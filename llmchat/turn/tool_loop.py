@@ -1,7 +1,9 @@
 """The tool loop: one turn in rounds of the same decode (generate, call, feed back, generate).
 
-A round is `ChatSession.prepare` + `ChatSession.decode`, as for any turn; what differs is only what
-surrounds it:
+A round is the session's `prepare` + `decode` (a `RoundRunner`), as for any turn, and the session
+keeps the turn's result as it keeps any other: the rounds are a strategy inside the turn, holding
+their own state (the calls so far, the first round's prompt), never the session's. What differs
+from a plain turn is only what surrounds the decode (the offer itself: llmchat.tools.offer):
 - the prompt carries the tools and, after the user's message, the calls so far and their results
   (llmchat.tools.prompt), rendered through the model's own template and its trust boundary: a
   tool's output is message content, tokenized as text, never as control tokens;
@@ -29,161 +31,48 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 from llmchat import interrupts
-from llmchat.defaults import DEFAULT_CHAIN_LIMIT
-from llmchat.errors import UsageError
 from llmchat.tools import native
-from llmchat.tools.approval import ApprovalPolicy, format_call
-from llmchat.tools.choice import ChainGuard, ToolChoice, parse_tool_choice, plan_round
-from llmchat.tools.families import GENERIC, call_in_reasoning, detect_family
-from llmchat.tools.prompt import Capabilities, assistant_tool_calls, capabilities, template_variables, tool_result
+from llmchat.tools.approval import format_call
+from llmchat.tools.choice import ChainGuard, plan_round
+from llmchat.tools.families import GENERIC, call_in_reasoning
+from llmchat.tools.prompt import assistant_tool_calls, tool_result
 from llmchat.tools.spec import CallRecord
 
 if TYPE_CHECKING:
-    from llmchat.store.attachment_records import Attachment
-    from llmchat.engine.grammar import Grammar
-    from llmchat.engine.interface import ChatEngine
-    from llmchat.session import ChatSession
-    from llmchat.tools.approval import Answer
     from llmchat.tools.call_parsers import ParsedReply
-    from llmchat.tools.families import Family
-    from llmchat.tools.spec import ToolSpec
+    from llmchat.tools.offer import ToolOffer
     from llmchat.turn.observer import TurnObserver
+    from llmchat.turn.plan import PreparedTurn, TurnScope
     from llmchat.turn.record import TurnResult
 
 
 INTERRUPTED_CALL = "Cancelled: interrupted by the user"
 
-
-@dataclass
-class ToolIO:
-    """Where the loop talks to the person: a call before it runs, notices (stderr), and the
-    approval question (None: no terminal, nobody to ask)."""
-
-    show_call: Callable[[str], None]
-    notice: Callable[[str], None]
-    ask: Callable[[str, Any], Answer] | None = None
+KeptPrefix = tuple[str, list[int]]  # a prompt's text and its token ids, as they are in the KV cache
 
 
-@dataclass
-class ToolOffer:
-    """The tools a session offers, in the model's own call format, and who approves their calls."""
+class RoundRunner(Protocol):
+    """What the rounds run on (a chat session): each round is prepared and decoded as any turn is.
+    `after_user`: the calls so far and their results; `kept_prefix`: the first round's prompt,
+    whose tokens later rounds keep as they are."""
 
-    specs: dict[str, ToolSpec]
-    family: Family
-    caps: Capabilities
-    choice: ToolChoice
-    policy: ApprovalPolicy
-    io: ToolIO
-    chain_limit: int = DEFAULT_CHAIN_LIMIT
-    enabled: bool = True  # /tool on|off
-    # The call format's markers that are control tokens in this vocabulary ([TOOL_CALLS],
-    # <|python_tag|>): they print as nothing, so the reply shows them as their text for the parser.
-    markup: dict[int, bytes] = field(default_factory=dict)
-    said: set[str] = field(default_factory=set)  # notices given once per session
-    _grammars: dict[tuple[tuple[str, ...], bool, bool], Grammar] = field(default_factory=dict, repr=False)
+    def prepare(
+        self,
+        user_text: str,
+        scope: TurnScope | None = None,
+        *,
+        after_user: Sequence[dict[str, Any]] = (),
+        kept_prefix: KeptPrefix | None = None,
+    ) -> PreparedTurn: ...
 
-    @property
-    def active(self) -> bool:
-        return self.enabled and self.choice.mode != "none" and bool(self.specs)
-
-    @property
-    def native(self) -> bool:
-        """The server takes the tools in its own `tools` parameter (llmchat.tools.native)."""
-        return self.family is native.NATIVE
-
-    def notice_once(self, line: str) -> None:
-        if line not in self.said:
-            self.said.add(line)
-            self.io.notice(line)
-
-    def listed(self) -> list[ToolSpec]:
-        return list(self.specs.values())
-
-    def shape(self, messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """The messages as this family's template takes them, and the template variables (`tools`)."""
-        from llmchat.tools.prompt import messages_for_template
-
-        specs = self.listed()
-        return messages_for_template(messages, self.family, specs, self.caps), template_variables(self.family, specs)
-
-    def grammar(self, names: Sequence[str], forced: bool, lazy: bool = False) -> Grammar:
-        """The call grammar for these tools: forced (from the first token), or lazy (it starts at
-        the family's first trigger)."""
-        from llmchat.tools.grammar import call_grammar
-
-        key = (tuple(names), forced, lazy)
-        if key not in self._grammars:
-            specs = [self.specs[n] for n in names]
-            self._grammars[key] = call_grammar(self.family, specs, forced=forced, lazy=lazy).grammar
-        return self._grammars[key]
-
-
-def make_offer(
-    session: ChatSession,
-    specs: Sequence[ToolSpec],
-    io: ToolIO,
-    *,
-    tool_choice: str = "auto",
-    chain_limit: int = DEFAULT_CHAIN_LIMIT,
-    approve_all: bool = False,
-    interactive: bool = False,
-) -> ToolOffer:
-    """The session's tool offer; every grammar is built and checked here, so a schema the gate
-    cannot enforce is a usage error before anything is generated. A server that renders its own
-    template gets the tools natively, and no grammar (llmchat.tools.native)."""
-    engine = session.engine
-    if session.structured is not None:
-        raise UsageError("tools and --schema/--format/--grammar cannot be combined; drop one of them")
-    ChainGuard(chain_limit)  # --chain-limit 0: a usage error
-    by_name = {spec.name: spec for spec in specs}
-    choice = parse_tool_choice(tool_choice, list(by_name))
-    if engine.caps.renders_template:
-        family, caps = native.NATIVE, native.CAPABILITIES
-    else:
-        family = detect_family(session.template.text)
-        caps = capabilities(session.template.text, family)
-    offer = ToolOffer(
-        by_name,
-        family,
-        caps,
-        choice,
-        ApprovalPolicy(interactive=interactive, approve_all=approve_all),
-        io,
-        chain_limit,
-    )
-    if offer.active and not offer.native:
-        names = list(by_name)
-        engine.check_grammar(offer.grammar(names, False, lazy=family is not GENERIC))
-        if choice.mode in ("required", "named"):
-            forced = plan_round(choice, 0, names).grammar_tools
-            engine.check_grammar(offer.grammar(forced, True))
-        if family is GENERIC:
-            from llmchat.prompt.format_analysis import analyze
-            from llmchat.tools import generic
-
-            template = session.template
-            io.notice(generic.notice(f"{template.name} ({template.source_detail})", analyze(template.text).missing))
-        offer.markup = control_markers(engine, [g.text for g in offer._grammars.values()])
-    return offer
-
-
-def control_markers(engine: ChatEngine, grammar_texts: Sequence[str]) -> dict[int, bytes]:
-    """The fixed texts of the call grammars that are one control token each, by token id."""
-    from llmchat.tools.grammar import grammar_literals
-
-    markup: dict[int, bytes] = {}
-    for text in sorted(set().union(*(grammar_literals(g) for g in grammar_texts))):
-        if not text.strip():
-            continue
-        ids = engine.tokenize(text, special=True)
-        if len(ids) == 1 and engine.is_control(ids[0]):
-            markup[ids[0]] = text.encode("utf-8")
-    return markup
+    def decode(
+        self, prepared: PreparedTurn, observer: TurnObserver, *, restore: bool = True
+    ) -> tuple[TurnResult, BaseException | None]: ...
 
 
 class _RoundText:
@@ -254,19 +143,13 @@ class _Round:
     parsed: ParsedReply
 
 
-def tool_turn(
-    session: ChatSession,
-    user_text: str,
-    observer: TurnObserver,
-    *,
-    record: bool = True,
-    on_commit: Callable[[TurnResult], object] | None = None,
-    attachments: tuple[Attachment, ...] = (),
-) -> TurnResult:
-    """One turn with tools: rounds until a reply calls nothing (or the chain limit). The result is
-    the final round's, with every call (`tool_calls`) and the messages that carry them."""
-    offer = session.tools
-    assert offer is not None
+def tool_rounds(
+    runner: RoundRunner, offer: ToolOffer, user_text: str, observer: TurnObserver, scope: TurnScope | None = None
+) -> tuple[PreparedTurn, TurnResult, BaseException | None]:
+    """One turn with tools: rounds until a reply calls nothing (or the chain limit). Returns the
+    last round's prepared turn, the turn's result (the final round's, with every call in
+    `tool_calls` and the messages that carry them) and the exception that cut it, if one did:
+    the session keeps the result as it keeps any turn's."""
     names = list(offer.specs)
     guard = ChainGuard(offer.chain_limit)
     schemas = {name: spec.parameters for name, spec in offer.specs.items()}
@@ -277,101 +160,97 @@ def tool_turn(
     rounds: list[_Round] = []
     stopped: BaseException | None = None
     last_prepared = None
-    try:
-        while True:
-            final = guard.exhausted
-            if final:
-                line = guard.notice()
-                if line:
-                    offer.io.notice(line)
-            prepared = session.prepare(user_text, after_user=after_user)
-            last_prepared = prepared
-            plan = plan_round(offer.choice, len(rounds), names)
-            if offer.native:  # the server holds its reply to its own call format
-                prepared.tool_choice = native.round_choice(offer.choice, plan, final)
-            elif final:
-                if offer.family is GENERIC:  # the format's reply is JSON: held to an answer
-                    from llmchat.tools.grammar import answer_grammar
+    kept: KeptPrefix | None = None  # later rounds extend the first one's prompt: its tokens stay as they were
+    while True:
+        final = guard.exhausted
+        if final:
+            line = guard.notice()
+            if line:
+                offer.io.notice(line)
+        prepared = runner.prepare(user_text, scope, after_user=after_user, kept_prefix=kept)
+        last_prepared = prepared
+        plan = plan_round(offer.choice, len(rounds), names)
+        if offer.native:  # the server holds its reply to its own call format
+            prepared.tool_choice = native.round_choice(offer.choice, plan, final)
+        elif final:
+            if offer.family is GENERIC:  # the format's reply is JSON: held to an answer
+                from llmchat.tools.grammar import answer_grammar
 
-                    prepared.tool_grammar = answer_grammar()
-            elif plan.forced or offer.family is GENERIC:
-                prepared.tool_grammar = offer.grammar(plan.grammar_tools, plan.forced)
-            else:
-                prepared.tool_grammar = offer.grammar(plan.grammar_tools, False, lazy=True)
-                prepared.tool_trigger = offer.family.triggers[0]
-            if not rounds:  # later rounds extend this prompt: its tokens stay as they were
-                ids = prepared.prompt
-                session.kept_prefix = (session.last_rendered, list(ids)) if isinstance(ids, list) else None
-            if offer.markup:
-                prepared.markup = {**(prepared.markup or {}), **offer.markup}
-            held.start_round(_streamed_triggers(offer, plan.forced and not final))
-            result, stopped = session.decode(prepared, held, restore=not rounds)
-            held.round_ended()
-            # An interrupted reply is parsed too (its text before any call is the answer so far),
-            # but no call of it runs.
-            # gpt-oss writes its call in the channel header (`to=functions.NAME`), which the
-            # reasoning split leaves out of the answer: its parser reads the whole reply.
+                prepared.tool_grammar = answer_grammar()
+        elif plan.forced or offer.family is GENERIC:
+            prepared.tool_grammar = offer.grammar(plan.grammar_tools, plan.forced)
+        else:
+            prepared.tool_grammar = offer.grammar(plan.grammar_tools, False, lazy=True)
+            prepared.tool_trigger = offer.family.triggers[0]
+        if not rounds:
+            ids = prepared.prompt
+            kept = (prepared.rendered_text, list(ids)) if isinstance(ids, list) else None
+        if offer.markup:
+            prepared.markup = {**(prepared.markup or {}), **offer.markup}
+        held.start_round(_streamed_triggers(offer, plan.forced and not final))
+        result, stopped = runner.decode(prepared, held, restore=not rounds)
+        held.round_ended()
+        # An interrupted reply is parsed too (its text before any call is the answer so far),
+        # but no call of it runs.
+        # gpt-oss writes its call in the channel header (`to=functions.NAME`), which the
+        # reasoning split leaves out of the answer: its parser reads the whole reply.
+        parsed = offer.family.parse(result.reply, schemas)
+        if offer.family.id == "gpt_oss":  # harmony's calls are in the headers the answer leaves out
+            parsed = replace(offer.family.parse(result.raw_reply, schemas), content=parsed.content)
+        at = call_in_reasoning(offer.family, result.reasoning or "") if not parsed.calls else None
+        if at is not None and result.reasoning is not None:  # the call was written inside the open thinking block
+            result.reply = result.reasoning[at:] + result.reply
+            result.reasoning = result.reasoning[:at].strip()
             parsed = offer.family.parse(result.reply, schemas)
-            if offer.family.id == "gpt_oss":  # harmony's calls are in the headers the answer leaves out
-                parsed = replace(offer.family.parse(result.raw_reply, schemas), content=parsed.content)
-            at = call_in_reasoning(offer.family, result.reasoning or "") if not parsed.calls else None
-            if at is not None and result.reasoning is not None:  # the call was written inside the open thinking block
-                result.reply = result.reasoning[at:] + result.reply
-                result.reasoning = result.reasoning[:at].strip()
-                parsed = offer.family.parse(result.reply, schemas)
-            if offer.native:  # the calls came apart from the text
-                parsed = native.parsed_reply(result.reply, result.server_calls)
-                if plan.forced and not parsed.calls and result.finish_reason not in ("interrupted", "error"):
-                    offer.notice_once(native.missing_call_notice(result.finish_reason))
-            rounds.append(_Round(result, prepared.t_submit, parsed))
-            if stopped is not None or result.finish_reason in ("interrupted", "error") or final or not parsed.calls:
-                break
-            first_index = sum(1 for message in after_user if message["role"] == "tool")  # the calls' ids
-            call_pairs = [(call.name, call.arguments) for call in parsed.calls]
-            messages: list[dict[str, Any]] = [assistant_tool_calls(call_pairs, parsed.content, first_index)]
-            keys = [_call_key(call.name, call.arguments) for call in parsed.calls]
-            if all(key in made for key in keys):
-                # Not run twice: the earlier results go back again, and the next round answers.
-                guard.record_repeat(parsed.calls[0].name)
-                for number, (call, key) in enumerate(zip(parsed.calls, keys)):
-                    messages.append(tool_result(first_index + number, call.name, made[key]))
-                after_user.extend(messages)
-                continue
-            cut: BaseException | None = None  # Ctrl-C or SIGTERM while a call ran
-            for number, call in enumerate(parsed.calls):
-                if cut is None:
-                    try:
-                        offer.io.show_call(format_call(call.name, call.arguments))
-                        done = _run(offer, call.name, call.arguments)
-                    except (KeyboardInterrupt, SystemExit) as err:
-                        cut = err
-                if cut is not None:  # this call and any after it: each call keeps its result message
-                    done = CallRecord(call.name, call.arguments, False, 0.0, error=INTERRUPTED_CALL)
-                elif done.approved and done.error is not None:  # the model reads it too; the person sees it here
-                    offer.io.notice(f"tool call {call.name} failed: {done.error.splitlines()[0] if done.error else ''}")
-                calls.append(done)
-                made[keys[number]] = done.text_for_model
-                messages.append(tool_result(first_index + number, call.name, done.text_for_model))
+        if offer.native:  # the calls came apart from the text
+            parsed = native.parsed_reply(result.reply, result.server_calls)
+            if plan.forced and not parsed.calls and result.finish_reason not in ("interrupted", "error"):
+                offer.notice_once(native.missing_call_notice(result.finish_reason))
+        rounds.append(_Round(result, prepared.t_submit, parsed))
+        if stopped is not None or result.finish_reason in ("interrupted", "error") or final or not parsed.calls:
+            break
+        first_index = sum(1 for message in after_user if message["role"] == "tool")  # the calls' ids
+        call_pairs = [(call.name, call.arguments) for call in parsed.calls]
+        messages: list[dict[str, Any]] = [assistant_tool_calls(call_pairs, parsed.content, first_index)]
+        keys = [_call_key(call.name, call.arguments) for call in parsed.calls]
+        if all(key in made for key in keys):
+            # Not run twice: the earlier results go back again, and the next round answers.
+            guard.record_repeat(parsed.calls[0].name)
+            for number, (call, key) in enumerate(zip(parsed.calls, keys)):
+                messages.append(tool_result(first_index + number, call.name, made[key]))
             after_user.extend(messages)
-            if cut is not None:
-                # The turn ends here and is saved with the calls made so far, marked interrupted,
-                # as a reply cut by Ctrl-C is; a SIGTERM then ends the process.
-                result.finish_reason = "interrupted"
-                if isinstance(cut, KeyboardInterrupt):
-                    interrupts.consume()
-                else:
-                    stopped = cut
-                break
-            guard.record_round()
-
-    finally:
-        session.kept_prefix = None
+            continue
+        cut: BaseException | None = None  # Ctrl-C or SIGTERM while a call ran
+        for number, call in enumerate(parsed.calls):
+            if cut is None:
+                try:
+                    offer.io.show_call(format_call(call.name, call.arguments))
+                    done = _run(offer, call.name, call.arguments)
+                except (KeyboardInterrupt, SystemExit) as err:
+                    cut = err
+            if cut is not None:  # this call and any after it: each call keeps its result message
+                done = CallRecord(call.name, call.arguments, False, 0.0, error=INTERRUPTED_CALL)
+            elif done.approved and done.error is not None:  # the model reads it too; the person sees it here
+                offer.io.notice(f"tool call {call.name} failed: {done.error.splitlines()[0] if done.error else ''}")
+            calls.append(done)
+            made[keys[number]] = done.text_for_model
+            messages.append(tool_result(first_index + number, call.name, done.text_for_model))
+        after_user.extend(messages)
+        if cut is not None:
+            # The turn ends here and is saved with the calls made so far, marked interrupted,
+            # as a reply cut by Ctrl-C is; a SIGTERM then ends the process.
+            result.finish_reason = "interrupted"
+            if isinstance(cut, KeyboardInterrupt):
+                interrupts.consume()
+            else:
+                stopped = cut
+            break
+        guard.record_round()
     assert last_prepared is not None
     final_result = _combine(rounds, calls, after_user, user_text)
-    final_result.attachments = tuple(attachments)
     if final_result.reply and stopped is None and not held.streamed:
         observer.text(final_result.reply)
-    return session.conclude(last_prepared, final_result, stopped, observer, record=record, on_commit=on_commit)
+    return last_prepared, final_result, stopped
 
 
 def _streamed_triggers(offer: ToolOffer, forced: bool) -> tuple[str, ...] | None:

@@ -1,0 +1,171 @@
+"""The tools a session offers the model: the specs, the model's own call format (the family found
+in its template, or the server's native `tools`), the choice per round, and who approves a call.
+
+An offer is built once per session (or per distinct batch item offer) by `make_offer`, which builds
+and checks every call grammar up front: a schema the grammar gate cannot enforce is a usage error
+before anything is generated. The tool loop (llmchat.turn.tool_loop) runs the rounds with it, and
+the prompt (llmchat.turn.tokens) is shaped by it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from llmchat.defaults import DEFAULT_CHAIN_LIMIT
+from llmchat.errors import UsageError
+from llmchat.tools import native
+from llmchat.tools.approval import ApprovalPolicy
+from llmchat.tools.choice import ChainGuard, ToolChoice, parse_tool_choice, plan_round
+from llmchat.tools.families import GENERIC, detect_family
+from llmchat.tools.prompt import Capabilities, capabilities, template_variables
+
+if TYPE_CHECKING:
+    from llmchat.engine.grammar import Grammar
+    from llmchat.engine.interface import ChatEngine
+    from llmchat.prompt.render import ResolvedTemplate
+    from llmchat.tools.approval import Answer
+    from llmchat.tools.families import Family
+    from llmchat.tools.spec import ToolSpec
+
+
+class ToolHost(Protocol):
+    """What an offer is built for (a chat session): its engine, its template, and what every reply
+    is already held to (a StructuredOutput or None: tools and a schema cannot be combined)."""
+
+    @property
+    def engine(self) -> ChatEngine: ...
+
+    @property
+    def template(self) -> ResolvedTemplate: ...
+
+    @property
+    def structured(self) -> object | None: ...
+
+
+@dataclass
+class ToolIO:
+    """Where the loop talks to the person: a call before it runs, notices (stderr), and the
+    approval question (None: no terminal, nobody to ask)."""
+
+    show_call: Callable[[str], None]
+    notice: Callable[[str], None]
+    ask: Callable[[str, Any], Answer] | None = None
+
+
+@dataclass
+class ToolOffer:
+    """The tools a session offers, in the model's own call format, and who approves their calls."""
+
+    specs: dict[str, ToolSpec]
+    family: Family
+    caps: Capabilities
+    choice: ToolChoice
+    policy: ApprovalPolicy
+    io: ToolIO
+    chain_limit: int = DEFAULT_CHAIN_LIMIT
+    enabled: bool = True  # /tool on|off
+    # The call format's markers that are control tokens in this vocabulary ([TOOL_CALLS],
+    # <|python_tag|>): they print as nothing, so the reply shows them as their text for the parser.
+    markup: dict[int, bytes] = field(default_factory=dict)
+    said: set[str] = field(default_factory=set)  # notices given once per session
+    _grammars: dict[tuple[tuple[str, ...], bool, bool], Grammar] = field(default_factory=dict, repr=False)
+
+    @property
+    def active(self) -> bool:
+        return self.enabled and self.choice.mode != "none" and bool(self.specs)
+
+    @property
+    def native(self) -> bool:
+        """The server takes the tools in its own `tools` parameter (llmchat.tools.native)."""
+        return self.family is native.NATIVE
+
+    def notice_once(self, line: str) -> None:
+        if line not in self.said:
+            self.said.add(line)
+            self.io.notice(line)
+
+    def listed(self) -> list[ToolSpec]:
+        return list(self.specs.values())
+
+    def shape(self, messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The messages as this family's template takes them, and the template variables (`tools`)."""
+        from llmchat.tools.prompt import messages_for_template
+
+        specs = self.listed()
+        return messages_for_template(messages, self.family, specs, self.caps), template_variables(self.family, specs)
+
+    def grammar(self, names: Sequence[str], forced: bool, lazy: bool = False) -> Grammar:
+        """The call grammar for these tools: forced (from the first token), or lazy (it starts at
+        the family's first trigger)."""
+        from llmchat.tools.grammar import call_grammar
+
+        key = (tuple(names), forced, lazy)
+        if key not in self._grammars:
+            specs = [self.specs[n] for n in names]
+            self._grammars[key] = call_grammar(self.family, specs, forced=forced, lazy=lazy).grammar
+        return self._grammars[key]
+
+
+def make_offer(
+    host: ToolHost,
+    specs: Sequence[ToolSpec],
+    io: ToolIO,
+    *,
+    tool_choice: str = "auto",
+    chain_limit: int = DEFAULT_CHAIN_LIMIT,
+    approve_all: bool = False,
+    interactive: bool = False,
+) -> ToolOffer:
+    """The tools `specs` offered to `host`'s model; every grammar is built and checked here, so a
+    schema the gate cannot enforce is a usage error before anything is generated. A server that renders its own
+    template gets the tools natively, and no grammar (llmchat.tools.native)."""
+    engine = host.engine
+    if host.structured is not None:
+        raise UsageError("tools and --schema/--format/--grammar cannot be combined; drop one of them")
+    ChainGuard(chain_limit)  # --chain-limit 0: a usage error
+    by_name = {spec.name: spec for spec in specs}
+    choice = parse_tool_choice(tool_choice, list(by_name))
+    if engine.caps.renders_template:
+        family, caps = native.NATIVE, native.CAPABILITIES
+    else:
+        family = detect_family(host.template.text)
+        caps = capabilities(host.template.text, family)
+    offer = ToolOffer(
+        by_name,
+        family,
+        caps,
+        choice,
+        ApprovalPolicy(interactive=interactive, approve_all=approve_all),
+        io,
+        chain_limit,
+    )
+    if offer.active and not offer.native:
+        names = list(by_name)
+        engine.check_grammar(offer.grammar(names, False, lazy=family is not GENERIC))
+        if choice.mode in ("required", "named"):
+            forced = plan_round(choice, 0, names).grammar_tools
+            engine.check_grammar(offer.grammar(forced, True))
+        if family is GENERIC:
+            from llmchat.prompt.format_analysis import analyze
+            from llmchat.tools import generic
+
+            template = host.template
+            io.notice(generic.notice(f"{template.name} ({template.source_detail})", analyze(template.text).missing))
+        offer.markup = control_markers(engine, [g.text for g in offer._grammars.values()])
+    return offer
+
+
+def control_markers(engine: ChatEngine, grammar_texts: Sequence[str]) -> dict[int, bytes]:
+    """The fixed texts of the call grammars that are one control token each, by token id."""
+    from llmchat.tools.grammar import grammar_literals
+
+    markup: dict[int, bytes] = {}
+    for text in sorted(set().union(*(grammar_literals(g) for g in grammar_texts))):
+        if not text.strip():
+            continue
+        ids = engine.tokenize(text, special=True)
+        if len(ids) == 1 and engine.is_control(ids[0]):
+            markup[ids[0]] = text.encode("utf-8")
+    return markup
