@@ -43,9 +43,10 @@ CHAT_TURNS = [
 
 
 def turn_stats(opts: RunOptions, prompt: str) -> tuple[dict, dict | None]:
+    from llmchat.config import load_config
     from llmchat.loading import start_session
 
-    session = start_session(opts, overflow="error", with_history=False)
+    session = start_session(opts, config=load_config(), overflow="error", with_history=False)
     try:
         result = session.turn(prompt, record=False)
         server = getattr(getattr(session.engine, "last_outcome", None), "server", None)
@@ -78,10 +79,14 @@ def bench_ask(model: Path, url: str, reps: int, tokens: int, threads: int) -> di
 
 
 def bench_chat(url: str, turns: int, tokens: int) -> dict:
+    from llmchat.config import load_config
     from llmchat.loading import start_session
 
     session = start_session(
-        RunOptions(server=(url,), temperature=0.0, seed=1, max_tokens=tokens), overflow="drop", with_history=False
+        RunOptions(server=(url,), temperature=0.0, seed=1, max_tokens=tokens),
+        config=load_config(),
+        overflow="drop",
+        with_history=False,
     )
     shares = []
     try:

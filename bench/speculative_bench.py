@@ -97,6 +97,7 @@ def main() -> None:
     parser.add_argument("--foreign-max", type=float, default=0.05)
     args = parser.parse_args()
 
+    from llmchat.config import load_config
     from llmchat.loading import load_model
     from llmchat.models.resolve import bundled_default_model
     from llmchat.options import RunOptions
@@ -118,7 +119,7 @@ def main() -> None:
 
     sessions = {}
     for mode in modes:
-        loaded = load_model(variants[mode], announce=False)
+        loaded = load_model(variants[mode], config=load_config(), announce=False)
         sessions[mode] = ChatSession.start(loaded.engine, sampling=loaded.sampling, model_label=loaded.model.name)
 
     runs: dict[str, list] = {mode: [] for mode in modes}

@@ -2,14 +2,16 @@
 
 Each command lives in `llmchat/commands/` as a plain function; this module registers them, in
 the order a newcomer needs them (ask, chat, batch first), and runs them under `main`, which maps
-every exception to one line on stderr and a documented exit code. (No `from __future__ import
-annotations` here: Typer reads the annotations at run time.)
+every exception to one line on stderr and a documented exit code. `main` builds the run's one
+`Environment` (llmchat.env: the streams, the config read once, the paths) and hands it to the
+command as click's context object. (No `from __future__ import annotations` here: Typer reads the
+annotations at run time.)
 """
 
 import errno
 import os
 import sys
-from typing import Optional
+from typing import Optional, TextIO
 
 import typer
 
@@ -34,6 +36,7 @@ from llmchat.commands import (
     template,
     tools,
 )
+from llmchat.env import Environment, current_environment
 from llmchat.errors import ExitCode, LlmchatError
 
 EXIT_CODES_HELP = (
@@ -144,17 +147,19 @@ def _root(
 ) -> None:
     """Bare `llmchat` on a terminal opens a chat; otherwise it shows this help."""
     if ctx.invoked_subcommand is None:
-        if sys.stdin.isatty() and sys.stdout.isatty():
+        env = current_environment()
+        if env.stdin_isatty and env.stdout_isatty:
             ctx.invoke(chat.chat)
         else:
-            typer.echo(ctx.get_help())
+            typer.echo(ctx.get_help(), file=env.stdout)
 
 
 # --- entry point ----------------------------------------------------------------------------------
-def report_error(message: str) -> None:
+def report_error(message: str, stderr: Optional[TextIO] = None) -> None:
     """One line on stderr: the whole contract for errors the user can act on."""
-    sys.stderr.write(f"llmchat: error: {message}\n")
-    sys.stderr.flush()
+    stream = stderr if stderr is not None else sys.stderr
+    stream.write(f"llmchat: error: {message}\n")
+    stream.flush()
 
 
 def _from_broken_pipe(exc: BaseException) -> bool:
@@ -206,14 +211,16 @@ def _app_for(args: list) -> tuple[typer.Typer, list, str]:
     return app, args, "llmchat"
 
 
-def main(argv: Optional[list] = None) -> None:
+def main(argv: Optional[list] = None, env: Optional[Environment] = None) -> None:
+    """Run one command line in `env` (by default the process's own streams and config file)."""
     args = sys.argv[1:] if argv is None else argv
+    env = env if env is not None else Environment()
     debug = "--debug" in args
     interrupts.install()  # already done by llmchat.launch; here too for in-process callers
     try:
         # Outside standalone mode, click turns `typer.Exit(code)` into the return value.
         runner, runner_args, prog_name = _app_for(args)
-        returned = runner(args=runner_args, prog_name=prog_name, standalone_mode=False)
+        returned = runner(args=runner_args, prog_name=prog_name, standalone_mode=False, obj=env)
         # A signal that landed inside one of llama.cpp's callbacks late in the run (after the last
         # decoded token) was recorded, not raised: it still ends the process by its code.
         interrupts.raise_pending()
@@ -233,7 +240,7 @@ def main(argv: Optional[list] = None) -> None:
     except LlmchatError as err:
         if debug:
             raise
-        report_error(str(err))
+        report_error(str(err), env.stderr)
         sys.exit(int(err.exit_code))
     except typer.Exit as done:
         sys.exit(done.exit_code)
@@ -242,14 +249,14 @@ def main(argv: Optional[list] = None) -> None:
     except click.ClickException as err:
         context: click.Context | None = getattr(err, "ctx", None)
         if type(err).__name__ == "NoArgsIsHelpError" and context is not None:
-            sys.stdout.write(context.get_help() + "\n")
+            env.stdout.write(context.get_help() + "\n")
             sys.exit(int(ExitCode.USAGE))
         hint = (
             f" (see llmchat {context.command_path.split(' ', 1)[1]} --help)"
             if context is not None and " " in context.command_path
             else " (see llmchat --help)"
         )
-        report_error(err.format_message().replace("\n", " ") + hint)
+        report_error(err.format_message().replace("\n", " ") + hint, env.stderr)
         sys.exit(int(ExitCode.USAGE))
     except KeyboardInterrupt:
         _interrupted()
@@ -266,6 +273,6 @@ def main(argv: Optional[list] = None) -> None:
         if debug:
             raise
         where = f" ({err.filename})" if err.filename else ""
-        report_error(f"{err.strerror or err}{where}; check the path and free space")
+        report_error(f"{err.strerror or err}{where}; check the path and free space", env.stderr)
         sys.exit(int(ExitCode.ERROR))
     sys.exit(0)

@@ -55,7 +55,8 @@ from pathlib import Path
 from typing import Any
 
 from llmchat import paths
-from llmchat.errors import ConfigError
+from llmchat.errors import ConfigError, UsageError
+from llmchat.sampling import PRESETS, SETTABLE, parse_value
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -98,6 +99,8 @@ _SERVER_KEYS = {
     "read_timeout": float,
 }
 _SERVER_KINDS = ("auto", "llama.cpp", "openai", "ollama")
+# The keys a [prompts.NAME] table may hold besides the sampling values (sampling.SETTABLE).
+PROMPT_TEXT_KEYS = ("system", "model", "template", "preset", "schema", "description")
 
 
 @dataclass(frozen=True)
@@ -182,10 +185,8 @@ def load_config(path: Path | None = None) -> Config:
             raise ConfigError(f'config file {path}: models.{alias} needs a path = "..." line')
     for name, settings in data.get("servers", {}).items():
         _check_server(path, name, settings)
-    if "prompts" in data:
-        from llmchat.saved_prompts import check_table
-
-        check_table(path, data["prompts"])
+    for name, settings in data.get("prompts", {}).items():
+        check_saved_prompt(path, name, settings)
     for folder in data.get("model_dirs", []):
         _check_type(path, "each model_dirs entry", folder, str)
     flash_attn = data.get("flash_attn")
@@ -222,3 +223,32 @@ def _check_server(path: Path, name: str, settings: Any) -> None:
         raise ConfigError(f'config file {path}: servers.{name}.urls must be a list of URLs, e.g. ["http://a:8080"]')
     if settings.get("kind", "auto") not in _SERVER_KINDS:
         raise ConfigError(f"config file {path}: servers.{name}.kind must be one of {', '.join(_SERVER_KINDS)}")
+
+
+def check_saved_prompt(path: Path, name: str, settings: Any) -> tuple[dict[str, str], dict[str, Any]]:
+    """One [prompts.NAME] table, checked when the config is read (a bad saved prompt is a config
+    error naming the key, not a surprise at its first use): its text values and its sampling
+    values, parsed as the flags are."""
+    where = f"config file {path}: prompts.{name}"
+    if not isinstance(settings, dict):
+        raise ConfigError(f"{where} must be a table ([prompts.{name}]); fix or remove it")
+    values: dict[str, str] = {}
+    sampling: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key in PROMPT_TEXT_KEYS:
+            if not isinstance(value, str):
+                raise ConfigError(f"{where}.{key} must be a string; fix or remove that line")
+            values[key] = value
+        elif key in SETTABLE:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{where}.{key} must be a number; fix or remove that line")
+            try:
+                sampling[key] = parse_value(key, repr(value))
+            except UsageError as err:
+                raise ConfigError(f"{where}: {err}") from None
+        else:
+            known = ", ".join((*PROMPT_TEXT_KEYS, *SETTABLE))
+            raise ConfigError(f"{where}: unknown key {key!r}; known keys: {known}")
+    if values.get("preset") is not None and values["preset"] not in PRESETS:
+        raise ConfigError(f"{where}.preset must be one of {', '.join(PRESETS)}, got {values['preset']!r}")
+    return values, sampling

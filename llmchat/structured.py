@@ -230,14 +230,10 @@ def structured_output(
     return StructuredOutput(Grammar(schema_to_gbnf(resolved), source), resolved, source)
 
 
-def from_options(opts: RunOptions, config: Config | None = None) -> StructuredOutput | None:
+def from_options(opts: RunOptions, config: Config) -> StructuredOutput | None:
     """The structured-output flags of ask, chat and batch, with the config's named schemas."""
     if not (opts.schema or opts.schema_multi or opts.output_format or opts.grammar_file):
         return None
-    if config is None:
-        from llmchat.config import load_config
-
-        config = load_config()
     return structured_output(
         schema=opts.schema,
         schema_multi=opts.schema_multi,

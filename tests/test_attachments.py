@@ -14,11 +14,11 @@ from prompt_toolkit.output import DummyOutput
 
 from llmchat.attachments import collect, compose, from_bytes
 from llmchat.errors import UsageError
-from llmchat.ui.completer import SlashCompleter
 from llmchat.store.attachment_records import Attachment, typed_part, wrap
 from llmchat.store.export import export_markdown
 from llmchat.store.history import HistoryStore
 from llmchat.store.migrations import MIGRATIONS, migrate
+from llmchat.ui.completer import SlashCompleter
 
 ENTER = "\r"
 CTRL_D = "\x04"
@@ -206,11 +206,12 @@ def test_no_history_saves_no_attachment(cli, tree, smollm2_path, isolated_home):
 
 
 def _chat_session(smollm2_path, **options):
+    from llmchat.config import load_config
     from llmchat.loading import start_session
     from llmchat.options import RunOptions
 
     opts = RunOptions(model=str(smollm2_path), ctx=2048, temperature=0.0, seed=1, max_tokens=8, **options)
-    return start_session(opts, overflow="drop", with_history=True)
+    return start_session(opts, config=load_config(), overflow="drop", with_history=True)
 
 
 def test_slash_file_shows_tokens_and_the_file_stays_in_the_kv_cache(smollm2_path, tree, monkeypatch, capsys):

@@ -271,13 +271,14 @@ def test_parallel_decoder_with_one_sequence_matches_serial_generation(smollm2_pa
     """The parallel decoder's sampler chain, stop rules and prefix reuse are those of Engine.generate:
     with one sequence the tokens are identical (several sequences: the next test)."""
     from llmchat.batch.runner import BatchRunner
+    from llmchat.config import load_config
     from llmchat.engine.interface import GenerateRequest, QueuedRequest
     from llmchat.engine.parallel import ParallelDecoder, context_per_sequence
     from llmchat.loading import start_session
     from llmchat.options import RunOptions
 
     options = RunOptions(model=str(smollm2_path), temperature=0.0, seed=1, max_tokens=16, system=SYSTEM)
-    session = start_session(options, overflow="error", with_history=False)
+    session = start_session(options, config=load_config(), overflow="error", with_history=False)
     try:
         engine = session.engine
         runner = BatchRunner(session, parallel=1, progress_mode="off", sink=None)  # type: ignore[arg-type]

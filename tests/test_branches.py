@@ -105,12 +105,15 @@ def test_history_fork_command(cli, isolated_home):
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
+    from llmchat.config import load_config
     from llmchat.loading import load_model
     from llmchat.options import RunOptions
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LLMCHAT_HOME", str(tmp_path_factory.mktemp("load-home")))
-        result = load_model(RunOptions(ctx=2048, temperature=0.0, seed=1, max_tokens=12), announce=False)
+        result = load_model(
+            RunOptions(ctx=2048, temperature=0.0, seed=1, max_tokens=12), config=load_config(), announce=False
+        )
     yield result
     result.engine.close()
 
@@ -278,10 +281,13 @@ def test_a_branch_in_a_new_process_restores_the_shared_turns_from_disk(cli, isol
     branch = cli("history", "fork", parent, "--at", str(at)).stdout.strip()
 
     # The tokens of turns 1..N, as this model renders them.
+    from llmchat.config import load_config
     from llmchat.loading import start_session
     from llmchat.options import RunOptions
 
-    session = start_session(RunOptions(model=str(smollm2_path)), overflow="drop", with_history=True)
+    session = start_session(
+        RunOptions(model=str(smollm2_path)), config=load_config(), overflow="drop", with_history=True
+    )
     try:
         session.load_conversation(session.history.get(branch))
         shared = session.context_used()

@@ -58,14 +58,17 @@ def test_a_decode_failure_in_the_chat_keeps_the_reply_and_the_chat_goes_on(monke
     from prompt_toolkit.input import create_pipe_input
     from prompt_toolkit.output import DummyOutput
 
-    from llmchat.ui.chat import run_interactive
+    from llmchat.config import load_config
     from llmchat.engine.bindings import llama_cpp
     from llmchat.loading import load_model
     from llmchat.options import RunOptions
     from llmchat.session import ChatSession
     from llmchat.store.history import HistoryStore
+    from llmchat.ui.chat import run_interactive
 
-    loaded = load_model(RunOptions(ctx=1024, temperature=0.0, seed=1, max_tokens=64), announce=False)
+    loaded = load_model(
+        RunOptions(ctx=1024, temperature=0.0, seed=1, max_tokens=64), config=load_config(), announce=False
+    )
     real_decode = llama_cpp.llama_decode
     steps = []
 

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from llmchat.chat_template import ModelFacts, render_prompt, resolve_template
 from llmchat.conversation import Conversation
+from llmchat.prompt.model_facts import ModelFacts
+from llmchat.prompt.render import render_prompt
+from llmchat.prompt.resolution import resolve_template
 from llmchat.reasoning import (
     ANSWER,
     THINKING,
@@ -29,7 +31,8 @@ from llmchat.reasoning import (
     starts_in_thinking,
     thinking_variables,
 )
-from llmchat.session import TurnResult, error_record
+from llmchat.turn.plan import TurnScope
+from llmchat.turn.record import TurnResult, error_record
 
 TEMPLATES = Path(__file__).parent / "data" / "templates"
 QWEN3 = TEMPLATES / "Qwen-Qwen3-0.6B.jinja"
@@ -310,13 +313,16 @@ def test_history_keeps_reasoning_in_its_own_column_and_shows_it_marked(isolated_
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory, smollm2_path):
+    from llmchat.config import load_config
     from llmchat.loading import load_model
     from llmchat.options import RunOptions
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LLMCHAT_HOME", str(tmp_path_factory.mktemp("reasoning-home")))
         mp.delenv("LLMCHAT_MODEL", raising=False)
-        result = load_model(RunOptions(ctx=4096, temperature=0.0, seed=1, max_tokens=48), announce=False)
+        result = load_model(
+            RunOptions(ctx=4096, temperature=0.0, seed=1, max_tokens=48), config=load_config(), announce=False
+        )
     yield result
     result.engine.close()
 
@@ -420,7 +426,7 @@ def test_budget_in_parallel_decoding_matches_the_serial_rules(loaded):
     budget = 8
     session, _ = _session(loaded, R1, ReasoningSettings(budget=budget))
     questions = ("Think step by step: what is 17 + 25?", "Think step by step: what is 9 * 7?")
-    prepared = {i: session.prepare(q, conversation=Conversation()) for i, q in enumerate(questions)}
+    prepared = {i: session.prepare(q, TurnScope(conversation=Conversation())) for i, q in enumerate(questions)}
     results = {}
 
     def on_done(done):

@@ -118,13 +118,14 @@ def test_slash_prompt_and_show_provenance(isolated_home):
     """/prompt NAME in a chat started with -p another: /show names the prompt as each value's origin."""
     from rich.console import Console
 
+    from llmchat.loading import start_session
     from llmchat.ui import slash
     from llmchat.ui.context import CommandContext
-    from llmchat.loading import start_session
 
     _write_config(isolated_home)
-    opts = apply_to_options(RunOptions(saved_prompt="plain", temperature=0.0, max_tokens=8))
-    session = start_session(opts, overflow="drop", with_history=False)
+    config = load_config()
+    opts = apply_to_options(RunOptions(saved_prompt="plain", temperature=0.0, max_tokens=8), config)
+    session = start_session(opts, config=config, overflow="drop", with_history=False)
     try:
         out = io.StringIO()
         errors: list[str] = []

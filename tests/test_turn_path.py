@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from llmchat.session import error_record
 from llmchat.stopping import LoopDetector
+from llmchat.turn.record import error_record
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -32,7 +32,7 @@ RECORD_KEYS = documented_record_keys()
 
 def test_the_record_builders_give_the_documented_keys():
     from llmchat.metrics import TurnStats
-    from llmchat.session import TurnResult
+    from llmchat.turn.record import TurnResult
 
     assert RECORD_KEYS[:3] == ("id", "reply", "reasoning") and "parsed" in RECORD_KEYS
     assert tuple(TurnResult("q", "a", "stop", TurnStats(), 1).to_record(1)) == RECORD_KEYS
@@ -111,11 +111,12 @@ def test_sampled_reply_ids_keep_the_cache_across_ten_turns(smollm2_path):
     """At temperature 0.7 a sampled reply is often not the tokenizer's own tokenization of its
     text; the next prompt must still extend the cache: on every turn, the cached tokens are the
     previous prompt plus its reply (less the reply's end token, which is never evaluated)."""
+    from llmchat.config import load_config
     from llmchat.loading import start_session
     from llmchat.options import RunOptions
 
     options = RunOptions(model=str(smollm2_path), temperature=0.7, seed=11, max_tokens=60, ctx=4096)
-    session = start_session(options, overflow="drop", with_history=False)
+    session = start_session(options, config=load_config(), overflow="drop", with_history=False)
     messages = [
         "Tell me a long story about a dragon.",
         "Continue the story.",
@@ -154,11 +155,12 @@ def test_sampled_reply_ids_keep_the_cache_across_ten_turns(smollm2_path):
 
 def test_reply_ids_are_used_only_where_they_spell_the_reply(smollm2_path):
     """A reply cut by a stop string is not what its ids spell: its text is tokenized instead."""
+    from llmchat.config import load_config
     from llmchat.loading import start_session
     from llmchat.options import RunOptions
 
     options = RunOptions(model=str(smollm2_path), temperature=0.0, seed=1, max_tokens=24, stop=("e",))
-    session = start_session(options, overflow="drop", with_history=False)
+    session = start_session(options, config=load_config(), overflow="drop", with_history=False)
     try:
         result = session.turn("Write one sentence about the sea.")
         assert "e" not in result.reply

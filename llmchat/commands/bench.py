@@ -7,12 +7,14 @@ The model is loaded with the same options as `ask` and `chat` (--threads, --flas
 --batch-size, --device ...), so the numbers describe the engine you chat with.
 """
 
-from typing import TYPE_CHECKING, Annotated, cast
+from typing import TYPE_CHECKING, Annotated, Callable, cast
 
 import typer
 
+from llmchat.commands.model_options import model_command
+from llmchat.env import Environment
 from llmchat.errors import UsageError
-from llmchat.options import RunOptions, model_command
+from llmchat.options import RunOptions
 
 if TYPE_CHECKING:
     from llmchat.engine import Engine
@@ -51,10 +53,11 @@ def bench(
     ] = 1024,
     *,
     opts: RunOptions,
+    env: Environment,
 ) -> None:
     """Prompt (pp) and generation (tg) tokens/s, mean ± sd over repetitions, like llama-bench."""
     if calibrate:
-        run_calibration(opts, depth=depth, json_output=json_output)
+        run_calibration(opts, env, depth=depth, json_output=json_output)
         return
     check_counts(n_prompt, n_gen, reps, opts.ctx)
     if opts.lookup or opts.draft_model is not None:
@@ -62,78 +65,81 @@ def bench(
         raise UsageError(
             "bench measures plain prompt and decode speed; --lookup and --draft-model do not apply (drop them)"
         )
-    import sys
-
     # Like llama-bench, the context holds exactly the test unless --ctx says otherwise.
     from llmchat.loading import load_model
 
-    loaded = load_model(opts, n_ctx_override=opts.ctx or max(n_prompt + n_gen, 64))
+    loaded = load_model(opts, config=env.config, n_ctx_override=opts.ctx or max(n_prompt + n_gen, 64))
     engine = loaded.engine
     assert not engine.caps.remote  # bench --server is refused before loading
     engine = cast("Engine", engine)
     try:
         from llmchat.engine import bench as engine_bench
 
-        progress = _progress_line if sys.stderr.isatty() else None
+        progress = _progress_line(env) if env.stderr_isatty else None
         try:
             result = engine_bench.run(engine, n_prompt=n_prompt, n_gen=n_gen, reps=reps, progress=progress)
         except ValueError as err:
             raise UsageError(str(err)) from None
         finally:
             if progress:
-                sys.stderr.write("\r\x1b[2K")
-                sys.stderr.flush()
+                env.stderr.write("\r\x1b[2K")
+                env.stderr.flush()
     finally:
         engine.close()
 
     if json_output:
         from llmchat.output import write_json
 
-        write_json(to_json(result, loaded.model.name, str(loaded.model.path), engine, opts))
+        write_json(to_json(result, loaded.model.name, str(loaded.model.path), engine, opts), env.stdout)
     else:
-        typer.echo(format_table(result, loaded.model.name, flash_attn=engine.settings.flash_attn))
+        typer.echo(format_table(result, loaded.model.name, flash_attn=engine.settings.flash_attn), file=env.stdout)
 
 
-def run_calibration(opts: RunOptions, *, depth: int, json_output: bool) -> None:
+def run_calibration(opts: RunOptions, env: Environment, *, depth: int, json_output: bool) -> None:
     """`bench --calibrate`: what `--flash-attn auto` will pick on the CPU, measured and stored."""
-    import sys
     from dataclasses import asdict
 
-    from llmchat.config import load_config
     from llmchat.loading import validate_options
     from llmchat.models.resolve import resolve_model
 
     if not 64 <= depth <= MAX_TOKENS:
         raise UsageError(f"--depth must be between 64 and {MAX_TOKENS}, got {depth}")
     validate_options(opts)
-    model = resolve_model(opts.model, load_config())
+    model = resolve_model(opts.model, env.config)
     from llmchat.engine import EngineSettings
     from llmchat.engine.calibrate import calibrate
 
     settings = EngineSettings(
         threads=opts.threads, batch_size=opts.batch_size, device="cpu", mmap=opts.mmap, mlock=opts.mlock
     )
-    progress = _progress_line if sys.stderr.isatty() else None
+    progress = _progress_line(env) if env.stderr_isatty else None
     try:
         result = calibrate(model.path, settings, depth=depth, progress=progress)
     finally:
         if progress:
-            sys.stderr.write("\r\x1b[2K")
-            sys.stderr.flush()
+            env.stderr.write("\r\x1b[2K")
+            env.stderr.flush()
     if json_output:
         from llmchat.output import write_json
 
-        write_json({"model": model.name, "model_path": str(model.path), "why": result.reason()} | asdict(result))
+        write_json(
+            {"model": model.name, "model_path": str(model.path), "why": result.reason()} | asdict(result), env.stdout
+        )
         return
-    typer.echo(f"flash attention auto on the CPU for {model.name}: {'on' if result.flash_attn else 'off'}")
-    typer.echo(result.reason())
+    typer.echo(
+        f"flash attention auto on the CPU for {model.name}: {'on' if result.flash_attn else 'off'}", file=env.stdout
+    )
+    typer.echo(result.reason(), file=env.stdout)
 
 
-def _progress_line(stage: str) -> None:
-    import sys
+def _progress_line(env: Environment) -> Callable[[str], None]:
+    """The stage being measured, rewritten in place on the terminal."""
 
-    sys.stderr.write(f"\r\x1b[2Kbench: {stage}…")
-    sys.stderr.flush()
+    def show(stage: str) -> None:
+        env.stderr.write(f"\r\x1b[2Kbench: {stage}…")
+        env.stderr.flush()
+
+    return show
 
 
 def to_json(result, model_name: str, model_path: str, engine, opts: RunOptions) -> dict:

@@ -30,12 +30,13 @@ def list_command(
     json_output: Annotated[bool, typer.Option("--json", help="One JSON object: the files and the totals.")] = False,
 ) -> None:
     """The saved KV caches, most recently used first: tokens, size, model, conversation."""
-    from llmchat.config import load_config
     from llmchat.engine.kv_store import list_entries, store_dir
+    from llmchat.env import current_environment
 
+    env = current_environment()
     folder = store_dir()
     entries, damaged = list_entries(folder)
-    bound = load_config().prompt_cache_max_bytes
+    bound = env.config.prompt_cache_max_bytes
     total = sum(e.size for e in entries)
     if json_output:
         from llmchat.output import write_json
@@ -59,21 +60,26 @@ def list_command(
                     for e in entries
                 ],
                 "damaged": [p.name for p in damaged],
-            }
+            },
+            env.stdout,
         )
         return
     if not entries and not damaged:
-        typer.echo(f"no saved KV caches ({folder})")
+        typer.echo(f"no saved KV caches ({folder})", file=env.stdout)
         return
     for e in entries:
         model = Path(str(e.header["identity"].get("model", {}).get("path", "?"))).name
         conversation = e.conversation_id or "(no conversation)"
         typer.echo(
-            f"{e.n_tokens:>7,} tokens  {_size(e.size):>10}  {_age(e.mtime):>8}  {model}  {conversation}  {e.path.name}"
+            f"{e.n_tokens:>7,} tokens  {_size(e.size):>10}  {_age(e.mtime):>8}  {model}  {conversation}  {e.path.name}",
+            file=env.stdout,
         )
     for path in damaged:
-        typer.echo(f"{'damaged':>14}  {path.name} (skipped and deleted at the next use; or: llmchat cache clear)")
-    typer.echo(f"{len(entries)} files, {_size(total)} of at most {_size(bound)} in {folder}")
+        typer.echo(
+            f"{'damaged':>14}  {path.name} (skipped and deleted at the next use; or: llmchat cache clear)",
+            file=env.stdout,
+        )
+    typer.echo(f"{len(entries)} files, {_size(total)} of at most {_size(bound)} in {folder}", file=env.stdout)
 
 
 def clear_command() -> None:

@@ -18,21 +18,23 @@ _URL_PASSWORD = re.compile(r"^([a-z][a-z0-9+.-]*://[^/@:]*:)([^/@]*)(@)", re.IGN
 
 def config_path() -> None:
     """Print where the config file lives."""
-    from llmchat import paths
+    from llmchat.env import current_environment
 
-    typer.echo(str(paths.config_file()))
+    env = current_environment()
+    typer.echo(str(env.config_path), file=env.stdout)
 
 
 def config_show() -> None:
     """Print the config in effect (after checking it)."""
     import json
 
-    from llmchat.config import load_config
+    from llmchat.env import current_environment
 
-    config = load_config()
+    env = current_environment()
+    config = env.config
     shown = mask_secrets({k: v for k, v in vars(config).items() if k not in ("path", "exists")})
-    typer.echo(f"# {config.path}" + ("" if config.exists else " (not created yet: defaults)"))
-    typer.echo(json.dumps(shown, indent=2, ensure_ascii=False))
+    typer.echo(f"# {config.path}" + ("" if config.exists else " (not created yet: defaults)"), file=env.stdout)
+    typer.echo(json.dumps(shown, indent=2, ensure_ascii=False), file=env.stdout)
 
 
 def names_a_secret(key: str) -> bool:

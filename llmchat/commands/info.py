@@ -48,9 +48,12 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from llmchat.config import Config
 
 
 def info(
@@ -60,32 +63,33 @@ def info(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
 ) -> None:
     """Show a model's architecture, KV-cache size and memory needs (reads the GGUF header only)."""
+    from llmchat.env import current_environment
     from llmchat.gguf.loadable import check_loadable
     from llmchat.gguf.model_report import model_report
     from llmchat.gguf.reader import read_metadata
     from llmchat.models.kind import kind_of
 
-    path = resolve_model_path(model)
+    env = current_environment()
+    path = resolve_model_path(model, env.config)
     meta = read_metadata(path)
     check_loadable(meta)
-    runtime = runtime_report(meta)
+    runtime = runtime_report(meta, env.config)
     report = model_report(meta, _with_ggml_gpus(runtime))
     kind = kind_of(meta, [model] if model else [])
     if as_json:
         import json
 
-        typer.echo(json.dumps(report.to_json() | kind.to_json() | {"runtime": runtime}, indent=2))
+        typer.echo(json.dumps(report.to_json() | kind.to_json() | {"runtime": runtime}, indent=2), file=env.stdout)
     else:
         _print_report(report, runtime, kind)
 
 
-def runtime_report(meta: Any) -> dict:
+def runtime_report(meta: Any, config: Config) -> dict:
     """The installed llama.cpp build's devices, how many of this model's layers it would offload,
     and the flash-attention setting `ask` would use (the config's, or what `auto` picks)."""
-    from llmchat.config import load_config
     from llmchat.engine import devices
 
-    config_flash_attn = load_config().flash_attn
+    config_flash_attn = config.flash_attn
     if config_flash_attn in (None, "auto"):
         from llmchat.engine.calibrate import choose
 
@@ -121,12 +125,11 @@ def _with_ggml_gpus(runtime: dict) -> Any:
     return dataclasses.replace(memory, gpus=gpus)
 
 
-def resolve_model_path(requested: str | None) -> Path:
+def resolve_model_path(requested: str | None, config: Config) -> Path:
     """`-m` to a file path, by the one resolver chat uses (aliases, models folder, default model)."""
-    from llmchat.config import load_config
     from llmchat.models.resolve import resolve_model
 
-    return resolve_model(requested, load_config()).path
+    return resolve_model(requested, config).path
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,10 +31,11 @@ def list_command(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON array (one object per file) instead of a table."),
 ) -> None:
     """List every GGUF model on this machine: llmchat's folder, model_dirs, the HF cache, LM Studio, Ollama."""
-    from llmchat.config import load_config
+    from llmchat.env import current_environment
     from llmchat.models.catalogue import catalogue
 
-    entries = catalogue(load_config())
+    env = current_environment()
+    entries = catalogue(env.config)
     if as_json:
         from llmchat.output import write_json
 
@@ -143,7 +144,7 @@ def show_command(
 ) -> None:
     """Show a model as `llmchat info` does, plus where it is and which tool owns it."""
     from llmchat.commands.info import _print_report, _with_ggml_gpus, runtime_report
-    from llmchat.config import load_config
+    from llmchat.env import current_environment
     from llmchat.gguf.loadable import check_loadable
     from llmchat.gguf.model_report import model_report
     from llmchat.gguf.reader import read_metadata
@@ -151,14 +152,15 @@ def show_command(
     from llmchat.models.resolve import resolve_model
     from llmchat.models.stores import OWNERS
 
-    config = load_config()
+    env = current_environment()
+    config = env.config
     path = resolve_model(name, config).path
     candidate = _candidate_for(path, config)
     source = candidate.source if candidate else "path"
     meta = read_metadata(path)
     check_loadable(meta)
     kind = kind_of(meta, candidate.names if candidate else ())
-    runtime = runtime_report(meta)
+    runtime = runtime_report(meta, config)
     report = model_report(meta, _with_ggml_gpus(runtime))
     where = {
         "ref": candidate.ref if candidate else str(path),
@@ -212,11 +214,13 @@ def pull_command(
     private repositories; HF_ENDPOINT points at a mirror. Prints the file's path."""
     from dataclasses import replace
 
+    from llmchat.env import current_environment
     from llmchat.models.pull import parse_spec, pull
-    from llmchat.output import is_tty, notice
+    from llmchat.output import notice
 
     wanted = replace(parse_spec(spec), revision=revision)
-    show = is_tty(sys.stderr) or bool(os.environ.get("LLMCHAT_PROGRESS"))
+    env = current_environment()
+    show = env.stderr_isatty or bool(os.environ.get("LLMCHAT_PROGRESS"))
     pulled = pull(wanted, show_progress=show)
     for path in pulled:
         typer.echo(str(path))
@@ -240,12 +244,13 @@ def rm_command(
 ) -> None:
     """Delete a model file that llmchat or the HF cache owns. Never touches Ollama's or LM Studio's stores."""
     from llmchat.commands.info import _size
-    from llmchat.config import load_config
+    from llmchat.env import current_environment
     from llmchat.errors import LlmchatError, UsageError
     from llmchat.models.resolve import resolve_model
     from llmchat.models.stores import OWNERS
 
-    config = load_config()
+    env = current_environment()
+    config = env.config
     path = resolve_model(name, config).path
     candidate = _candidate_for(path, config)
     if candidate is None or candidate.source not in DELETABLE_SOURCES:
@@ -254,7 +259,7 @@ def rm_command(
     size = sum(os.path.getsize(p) for p in files if p.exists())
     where = OWNERS[candidate.source]
     if not yes:
-        if not sys.stdin.isatty():
+        if not env.stdin_isatty:
             raise UsageError(f"refusing to delete {candidate.ref} without confirmation; pass --yes")
         try:
             agreed = typer.confirm(f"Delete {candidate.ref} ({_size(size)}) from {where}?", default=False, err=True)
@@ -295,7 +300,7 @@ def alias_command(
     ),
 ) -> None:
     """Add `[models.NAME]` to the config file, so `-m NAME` loads TARGET."""
-    from llmchat.config import load_config
+    from llmchat.env import current_environment
     from llmchat.errors import UsageError
     from llmchat.gguf.loadable import check_loadable
     from llmchat.gguf.reader import read_metadata
@@ -305,7 +310,8 @@ def alias_command(
 
     if not ALIAS_NAME_RE.match(name):
         raise UsageError(f"alias name {name!r} may hold only letters, digits, '-' and '_'")
-    config = load_config()
+    env = current_environment()
+    config = env.config
     if name in config.models:
         raise UsageError(
             f"alias {name!r} already exists in {config.path}; remove its [models.{name}] table first, or pick another name"

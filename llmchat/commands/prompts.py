@@ -11,16 +11,19 @@ def list_command(
     """List the saved prompts (-p NAME on ask, chat and batch; /prompt NAME in chat)."""
     import json
 
-    from llmchat.config import load_config
+    from llmchat.env import current_environment
     from llmchat.saved_prompts import all_prompts
 
-    config = load_config()
+    env = current_environment()
+    config = env.config
     prompts = all_prompts(config)
     if as_json:
-        typer.echo(json.dumps([p.as_table() for p in prompts], indent=2, ensure_ascii=False))
+        typer.echo(json.dumps([p.as_table() for p in prompts], indent=2, ensure_ascii=False), file=env.stdout)
         return
     if not prompts:
-        typer.echo(f"No saved prompts yet: add a [prompts.NAME] table to {config.path} (see the README).")
+        typer.echo(
+            f"No saved prompts yet: add a [prompts.NAME] table to {config.path} (see the README).", file=env.stdout
+        )
         return
     width = max(len(p.name) for p in prompts)
     for prompt in prompts:
@@ -28,7 +31,7 @@ def list_command(
         if len(about) > 60:
             about = about[:59] + "…"
         extra = prompt.summary()
-        typer.echo(f"{prompt.name.ljust(width)}  {about}" + (f"  [{extra}]" if extra else ""))
+        typer.echo(f"{prompt.name.ljust(width)}  {about}" + (f"  [{extra}]" if extra else ""), file=env.stdout)
 
 
 def show_command(
@@ -38,15 +41,16 @@ def show_command(
     """Show one saved prompt: its system prompt and every value it sets."""
     import json
 
-    from llmchat.config import load_config
+    from llmchat.env import current_environment
     from llmchat.saved_prompts import lookup
 
-    prompt = lookup(name, load_config())
+    env = current_environment()
+    prompt = lookup(name, env.config)
     if as_json:
-        typer.echo(json.dumps(prompt.as_table(), indent=2, ensure_ascii=False))
+        typer.echo(json.dumps(prompt.as_table(), indent=2, ensure_ascii=False), file=env.stdout)
         return
     for key, value in prompt.as_table().items():
         if key != "system":
-            typer.echo(f"{key}: {value}")
-    typer.echo("system:")
-    typer.echo(prompt.system if prompt.system is not None else "(none)")
+            typer.echo(f"{key}: {value}", file=env.stdout)
+    typer.echo("system:", file=env.stdout)
+    typer.echo(prompt.system if prompt.system is not None else "(none)", file=env.stdout)

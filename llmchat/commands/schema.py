@@ -25,18 +25,14 @@ def show(
     """Print the JSON Schema, then the GBNF grammar it compiles to, on stdout."""
     import json
 
+    from llmchat.env import current_environment
     from llmchat.structured import structured_output
 
-    structured = structured_output(schema=spec, schema_multi=schema_multi, named=_named_schemas())
+    env = current_environment()
+    structured = structured_output(schema=spec, schema_multi=schema_multi, named=env.config.schemas)
     assert structured is not None and structured.schema is not None
-    typer.echo(f"# JSON Schema ({structured.source})")
-    typer.echo(json.dumps(structured.schema, indent=2, ensure_ascii=False))
-    typer.echo("")
-    typer.echo("# GBNF grammar (llama.cpp), root rule: root")
-    typer.echo(structured.grammar.text)
-
-
-def _named_schemas() -> dict:
-    from llmchat.config import load_config
-
-    return load_config().schemas
+    typer.echo(f"# JSON Schema ({structured.source})", file=env.stdout)
+    typer.echo(json.dumps(structured.schema, indent=2, ensure_ascii=False), file=env.stdout)
+    typer.echo("", file=env.stdout)
+    typer.echo("# GBNF grammar (llama.cpp), root rule: root", file=env.stdout)
+    typer.echo(structured.grammar.text, file=env.stdout)

@@ -6,7 +6,6 @@ lists exactly that selection, as ask/chat will offer it. Only typer is imported 
 (No `from __future__ import annotations`: Typer reads the annotations at run time.)
 """
 
-import sys
 from typing import List, Optional
 
 import typer
@@ -27,11 +26,12 @@ def list_command(
     """Show each tool: name, source, description and argument schema."""
     import json
 
-    from llmchat.config import load_config
+    from llmchat.env import current_environment
     from llmchat.tools.describe import describe_parameters
     from llmchat.tools.registry import gather_tools
 
-    config = load_config()
+    env = current_environment()
+    config = env.config
     selected = bool(tool or functions or mcp)
     with gather_tools(config, tool or (), functions or (), mcp or (), everything_configured=not selected) as toolset:
         specs = toolset.specs()
@@ -46,21 +46,24 @@ def list_command(
             }
             for spec in specs
         ]
-        sys.stdout.write(json.dumps(entries, indent=2, ensure_ascii=False) + "\n")
+        env.stdout.write(json.dumps(entries, indent=2, ensure_ascii=False) + "\n")
         return
     if not specs:
-        sys.stderr.write(
+        env.stderr.write(
             "llmchat: no tools: add [tools.NAME] or [mcp.NAME] to the config (llmchat config path), "
             "or give --functions FILE.py or --mcp COMMAND\n"
         )
         return
     for number, spec in enumerate(specs):
         if number:
-            typer.echo("")
-        typer.echo(f"{spec.name}  ({spec.source}{', runs without asking' if spec.approve == 'always' else ''})")
+            typer.echo("", file=env.stdout)
+        typer.echo(
+            f"{spec.name}  ({spec.source}{', runs without asking' if spec.approve == 'always' else ''})",
+            file=env.stdout,
+        )
         if spec.description:
             for line in spec.description.strip().splitlines():
-                typer.echo(f"  {line}")
-        typer.echo("  arguments:" + ("" if spec.parameters.get("properties") else " none"))
+                typer.echo(f"  {line}", file=env.stdout)
+        typer.echo("  arguments:" + ("" if spec.parameters.get("properties") else " none"), file=env.stdout)
         for line in describe_parameters(spec.parameters):
-            typer.echo(f"    {line}")
+            typer.echo(f"    {line}", file=env.stdout)
