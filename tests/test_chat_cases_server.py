@@ -13,7 +13,8 @@ from test_chat_cases import CASES, read_case
 
 from llmchat.engine.grammar import Grammar
 from llmchat.engine.interface import GenerateRequest
-from llmchat.engine.remote import ServerSpec, connect
+from llmchat.engine.remote import connect
+from llmchat.engine.remote.spec import ServerSpec
 from llmchat.sampling import SamplingParams
 from llmchat.tools.grammar import literal
 

@@ -349,9 +349,9 @@ def test_server_options_and_config_are_checked_before_connecting(cli, isolated_h
 
 
 def test_auto_probe_recognises_ollama(stand_in):
-    from llmchat.engine.remote import ServerSpec
     from llmchat.engine.remote.http import ServerClient
     from llmchat.engine.remote.probe import detect_kind
+    from llmchat.engine.remote.spec import ServerSpec
 
     stand_in.routes[("GET", "/api/version")] = lambda r: (200, {"version": "0.13.0"})
     client = ServerClient(ServerSpec(url=stand_in.url))

@@ -10,16 +10,15 @@ probe text); for OpenAI-compatible servers, which take messages, the same model 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Union, cast
+from typing import TYPE_CHECKING, cast
 
 from llmchat.errors import ServerError, UsageError
 
 if TYPE_CHECKING:
-    from llmchat.engine.remote import ServerSpec
     from llmchat.engine.remote.llama_server import LlamaServerEngine
     from llmchat.engine.remote.openai_compat import OpenAICompatEngine
-
-RemoteEngine = Union["LlamaServerEngine", "OpenAICompatEngine"]
+    from llmchat.engine.remote.served import RemoteEngine
+    from llmchat.engine.remote.spec import ServerSpec
 
 # Text whose tokens tell two tokenizers apart: words, digits, punctuation, non-ASCII and a control token.
 _PROBE = "Hello, world! 1234567 — naïve café, 日本語 <|im_start|>user\n\tdef f(x): return x**2"

@@ -21,7 +21,7 @@ from llmchat.errors import ServerError
 if TYPE_CHECKING:
     import httpx
 
-    from llmchat.engine.remote import ServerSpec
+    from llmchat.engine.remote.spec import ServerSpec
 
 # batch --parallel allows up to 64 concurrent streams; a few more for tokenizing alongside.
 _MAX_CONNECTIONS = 72

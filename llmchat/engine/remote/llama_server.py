@@ -1,7 +1,7 @@
 """llama.cpp's `llama-server` as an engine, with llmchat's own template and the server's KV reuse.
 
 The best remote path, because it keeps what the local engine does:
-- the chat template is rendered here, exactly as for a local model (llmchat.chat_template), from the
+- the chat template is rendered here, exactly as for a local model (llmchat.prompt.render), from the
   template and BOS/EOS that `GET /props` reports, or from a local copy of the GGUF when `-m` names
   one (the server reports its own ChatML default for a model without a template);
 - prompts are tokenized by the server's own tokenizer (`POST /tokenize`), piece by piece with the
@@ -30,14 +30,15 @@ from llmchat.defaults import DEFAULT_BATCH_SIZE
 from llmchat.engine.driver import SequenceState, common_prefix
 from llmchat.engine.interface import EngineCaps, EngineInfo, GenerateRequest, prompt_ids
 from llmchat.engine.prompt_pieces import PromptPiece, tokens_for_pieces
-from llmchat.engine.reply import GenerationOutcome
+from llmchat.engine.remote.served import RemoteOutcome, RemoteToken
 from llmchat.errors import ServerError
 
 if TYPE_CHECKING:
     from llmchat.engine.grammar import Grammar
-    from llmchat.engine.remote import ServerSpec
+    from llmchat.engine.interface import ChatEngine
     from llmchat.engine.remote.http import ServerClient
-    from llmchat.engine.remote.openai_compat import OpenAICompatEngine
+    from llmchat.engine.remote.served import RemoteEngine
+    from llmchat.engine.remote.spec import ServerSpec
 
 # The repeat penalty's window: llama-server's default, the same as the local engine's (engine.core).
 # The server runs it over the prompt and the reply, and so does the local engine now.
@@ -47,23 +48,6 @@ PENALTY_LAST_N = 64
 GRAMMAR_TRIGGER_WORD = 1
 # Tokenizations kept: the pieces of a few long conversations. Past this the cache starts afresh.
 _TOKENIZE_CACHE_MAX = 8192
-
-
-@dataclass
-class RemoteToken:
-    """One streamed piece of the reply (the same shape as `llmchat.engine.core.TokenEvent`)."""
-
-    text: str
-    token_id: int
-
-
-@dataclass
-class RemoteOutcome(GenerationOutcome):
-    """A `GenerationOutcome` plus the server slot that decoded it. (`server`, in the base class,
-    holds what the server measured itself: `prompt_ms`, `prompt_n` (tokens it evaluated), `cache_n`
-    (reused), `predicted_ms`, `predicted_n`, `predicted_per_second`.)"""
-
-    slot: int | None = None
 
 
 @dataclass
@@ -135,8 +119,8 @@ class LlamaServerEngine:
         self._pieces: dict[int, bytes] = {}
         self.end_tokens: set[int] = set()
         # More servers of the same model, for batch to spread over (llmchat.engine.remote.group).
-        self.peers: list[LlamaServerEngine | OpenAICompatEngine] = []
-        self._tokenizer: LlamaServerEngine | OpenAICompatEngine = self  # who answers tokenizer requests
+        self.peers: list[RemoteEngine] = []
+        self._tokenizer: RemoteEngine = self  # who answers tokenizer requests
         self.bos_id, self.add_bos = self._bos()
         self.slot = self._choose_slot()
         self._slot_tokens: list[int] = []  # what the pinned slot's cache holds, as far as llmchat knows
@@ -465,3 +449,10 @@ class ServerGeneration:
             outcome.cached_tokens = int(timings.get("cache_n", outcome.cached_tokens))
         if outcome.t_last_token is None and outcome.generated_tokens:
             outcome.t_last_token = now
+
+
+if TYPE_CHECKING:
+
+    def _is_a_chat_engine(engine: LlamaServerEngine) -> ChatEngine:
+        """Never called: mypy checks here that a llama-server engine satisfies the engine protocol."""
+        return engine

@@ -31,15 +31,16 @@ from llmchat.defaults import DEFAULT_BATCH_SIZE
 from llmchat.engine.driver import draw_seed, reply_limit
 from llmchat.engine.interface import ChatMessages, EngineCaps, EngineInfo, GenerateRequest
 from llmchat.engine.prompt_pieces import PromptPiece
-from llmchat.engine.remote.llama_server import RemoteOutcome, RemoteToken
+from llmchat.engine.remote.served import RemoteOutcome, RemoteToken
 from llmchat.engine.reply import ServerCall
 from llmchat.errors import ServerError, UsageError
 
 if TYPE_CHECKING:
     from llmchat.engine.grammar import Grammar
-    from llmchat.engine.remote import ServerSpec
+    from llmchat.engine.interface import ChatEngine
     from llmchat.engine.remote.http import ServerClient
-    from llmchat.engine.remote.llama_server import LlamaServerEngine
+    from llmchat.engine.remote.served import RemoteEngine
+    from llmchat.engine.remote.spec import ServerSpec
 
 # The stand-in chat template: the messages as JSON, for the server to render (see the docstring).
 SERVER_TEMPLATE = (
@@ -97,7 +98,7 @@ class OpenAICompatEngine:
         # model as owned by "llamacpp".
         self.tool_choice_strings_only = False
         # More servers of the same model, for batch to spread over (llmchat.engine.remote.group).
-        self.peers: list[LlamaServerEngine | OpenAICompatEngine] = []
+        self.peers: list[RemoteEngine] = []
 
     @classmethod
     def open(cls, client: ServerClient, spec: ServerSpec, *, kind: str) -> OpenAICompatEngine:
@@ -441,3 +442,10 @@ def _add_call_fragments(calls: dict[int, dict[str, str]], fragments: Any) -> boo
 
 def _calls_of(calls: dict[int, dict[str, str]]) -> list[ServerCall]:
     return [ServerCall(c["name"], c["arguments"], c["id"]) for _, c in sorted(calls.items())]
+
+
+if TYPE_CHECKING:
+
+    def _is_a_chat_engine(engine: OpenAICompatEngine) -> ChatEngine:
+        """Never called: mypy checks here that an OpenAI-compatible engine satisfies the engine protocol."""
+        return engine

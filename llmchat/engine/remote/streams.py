@@ -34,12 +34,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from llmchat.engine.driver import DecodedResult
-from llmchat.engine.remote.group import RemoteEngine, ServersGone, short_reason
-from llmchat.engine.remote.llama_server import RemoteOutcome
+from llmchat.engine.remote.group import ServersGone, short_reason
+from llmchat.engine.remote.served import RemoteOutcome
 from llmchat.errors import LlmchatError, ServerError
 
 if TYPE_CHECKING:
     from llmchat.engine.interface import QueuedRequest
+    from llmchat.engine.remote.served import RemoteEngine
 
 # Seconds to wait before each retry; after the last, the item fails with the server's message.
 RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)
