@@ -41,8 +41,6 @@ LAYERS: dict[str, int] = {
     "machine": 0,
     "gguf": 1,
     "engine": 2,
-    "template_sandbox": 3,
-    "chat_template": 3,
     "prompt": 3,
     "reasoning": 3,
     "tools": 4,

@@ -56,7 +56,7 @@ def test_wheel_contains_templates_and_finds_them(tmp_path):
         check=True,
         capture_output=True,
     )
-    probe = "import llmchat.chat_template as t, sys; names = [x.name for x in t.builtin_templates()]; print(len(names)); print(t.__file__)"
+    probe = "import llmchat.prompt.builtins as t, sys; names = [x.name for x in t.builtin_templates()]; print(len(names)); print(t.__file__)"
     env = dict(os.environ, PYTHONPATH=str(target))
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, check=True

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from llmchat import chat_template as ct
-from llmchat import template_sandbox
-from llmchat.chat_template import ModelFacts, Piece, builtin_templates, render_prompt, resolve_template
 from llmchat.errors import ExitCode, TemplateError, UsageError
+from llmchat.prompt import sandbox_limits
+from llmchat.prompt.builtins import builtin_templates, infer_stop_strings, parse_template_header
+from llmchat.prompt.model_facts import ModelFacts, facts_from_gguf, facts_from_metadata
+from llmchat.prompt.render import Piece, fold_system_messages, render_prompt
+from llmchat.prompt.resolution import match_builtins, resolve_template
 
 REQUIRED_BUILTINS = {
     "chatml",
@@ -336,7 +338,7 @@ def test_builtins_handle_the_system_prompt_themselves():
 # =================================================================================================
 def test_header_parsing_lists_escapes_and_repeats():
     text = "{#\nmatch-name: a, b\nstop: x\\,y, \\n\\nUser:\nstop: z\nsource: Some, Text\n#}\nbody"
-    header = ct.parse_template_header(text, "t.jinja")
+    header = parse_template_header(text, "t.jinja")
     assert header["match-name"] == ["a", "b"]
     assert header["stop"] == ["x,y", "\n\nUser:", "z"]
     assert header["source"] == ["Some, Text"]
@@ -344,11 +346,11 @@ def test_header_parsing_lists_escapes_and_repeats():
 
 def test_header_with_an_unknown_key_is_refused():
     with pytest.raises(TemplateError, match="t.jinja"):
-        ct.parse_template_header("{#\nstops: x\n#}", "t.jinja")
+        parse_template_header("{#\nstops: x\n#}", "t.jinja")
 
 
 def test_no_header_is_an_empty_header():
-    assert ct.parse_template_header("{{ messages }}", "t") == {}
+    assert parse_template_header("{{ messages }}", "t") == {}
 
 
 def test_user_template_file_header_declares_stops(tmp_path):
@@ -499,7 +501,7 @@ def test_missing_markers_rule_a_builtin_out_when_the_vocabulary_is_known():
     # SmolLM2 is architecture "llama" with ChatML markers: llama3 matches the architecture but
     # its header markers are not in the vocabulary.
     facts = ModelFacts(architecture="llama", tokens=frozenset({"<|im_start|>", "<|im_end|>"}), vocab_known=True)
-    names = [m.template.name for m in ct.match_builtins(facts)]
+    names = [m.template.name for m in match_builtins(facts)]
     assert names[0] == "chatml" and "llama3" not in names
 
 
@@ -557,9 +559,9 @@ def test_template_that_drops_the_system_text_gets_it_folded():
 
 
 def test_fold_system_messages():
-    folded = ct.fold_system_messages([SYSTEM, {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    folded = fold_system_messages([SYSTEM, {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
     assert folded == [{"role": "user", "content": "You are terse.\na"}, {"role": "assistant", "content": "b"}]
-    assert ct.fold_system_messages([SYSTEM]) == [{"role": "user", "content": "You are terse."}]
+    assert fold_system_messages([SYSTEM]) == [{"role": "user", "content": "You are terse."}]
 
 
 SMOLLM2_TEMPLATE = (
@@ -654,7 +656,7 @@ BOMBS = {
 
 @pytest.mark.parametrize("bomb", list(BOMBS), ids=str)
 def test_loop_and_size_bombs_fail_fast(bomb, monkeypatch):
-    monkeypatch.setattr(template_sandbox, "RENDER_TIME_LIMIT_S", 0.5)
+    monkeypatch.setattr(sandbox_limits, "RENDER_TIME_LIMIT_S", 0.5)
     start = time.monotonic()
     with pytest.raises(TemplateError, match="GGUF tokenizer.chat_template"):
         resolve_template(ModelFacts(chat_template=BOMBS[bomb] + "{{ messages[0].content }}"))
@@ -760,7 +762,7 @@ def test_reasoning_template_still_protects_user_text():
 def test_oversized_template_is_refused():
     with pytest.raises(TemplateError, match="characters long"):
         resolve_template(
-            ModelFacts(chat_template="{{ messages[0].content }}" + " " * (template_sandbox.MAX_TEMPLATE_CHARS + 1))
+            ModelFacts(chat_template="{{ messages[0].content }}" + " " * (sandbox_limits.MAX_TEMPLATE_CHARS + 1))
         )
 
 
@@ -796,10 +798,10 @@ def test_compiled_once_and_fast_enough_per_turn():
 # Stop strings and facts
 # =================================================================================================
 def test_stop_strings_inferred_from_gguf_template_text():
-    assert ct.infer_stop_strings(GEMMA1_OFFICIAL) == ("<end_of_turn>",)
-    assert ct.infer_stop_strings("{{ '<|start_header_id|>' }}...<|eot_id|>") == ("<|eot_id|>",)
-    assert ct.infer_stop_strings("{{ m.content + eos_token }}", eos_token="</s>") == ("</s>",)
-    assert ct.infer_stop_strings("<|START_OF_TURN_TOKEN|>x<|END_OF_TURN_TOKEN|>") == ("<|END_OF_TURN_TOKEN|>",)
+    assert infer_stop_strings(GEMMA1_OFFICIAL) == ("<end_of_turn>",)
+    assert infer_stop_strings("{{ '<|start_header_id|>' }}...<|eot_id|>") == ("<|eot_id|>",)
+    assert infer_stop_strings("{{ m.content + eos_token }}", eos_token="</s>") == ("</s>",)
+    assert infer_stop_strings("<|START_OF_TURN_TOKEN|>x<|END_OF_TURN_TOKEN|>") == ("<|END_OF_TURN_TOKEN|>",)
 
 
 def test_facts_from_metadata():
@@ -812,13 +814,13 @@ def test_facts_from_metadata():
         "tokenizer.ggml.eos_token_id": 2,
         "tokenizer.chat_template.tool_use": "{{ x }}",
     }
-    facts = ct.facts_from_metadata(meta, vocab)
+    facts = facts_from_metadata(meta, vocab)
     assert (facts.architecture, facts.name, facts.basename) == ("gemma3", "Gemma 3 270m", "gemma-3")
     assert (facts.bos_token, facts.eos_token, facts.chat_template) == ("<s>", "</s>", None)
     assert facts.named_templates == {"tool_use": "{{ x }}"}
     assert facts.has_token("<start_of_turn>") and not facts.has_token("<|im_start|>")
     assert facts.vocab_known
-    assert not ct.facts_from_metadata(meta, None).vocab_known
+    assert not facts_from_metadata(meta, None).vocab_known
 
 
 # =================================================================================================
@@ -843,7 +845,7 @@ def gemma3_path() -> Path:
 
 
 def test_smollm2_gguf_uses_its_own_template():
-    facts = ct.facts_from_gguf(smollm2_path())
+    facts = facts_from_gguf(smollm2_path())
     assert facts.architecture == "llama" and facts.vocab_known
     assert facts.bos_token == "<|im_start|>" and facts.eos_token == "<|im_end|>"
     resolved = resolve_template(facts)
@@ -859,7 +861,7 @@ def test_smollm2_gguf_uses_its_own_template():
 
 
 def test_gemma3_gguf_gets_the_gemma_builtin():
-    facts = ct.facts_from_gguf(gemma3_path())
+    facts = facts_from_gguf(gemma3_path())
     assert facts.chat_template is None and facts.bos_token == "<bos>"
     resolved = resolve_template(facts)
     assert (resolved.name, resolved.source, resolved.system_mode) == ("gemma", "builtin", "native")
@@ -960,7 +962,7 @@ def test_template_command_module_imports_only_typer():
 
     code = (
         "import sys; import llmchat.commands.template; "
-        "print(','.join(m for m in ('jinja2', 'rich', 'llmchat.chat_template') if m in sys.modules))"
+        "print(','.join(m for m in ('jinja2', 'rich', 'llmchat.prompt.render', 'llmchat.prompt.sandbox') if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == ""

@@ -10,7 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from llmchat.chat_template import builtin_templates
+from llmchat.prompt.builtins import builtin_templates
 from llmchat.tools import generic
 from llmchat.tools.call_parsers import ParsedCall, parse_functionary_v3_2, parse_hermes, parse_qwen3_coder
 from llmchat.tools.families import FAMILIES, GENERIC, HANDWRITTEN_FIRST, call_text, detect_family, family_by_id

@@ -1,6 +1,6 @@
 """`llmchat template list | render | show | parse`: the built-in chat templates, and what a model gets.
 
-Only typer is imported here; jinja2 (through llmchat.chat_template), rich and the GGUF reader are
+Only typer is imported here; jinja2 (through llmchat.prompt), rich and the GGUF reader are
 imported inside the commands so `llmchat --help` stays fast. (No `from __future__ import
 annotations`: Typer reads the annotations at run time.)
 """
@@ -31,7 +31,7 @@ def list_templates() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from llmchat.chat_template import builtin_templates
+    from llmchat.prompt.builtins import builtin_templates
 
     table = Table(title="Built-in chat templates", title_justify="left", show_lines=True)
     table.add_column("name", style="bold", no_wrap=True)
@@ -81,7 +81,9 @@ def render(
     With --tools the messages may hold assistant tool_calls and tool results."""
     from dataclasses import replace
 
-    from llmchat.chat_template import ModelFacts, render_prompt, resolve_template
+    from llmchat.prompt.model_facts import ModelFacts
+    from llmchat.prompt.render import render_prompt
+    from llmchat.prompt.resolution import resolve_template
 
     messages = read_messages(messages_file)
     facts, config_choice = model_facts(model) if model else (ModelFacts(), None)
@@ -103,7 +105,7 @@ def render(
 def render_with_tools(resolved: Any, messages: list, facts: Any, tools_file: str, generation_prompt: bool) -> str:
     """The prompt with a tool list, in the model's own tool format (llmchat.tools.prompt); the
     format goes to stderr, once."""
-    from llmchat.chat_template import fold_system_messages
+    from llmchat.prompt.render import fold_system_messages
     from llmchat.tools import generic
     from llmchat.tools.families import GENERIC, detect_family
     from llmchat.tools.prompt import render_tool_prompt
@@ -134,7 +136,8 @@ def show(
 ) -> None:
     """Which template a model gets and why: source, stop strings, system-prompt handling, tool call
     format, a sample (with --tools: the sample prompt with those tools)."""
-    from llmchat.chat_template import render_prompt, resolve_template
+    from llmchat.prompt.render import render_prompt
+    from llmchat.prompt.resolution import resolve_template
     from llmchat.tools.families import detect_family
 
     facts, config_choice = model_facts(model)
@@ -214,7 +217,8 @@ def parse(
     the tool calls, as one JSON object on stdout. No model is loaded."""
     import json
 
-    from llmchat.chat_template import ModelFacts, resolve_template
+    from llmchat.prompt.model_facts import ModelFacts
+    from llmchat.prompt.resolution import resolve_template
     from llmchat.turn.reading import read_output
 
     raw = read_text_input(output_file, "the model output")
@@ -312,9 +316,9 @@ def read_messages(source: str) -> list:
 def model_facts(model: Optional[str]) -> tuple:
     """(ModelFacts of the -m model, the config file's template for it or None): -m resolved by the
     one resolver chat uses, the facts built by the one builder chat uses."""
-    from llmchat.chat_template import facts_from_gguf
     from llmchat.config import load_config
     from llmchat.models.resolve import resolve_model
+    from llmchat.prompt.model_facts import facts_from_gguf
 
     resolved = resolve_model(model, load_config())
     return facts_from_gguf(resolved.path), resolved.template

@@ -55,7 +55,7 @@ from llmchat.prompt.probes import (
     Renderer,
     assistant_message,
 )
-from llmchat.template_sandbox import TemplateRenderError
+from llmchat.prompt.sandbox import TemplateRenderError
 
 SWITCH_NAMES = ("enable_thinking", "thinking", "reasoning_effort", "reasoning", "clear_thinking")
 

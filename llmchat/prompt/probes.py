@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from llmchat.template_sandbox import TemplateRenderError, compile_template, render_compiled
+from llmchat.prompt.sandbox import TemplateRenderError, compile_template, render_compiled
 
 FUN_FIRST = "FFF_FIRST_FUN_F"
 FUN_SECOND = "SSS_SECOND_FUN_S"

@@ -4,7 +4,7 @@
   `functions` and `datetime` for the templates that read them (Firefunction v2);
 - assistant_tool_calls() / tool_result(): the messages that carry calls and results, so the
   template writes them the model's own way;
-- render_tool_prompt(): one render through llmchat's sandbox (template_sandbox), the same one every
+- render_tool_prompt(): one render through llmchat's sandbox (llmchat.prompt.sandbox), the same one every
   chat template goes through. The generic family (a template with no tool support) gets the tools
   in its system message instead, and calls/results as plain JSON text.
 """
@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
 
-from llmchat.template_sandbox import TemplateRenderError, compile_template, render_compiled
+from llmchat.prompt.sandbox import TemplateRenderError, compile_template, render_compiled
 from llmchat.tools import generic
 from llmchat.tools.families import GENERIC, Family, call_text, detect_family
 from llmchat.tools.spec import EMPTY_OBJECT_SCHEMA, ToolSpec

@@ -14,9 +14,9 @@ from functools import lru_cache
 from typing import Any
 
 from llmchat.prompt.format_analysis import analyze
+from llmchat.prompt.sandbox import compile_template, render_compiled
 from llmchat.reasoning import ThinkingSplitter, detect_format, starts_in_thinking, thinking_variables
 from llmchat.structured import unfenced
-from llmchat.template_sandbox import compile_template, render_compiled
 from llmchat.tools.families import call_in_reasoning, detect_family
 
 PROBE_USER = {"role": "user", "content": "Hey there!"}
