@@ -25,22 +25,14 @@ from llmchat.gguf.metadata import GGUFMetadata, TensorInfo
 from llmchat.gguf.model_report import (
     TEMPLATE_BUILT_IN,
     TEMPLATE_FROM_FILE,
-    GpuMemory,
-    SystemMemory,
-    _parse_gpu_line,
-    attention_layout,
     chat_template_source,
-    compute_buffer_bytes,
-from llmchat.gguf.reader import read_metadata
-from llmchat.machine import GpuMemory, SystemMemory, _parse_gpu_line, system_memory
     context_points,
-    kv_bytes_per_token,
-    kv_cache_bytes,
     model_report,
     parameter_count,
     quantization,
-    system_memory,
 )
+from llmchat.gguf.reader import read_metadata
+from llmchat.machine import GpuMemory, SystemMemory, _parse_gpu_line, system_memory
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -500,18 +492,18 @@ def test_vram_comes_from_ggml_when_nvidia_smi_is_absent(monkeypatch) -> None:
 
 
 def test_backend_notice_reports_the_offload_llama_cpp_logged(monkeypatch) -> None:
-    from llmchat.engine import core, devices, logs
+    from llmchat.engine import devices, logs, model_load
 
     gpu = devices.Device("CUDA0", "NVIDIA H200", "GPU", 1, 2)
     monkeypatch.setattr(devices, "devices", lambda: [gpu])
     monkeypatch.setattr(logs, "offloaded", {"layers": 31, "of": 31})
     assert (
-        core._backend_notice(-1, 8)
+        model_load.backend_notice(-1, 8)
         == "backend: CUDA0 (NVIDIA H200): 31/31 layers offloaded; the rest on CPU, 8 threads"
     )
-    assert "not used" in core._backend_notice(0, 8)
+    assert "not used" in model_load.backend_notice(0, 8)
     monkeypatch.setattr(devices, "devices", lambda: [])
-    assert core._backend_notice(0, 2) == "backend: CPU, 2 threads (this llama-cpp-python build has no GPU backend)"
+    assert model_load.backend_notice(0, 2) == "backend: CPU, 2 threads (this llama-cpp-python build has no GPU backend)"
 
 
 def test_the_log_callback_keeps_llama_cpps_offload_count(monkeypatch) -> None:
