@@ -1,16 +1,17 @@
 """`llmchat history` commands: list, show, export and remove saved conversations.
 
-Only typer is imported at the top so `llmchat --help` stays fast; the store, rich and the
-error types are imported inside the commands that use them.
+Only typer and the environment are imported at the top so `llmchat --help` stays fast; the
+store, rich and the error types are imported inside the commands that use them.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
+
+from llmchat.env import current_environment
 
 if TYPE_CHECKING:
     from llmchat.store.history import HistoryStore
@@ -21,12 +22,11 @@ EXPORT_FORMATS = ("json", "markdown")
 def _open_store(*, reading: bool = True) -> HistoryStore | None:
     """The store, or None when there is no history yet: reading must not create the database.
     `reading`: where the database cannot be opened for writing (a read-only folder), read it as is."""
-    from llmchat import paths
     from llmchat.errors import HistoryError
     from llmchat.output import notice
     from llmchat.store.history import HistoryStore
 
-    path = paths.history_db()
+    path = current_environment().history_db
     if not path.exists():
         return None
     try:
@@ -68,7 +68,7 @@ def list_command(
     if as_json:
         _print_summaries_json(summaries)
     elif not summaries:
-        typer.echo("No conversations yet.")
+        typer.echo("No conversations yet.", file=current_environment().stdout)
     else:
         _print_summaries_table(summaries)
 
@@ -77,7 +77,9 @@ def _print_summaries_json(summaries: list) -> None:
     import json
     from dataclasses import asdict
 
-    typer.echo(json.dumps([asdict(s) for s in summaries], indent=2, ensure_ascii=False))
+    typer.echo(
+        json.dumps([asdict(s) for s in summaries], indent=2, ensure_ascii=False), file=current_environment().stdout
+    )
 
 
 def _print_summaries_table(summaries: list) -> None:
@@ -85,7 +87,8 @@ def _print_summaries_table(summaries: list) -> None:
     from rich.table import Table
 
     # A pipe is not 80 columns wide: don't clip what a script may grep or cut.
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 1000)
+    env = current_environment()
+    console = Console(file=env.stdout, highlight=False, width=None if env.stdout_isatty else 1000)
     headers: tuple[str, ...] = ("ID", "Name", "Model", "Updated (UTC)", "Msgs", "Branch of", "Branches")
     rows: list[tuple[str, ...]] = [
         (
@@ -132,15 +135,16 @@ def show_command(
 
     conv = _load(ref)
     if as_json:
-        typer.echo(export_json(conv), nl=False)
+        typer.echo(export_json(conv), nl=False, file=current_environment().stdout)
         return
-    if sys.stdout.isatty():
+    env = current_environment()
+    if env.stdout_isatty:
         from rich.console import Console
         from rich.markdown import Markdown
 
-        Console().print(Markdown(export_markdown(conv)))
+        Console(file=env.stdout).print(Markdown(export_markdown(conv)))
     else:
-        typer.echo(export_markdown(conv), nl=False)
+        typer.echo(export_markdown(conv), nl=False, file=current_environment().stdout)
     if conv.parent_id is not None or conv.children:
         _print_tree(conv.id)
 
@@ -154,9 +158,9 @@ def _print_tree(conversation_id: str) -> None:
         return
     with store:
         family = store.family(conversation_id)
-    typer.echo("\n## Branches\n")
+    typer.echo("\n## Branches\n", file=current_environment().stdout)
     for line in draw_tree(family, current=conversation_id):
-        typer.echo(line)
+        typer.echo(line, file=current_environment().stdout)
 
 
 def fork_command(
@@ -171,7 +175,7 @@ def fork_command(
         raise _no_history_error(ref)
     with store:
         branch = store.fork(ref, at, name=name)
-    typer.echo(branch)
+    typer.echo(branch, file=current_environment().stdout)
 
 
 def export_command(
@@ -189,10 +193,10 @@ def export_command(
     conv = _load(ref)
     text = export_json(conv) if fmt == "json" else export_markdown(conv)
     if output is None:
-        typer.echo(text, nl=False)
+        typer.echo(text, nl=False, file=current_environment().stdout)
         return
     write_atomically(output, text)
-    typer.echo(f"exported conversation {conv.id} to {output}", err=True)
+    typer.echo(f"exported conversation {conv.id} to {output}", file=current_environment().stderr)
 
 
 def write_atomically(target: Path, text: str) -> None:
@@ -267,14 +271,14 @@ def rm_command(
     with store:
         conv = store.get(ref)
         if not yes and not _confirm_delete(conv):
-            typer.echo("Not deleted.")
+            typer.echo("Not deleted.", file=current_environment().stdout)
             return
         # Delete by the resolved full id: "last" may name another conversation by now.
         wal_cleared = store.delete(conv.id)
     _remove_copies(
         conv.id, {m.typed if m.typed is not None else m.content for m in conv.messages if m.role == "user"}, wal_cleared
     )
-    typer.echo(f"Deleted conversation {conv.id}.")
+    typer.echo(f"Deleted conversation {conv.id}.", file=current_environment().stdout)
 
 
 def _remove_everything(yes: bool) -> None:
@@ -284,17 +288,17 @@ def _remove_everything(yes: bool) -> None:
     with store if store is not None else contextlib.nullcontext():
         count = 0 if store is None else len(store.list_conversations(limit=-1))  # -1: no limit
         if not yes and not _confirm_delete_all(count):
-            typer.echo("Not deleted.")
+            typer.echo("Not deleted.", file=current_environment().stdout)
             return
         wal_cleared = store.delete_all() if store is not None else True
     _remove_copies(None, set(), wal_cleared)
-    typer.echo(f"Deleted all {count} conversations.")
+    typer.echo(f"Deleted all {count} conversations.", file=current_environment().stdout)
 
 
 def _confirm_delete_all(count: int) -> bool:
     from llmchat.errors import UsageError
 
-    if not sys.stdin.isatty():
+    if not current_environment().stdin_isatty:
         raise UsageError(f"refusing to delete all {count} conversations without confirmation; pass --yes")
     return _confirm(f"Delete all {count} conversations, the input history and the KV cache on disk?")
 
@@ -302,16 +306,15 @@ def _confirm_delete_all(count: int) -> bool:
 def _remove_copies(conversation_id: Optional[str], typed: set[str], wal_cleared: bool) -> None:
     """The other copies of one conversation (None: of all): its KV cache on disk (None: the whole
     disk cache, batch items' included), its lines in the input history."""
-    from llmchat import paths
     from llmchat.engine import kv_store
     from llmchat.output import notice
     from llmchat.private_files import forget_typed_lines
 
     if conversation_id is None:
-        kv_store.clear()
+        kv_store.clear(current_environment().cache_dir / "kv")
     else:
-        kv_store.remove_for_conversation(conversation_id)
-    input_history = paths.input_history_file()
+        kv_store.remove_for_conversation(conversation_id, folder=current_environment().cache_dir / "kv")
+    input_history = current_environment().input_history_file
     try:
         if conversation_id is None:
             input_history.unlink(missing_ok=True)
@@ -330,7 +333,7 @@ def _confirm_delete(conv) -> bool:
     from llmchat.errors import UsageError
 
     label = f"{conv.id}" + (f" ({conv.name})" if conv.name else "")
-    if not sys.stdin.isatty():
+    if not current_environment().stdin_isatty:
         raise UsageError(f"refusing to delete conversation {label} without confirmation; pass --yes")
     return _confirm(f"Delete conversation {label} with {len(conv.messages)} messages?")
 

@@ -1,14 +1,15 @@
 """`llmchat template list | render | show | parse`: the built-in chat templates, and what a model gets.
 
-Only typer is imported here; jinja2 (through llmchat.prompt), rich and the GGUF reader are
-imported inside the commands so `llmchat --help` stays fast. (No `from __future__ import
+Only typer and the environment are imported here; jinja2 (through llmchat.prompt), rich and the
+GGUF reader are imported inside the commands so `llmchat --help` stays fast. (No `from __future__ import
 annotations`: Typer reads the annotations at run time.)
 """
 
-import sys
 from typing import Any, Optional
 
 import typer
+
+from llmchat.env import current_environment
 
 MODEL_HELP = "Model: a .gguf path, a name in the models folder, or a config alias."
 TEMPLATE_HELP = "A built-in template name or a path to a .jinja file (overrides the model's own template)."
@@ -41,8 +42,9 @@ def list_templates() -> None:
     for template in builtin_templates():
         table.add_row(template.name, _match_summary(template), _quoted(template.stop_strings), template.source)
     # Piped output has no terminal width; a wide table keeps one template per few lines there.
-    width = None if sys.stdout.isatty() else 160
-    Console(highlight=False, markup=False, width=width).print(table)
+    env = current_environment()
+    width = None if env.stdout_isatty else 160
+    Console(file=env.stdout, highlight=False, markup=False, width=width).print(table)
 
 
 def _match_summary(template: Any) -> str:
@@ -93,13 +95,13 @@ def render(
         facts = replace(facts, eos_token=eos_token)
     resolved = resolve_template(facts, template, config_choice)
     if resolved.warning:
-        sys.stderr.write(f"llmchat: warning: {resolved.warning}\n")
+        current_environment().stderr.write(f"llmchat: warning: {resolved.warning}\n")
     if tools_file is not None:
         text = render_with_tools(resolved, messages, facts, tools_file, not no_generation_prompt)
     else:
         text = render_prompt(resolved, messages, facts, add_generation_prompt=not no_generation_prompt).text
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    current_environment().stdout.write(text)
+    current_environment().stdout.flush()
 
 
 def render_with_tools(resolved: Any, messages: list, facts: Any, tools_file: str, generation_prompt: bool) -> str:
@@ -116,7 +118,7 @@ def render_with_tools(resolved: Any, messages: list, facts: Any, tools_file: str
     if resolved.system_mode == "folded":
         messages = fold_system_messages(messages)
     note = generic.NOTICE if family is GENERIC else f"tool call format: {family.label}"
-    sys.stderr.write(f"llmchat: {note}\n")
+    current_environment().stderr.write(f"llmchat: {note}\n")
     return render_tool_prompt(
         resolved.text,
         messages,
@@ -151,7 +153,7 @@ def show(
         text = render_with_tools(resolved, list(SAMPLE_CONVERSATION[:2]), facts, tools_file, True)
         lines.extend(["sample with tools (system, user; with the generation prompt):", "-" * 72, text, "-" * 72])
     for line in lines:
-        typer.echo(line)
+        typer.echo(line, file=current_environment().stdout)
 
 
 def format_lines(source: str, family: Any) -> list[str]:
@@ -230,7 +232,7 @@ def parse(
 
         schemas = {spec.name: spec.parameters for spec in read_tools_file(tools_file)}
     reading = read_output(resolved.text, raw, schemas, thinking=not no_think)
-    sys.stdout.write(json.dumps(reading, ensure_ascii=False, indent=2) + "\n")
+    current_environment().stdout.write(json.dumps(reading, ensure_ascii=False, indent=2) + "\n")
 
 
 def read_text_input(source: str, what: str) -> str:
@@ -240,7 +242,7 @@ def read_text_input(source: str, what: str) -> str:
     from llmchat.errors import UsageError
 
     try:
-        data = sys.stdin.buffer.read() if source == "-" else Path(source).expanduser().read_bytes()
+        data = current_environment().stdin.buffer.read() if source == "-" else Path(source).expanduser().read_bytes()
     except OSError as err:
         raise UsageError(f"{what} ({source}): cannot read it ({err.strerror or err})") from None
     if b"\x00" in data:
@@ -293,7 +295,11 @@ def read_messages(source: str) -> list:
     from llmchat.errors import UsageError
 
     try:
-        raw = sys.stdin.read() if source == "-" else Path(source).expanduser().read_text(encoding="utf-8")
+        raw = (
+            current_environment().stdin.read()
+            if source == "-"
+            else Path(source).expanduser().read_text(encoding="utf-8")
+        )
     except OSError as err:
         raise UsageError(f"--messages {source}: cannot read it ({err.strerror or err})") from None
     except UnicodeDecodeError:
@@ -316,9 +322,9 @@ def read_messages(source: str) -> list:
 def model_facts(model: Optional[str]) -> tuple:
     """(ModelFacts of the -m model, the config file's template for it or None): -m resolved by the
     one resolver chat uses, the facts built by the one builder chat uses."""
-    from llmchat.config import load_config
+    from llmchat.env import current_environment
     from llmchat.models.resolve import resolve_model
     from llmchat.prompt.model_facts import facts_from_gguf
 
-    resolved = resolve_model(model, load_config())
+    resolved = resolve_model(model, current_environment().config)
     return facts_from_gguf(resolved.path), resolved.template

@@ -12,8 +12,9 @@ from llmchat.output import notice
 
 if TYPE_CHECKING:
     from llmchat.output import StreamPrinter
-    from llmchat.session import ChatSession, TurnResult
+    from llmchat.session import ChatSession
     from llmchat.store.attachment_records import Attachment
+    from llmchat.turn.record import TurnResult
 
 OVERFLOW_MODES = ("drop", "error")
 
