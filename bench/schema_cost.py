@@ -51,7 +51,7 @@ def _own_jiffies() -> int:
 def chat_prompt(engine, text: str) -> list[int]:
     from llmchat.prompt.render import render_prompt
     from llmchat.prompt.resolution import resolve_template
-    from llmchat.session import model_facts
+    from llmchat.turn.plan import model_facts
 
     facts = model_facts(engine)
     template = resolve_template(facts, None, None)

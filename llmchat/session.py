@@ -1,5 +1,9 @@
 """One chat session: a loaded model, its resolved template, the conversation, and one turn at a time.
 
+The session owns its state: the conversation, the KV prefix, the per-turn settings. Other modules
+call its methods and never write its fields; `start` builds it complete. A turn that is not the
+session's own (a batch item) runs in a `TurnScope` and leaves the session as it was.
+
 A turn is one road for every mode (ask, chat, batch, batch `--parallel`), assembled here from parts
 that each have one job (llmchat.turn):
 1. `prepare` (the plan): conversation + system -> template render -> token ids (llmchat.turn.tokens),
@@ -9,6 +13,8 @@ that each have one job (llmchat.turn):
 3. `finish` (llmchat.turn.stats): the outcome becomes a `TurnResult` with its stats and notices.
 4. `commit`: the exchange joins the conversation, and the sink (llmchat.turn.sink) saves it under
    one failure policy: a failed save is reported in the result (`saved`, `notices`), never raised.
+With tools on, steps 1-3 run in rounds (llmchat.turn.tool_loop), a strategy inside `turn` that
+holds its own state; step 4 is the same.
 
 `TurnResult.to_record()` is the one JSON shape that `ask --json`, scripted `chat --json` and
 `batch` print (the README documents it).
@@ -36,9 +42,16 @@ from llmchat.reasoning import (
     thinking_variables,
 )
 from llmchat.turn.observer import NullObserver, TurnObserver
-from llmchat.turn.plan import EngineVocabulary, PreparedTurn, TurnScope, check_message_size, model_facts, request_of
-from llmchat.turn.policy import DEFAULT_REPLY_CAP, LOOP_NOTICE, reply_cap
-from llmchat.turn.record import RECORD_KEYS, TurnResult, error_record
+from llmchat.turn.plan import (
+    EngineVocabulary,
+    PreparedTurn,
+    TurnScope,
+    check_message_size,
+    model_facts,
+    reasoning_tokens,
+    request_of,
+)
+from llmchat.turn.record import TurnResult
 from llmchat.turn.sink import ConversationFacts, TurnSink
 from llmchat.turn.stats import result_of
 from llmchat.turn.stream import read_reply
@@ -57,21 +70,6 @@ if TYPE_CHECKING:
     from llmchat.structured import StructuredOutput
     from llmchat.tools.offer import ToolOffer
     from llmchat.turn.tool_loop import KeptPrefix
-
-# Names other modules import from here (the session's parts live in llmchat.turn).
-__all__ = [
-    "DEFAULT_REPLY_CAP",
-    "LOOP_NOTICE",
-    "RECORD_KEYS",
-    "ChatSession",
-    "NullObserver",
-    "PreparedTurn",
-    "TurnObserver",
-    "TurnResult",
-    "error_record",
-    "model_facts",
-    "reply_cap",
-]
 
 
 @dataclass
@@ -159,25 +157,12 @@ class ChatSession:
             reasoning_format=detect_format(template.text, EngineVocabulary(engine)),
             origins=dict(origins or {}),
         )
-        session._reasoning_tokens()
+        session._markup, session._close_ids = reasoning_tokens(engine, session.reasoning_format)
         if reasoning is not None:
             session.configure_reasoning(reasoning, say)
         return session
 
     # --- reasoning ------------------------------------------------------------------------------
-    def _reasoning_tokens(self) -> None:
-        """The format's markers that are control tokens (shown as their text to the parser) and
-        the token ids the budget forces in to close a thinking block."""
-        fmt = self.reasoning_format
-        self._markup, self._close_ids = {}, []
-        if fmt is None:
-            return
-        for marker in fmt.markers:
-            ids = self.engine.tokenize(marker, special=True)
-            if len(ids) == 1:
-                self._markup[ids[0]] = marker.encode("utf-8")
-        self._close_ids = self.engine.tokenize(fmt.forced_close, special=True)
-
     def configure_reasoning(self, settings: ReasoningSettings, say: Callable[[str], None]) -> None:
         """Apply --think/--no-think, --reasoning-effort, --template-var, --thinking-budget and the
         display choice. What the template cannot do is said once through `say`."""

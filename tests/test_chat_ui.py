@@ -26,7 +26,7 @@ from llmchat.conversation import Conversation
 from llmchat.errors import HistoryError
 from llmchat.metrics import TurnStats
 from llmchat.output import StreamPrinter
-from llmchat.session import TurnResult
+from llmchat.turn.record import TurnResult
 from llmchat.ui import chat, slash
 from llmchat.ui.chat import run_interactive
 from llmchat.ui.completer import SlashCompleter
@@ -378,6 +378,58 @@ def test_undo_and_retry_after_an_interrupted_turn(session, capsys, monkeypatch):
     assert conversation_messages(session)[3][2] is True
     drive(session, "/undo" + ENTER)
     assert conversation_messages(session) == messages == stored_messages(session)
+
+
+def test_edit_after_a_turn_with_files(session, capsys, tmp_path):
+    """/edit after a message sent with files: the typed words come back at the prompt and the files
+    go with them again; sending starts a branch, and the old exchange stays in the history."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("The meeting moved to Thursday.\n", encoding="utf-8")
+    drive(session, f"/file {notes}" + ENTER + "When is the meeting?" + ENTER)
+    first_id = session.conversation_id
+    old = stored_messages(session)
+    capsys.readouterr()
+
+    drive(session, "/edit" + ENTER + " Say the day." + ENTER)
+    _, err = capsys.readouterr()
+    assert "editing turn 1" in err and f"the old exchange stays in {first_id}" in err
+    [user, reply] = session.conversation.messages
+    assert [a.path for a in user["attachments"]] == [str(notes)], "the files went with the edited message"
+    assert "Thursday" in user["content"] and user["content"].endswith("When is the meeting? Say the day.")
+    assert reply["role"] == "assistant" and reply["content"].strip()
+    assert session.conversation_id != first_id
+    assert conversation_messages(session) == stored_messages(session)
+    assert [a.path for a in session.history.turn_attachments(session.conversation_id, 0)] == [str(notes)]
+    assert stored_messages_of(session, first_id) == old, "the old exchange stays as it was"
+
+
+def test_edit_after_an_interrupted_turn(session, capsys, monkeypatch):
+    """/edit after a reply cut by Ctrl-C: the message comes back to change, the new reply replaces
+    the partial one in a branch, and the stored conversation keeps the interrupted exchange."""
+    monkeypatch.setattr(chat, "StreamPrinter", _interrupting_printer(after_fragments=3))
+    session.set_sampling(dataclasses.replace(session.sampling, max_tokens=200))
+    question = "Count from 1 to 100, one number per line."
+    drive(session, question + ENTER)
+    assert conversation_messages(session)[1][2] is True, "interrupted"
+    first_id = session.conversation_id
+    old = stored_messages(session)
+    monkeypatch.setattr(chat, "StreamPrinter", StreamPrinter)
+    session.set_sampling(dataclasses.replace(session.sampling, max_tokens=24))
+    capsys.readouterr()
+
+    drive(session, "/edit" + ENTER + " Stop at 3." + ENTER)
+    _, err = capsys.readouterr()
+    assert "nothing to edit" not in err and "editing turn 1" in err
+    messages = conversation_messages(session)
+    assert [(m[0], m[2]) for m in messages] == [("user", False), ("assistant", False)]
+    assert messages[0][1] == question + " Stop at 3." and messages[1][1].strip()
+    assert session.conversation_id != first_id
+    assert messages == stored_messages(session)
+    assert stored_messages_of(session, first_id) == old and old[1][2] is True
+
+
+def stored_messages_of(session, conversation_id):
+    return [(m.role, m.content, m.interrupted) for m in session.history.get(conversation_id).messages]
 
 
 def test_clear_starts_a_new_conversation(session, capsys):

@@ -87,6 +87,19 @@ def model_facts(engine: ChatEngine) -> ModelFacts:
     )
 
 
+def reasoning_tokens(engine: ChatEngine, fmt: ReasoningFormat | None) -> tuple[dict[int, bytes], list[int]]:
+    """The reasoning format's markers that are control tokens (shown as their text to the parser),
+    and the token ids the thinking budget forces in to close a thinking block."""
+    if fmt is None:
+        return {}, []
+    markup: dict[int, bytes] = {}
+    for marker in fmt.markers:
+        ids = engine.tokenize(marker, special=True)
+        if len(ids) == 1:
+            markup[ids[0]] = marker.encode("utf-8")
+    return markup, engine.tokenize(fmt.forced_close, special=True)
+
+
 def check_message_size(engine: ChatEngine, user_text: str, budget: Budget) -> None:
     """Refuse a message that certainly cannot fit, before rendering or tokenizing it.
 

@@ -59,7 +59,7 @@ def cmd_set(ctx: CommandContext, arg: str) -> Outcome:
 def _value(sampling: SamplingParams, name: str) -> str:
     value = getattr(sampling, name)
     if value is None:
-        from llmchat.session import DEFAULT_REPLY_CAP
+        from llmchat.turn.policy import DEFAULT_REPLY_CAP
 
         return {
             "seed": "random (a fresh seed per reply)",
