@@ -22,14 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmchat import paths
 from llmchat.config import PROMPT_TEXT_KEYS, Config, check_saved_prompt
 from llmchat.errors import UsageError
-from llmchat.sampling import PRESETS, SETTABLE
+from llmchat.sampling import PRESETS
 
 if TYPE_CHECKING:
     from llmchat.options import RunOptions
-    from llmchat.session import ChatSession
 
 
 @dataclass(frozen=True)
@@ -110,51 +108,3 @@ def sampling_layers(prompt_name: str | None, config: Config) -> list[tuple[str, 
     if prompt.sampling:
         layers.append((prompt.source, dict(prompt.sampling), None))
     return layers
-
-
-def apply_to_session(session: ChatSession, name: str) -> list[str]:
-    """`/prompt NAME` in chat: the saved prompt's system prompt, sampling and schema from the next
-    message on. The model cannot change under a running chat: a different one is said, not loaded.
-    Returns the lines to show."""
-    config = session.config or Config(path=paths.config_file())  # a session built without a config: none saved
-    prompt = lookup(name, config)
-    said = []
-    if prompt.schema is not None:  # first: a schema the engine refuses leaves everything as it was
-        from llmchat.structured import structured_output
-
-        session.hold_to(structured_output(schema=prompt.schema, named=config.schemas))
-        session.set_origin("schema", prompt.source)
-    if prompt.system is not None:
-        session.with_system(prompt.system)
-        session.set_origin("system", prompt.source)
-        said.append("system prompt set")
-    sampling = session.sampling
-    for source, layer, layer_preset in sampling_layers(name, config):
-        sources = dict(sampling.sources) | {key: source for key in layer}
-        sampling = dataclasses.replace(sampling, **layer, preset=layer_preset or sampling.preset, sources=sources)
-    if sampling is not session.sampling:
-        session.set_sampling(sampling)
-        said.append(
-            "sampling: "
-            + ", ".join(
-                f"{k}={getattr(sampling, k)}"
-                for k in SETTABLE
-                if k in sampling.sources and sampling.sources[k].startswith(prompt.source)
-            )
-        )
-    if prompt.model is not None and not _same_model(prompt.model, config, session):
-        said.append(
-            f"prompt {name} names the model {prompt.model}; this chat keeps {session.model_label} "
-            f"(start llmchat chat -p {name} to use it)"
-        )
-    return [f"prompt {name}: {line}" for line in said] or [f"prompt {name} sets nothing more here"]
-
-
-def _same_model(requested: str, config: Config, session: ChatSession) -> bool:
-    from llmchat.models.resolve import resolve_model
-
-    try:
-        wanted = resolve_model(requested, config).path
-        return Path(wanted).resolve() == Path(session.engine.info.model_path).resolve()
-    except Exception:  # an unresolvable name is reported as "not this model"
-        return False

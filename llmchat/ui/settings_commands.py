@@ -88,7 +88,7 @@ def thinking(on: bool) -> Callable[[CommandContext, str], Outcome]:
 
 
 def cmd_prompt(ctx: CommandContext, arg: str) -> Outcome:
-    from llmchat.saved_prompts import apply_to_session
+    from llmchat.ui.saved_prompt import apply_to_session
 
     if not arg:
         config = ctx.session.config
