@@ -76,11 +76,18 @@ def test_ask_with_a_saved_prompt_a_schema_and_a_tool_reads_the_config_once(isola
 
 
 def test_ask_reads_the_config_once_through_a_whole_turn(isolated_home, monkeypatch, smollm2_path):
+    """The issue's command loads the model and stops where the tools meet the schema (exit 2); without
+    -T the turn runs to its JSON record. Each run reads the config file once."""
     config_file = _write_config(isolated_home, str(smollm2_path))
     reads = _count_config_reads(monkeypatch, config_file)
     env = _fake_terminal(on_terminal=False)
-    args = ["ask", "-p", "pirate", "--schema", "movie", "-T", "weather", "--tool-choice", "none"]
-    code = _run([*args, "--temperature", "0", "-n", "24", "--json", "--no-history", "Name a film."], env)
+    assert _run(["ask", "-p", "pirate", "--schema", "movie", "-T", "weather", "hi"], env) == 2
+    assert "cannot be combined" in env.stderr.getvalue() and len(reads) == 1
+
+    reads.clear()
+    env = _fake_terminal(on_terminal=False)
+    args = ["ask", "-p", "pirate", "--schema", "movie", "--temperature", "0", "-n", "24", "--json", "--no-history"]
+    code = _run([*args, "Name a film."], env)
     assert code in (0, 5), env.stderr.getvalue()  # 5: a reply cut at 24 tokens is not valid JSON
     assert json.loads(env.stdout.getvalue())["stats"]["generated_tokens"] > 0
     assert len(reads) == 1
