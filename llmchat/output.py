@@ -98,15 +98,20 @@ class StreamPrinter:
         show_summary: bool,
         echo_text: bool = True,
         mark_interrupted: bool = True,
+        out_isatty: bool | None = None,
+        err_isatty: bool | None = None,
     ):
         self.out = out or sys.stdout
         self.err = err or sys.stderr
+        # Given by the caller's environment (llmchat.env), so a test can fake a terminal; else asked.
+        self.out_isatty = is_tty(self.out) if out_isatty is None else out_isatty
+        self.err_isatty = is_tty(self.err) if err_isatty is None else err_isatty
         self.echo_text = echo_text
         # False where the command itself ends with a one-line "interrupted" report (ask, scripted chat).
         self.mark_interrupted = mark_interrupted
-        self.show_live = show_live and is_tty(self.err)
+        self.show_live = show_live and self.err_isatty
         self.show_summary = show_summary
-        self.bottom_row = self.show_live and is_tty(self.out) and same_terminal(self.out, self.err)
+        self.bottom_row = self.show_live and self.out_isatty and same_terminal(self.out, self.err)
         self._lock = threading.Lock()
         self._state: dict = {}
         self._ticker: threading.Thread | None = None
@@ -140,7 +145,7 @@ class StreamPrinter:
         if state.get("phase") != "thinking":
             state["phase"] = "thinking"
             state["thinking_since"] = time.perf_counter()
-        if not (self.echo_text and is_tty(self.err)):
+        if not (self.echo_text and self.err_isatty):
             return
         with self._lock:
             self.out.flush()

@@ -124,3 +124,17 @@ def test_the_config_is_read_at_first_use_and_kept(isolated_home, monkeypatch):
     assert reads == [] and env.config_path == config_file
     assert env.config.prompts["pirate"]["system"] == "You are a pirate."
     assert env.config is env.config and len(reads) == 1
+
+
+def test_ask_on_a_faked_terminal_shows_its_stats(isolated_home, smollm2_path):
+    """Stats on stderr default to "on a terminal": the environment's isatty flags decide, not the
+    streams, so a test sees what a person at a terminal sees."""
+    outputs = {}
+    for on_terminal in (True, False):
+        env = _fake_terminal(on_terminal=on_terminal)
+        args = ["ask", "-m", str(smollm2_path), "--temperature", "0", "-n", "4", "--no-history", "Hi"]
+        assert _run(args, env) == 0, env.stderr.getvalue()
+        assert env.stdout.getvalue().strip()
+        outputs[on_terminal] = env.stderr.getvalue()
+    assert "tok/s" in outputs[True] and "\r" in outputs[True]  # the summary, after the live readout
+    assert "tok/s" not in outputs[False]

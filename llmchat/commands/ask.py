@@ -122,6 +122,8 @@ def ask(
             show_summary=show_stats and not json_output,
             echo_text=not json_output,
             mark_interrupted=False,  # `main` reports the interruption in its one line
+            out_isatty=env.stdout_isatty,
+            err_isatty=env.stderr_isatty,
         )
         result = run_turn(session, text, printer, attachments)
         if json_output:

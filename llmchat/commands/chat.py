@@ -138,6 +138,8 @@ def run_scripted_chat(
             show_summary=show_stats,
             echo_text=not json_output,
             mark_interrupted=False,
+            out_isatty=env.stdout_isatty,
+            err_isatty=env.stderr_isatty,
         )
         try:
             if bad_input:

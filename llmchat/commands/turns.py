@@ -5,7 +5,7 @@ The session owns the turn's outcome (llmchat.session); this module only shows it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from llmchat.errors import UsageError
 from llmchat.output import notice
@@ -40,14 +40,14 @@ def run_turn(
     except BaseException:
         printer.abort()
         raise
-    show_notices(result)
+    show_notices(result, printer.err)
     return result
 
 
-def show_notices(result: TurnResult) -> None:
+def show_notices(result: TurnResult, stderr: IO[str]) -> None:
     """Every mode says the same things on stderr after a turn: what a trim dropped, a failed save."""
     for line in result.notices:
-        notice(line)
+        notice(line, stderr)
 
 
 def continue_conversation(session: ChatSession, reference: str) -> None:
