@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from llmchat import paths
 from llmchat.config import Config
 from llmchat.defaults import DEFAULT_MAX_CTX
 from llmchat.errors import UsageError
@@ -163,6 +164,7 @@ def load_model(opts: RunOptions, *, config: Config, n_ctx_override: int | None =
             drafting=opts.lookup or opts.draft_model is not None,
             batched=opts.parallel > 1,
             threads=opts.threads,
+            folder=paths.cache_dir() / "flash_attn",
         )
         flash_attn, fa_why = picked.flash_attn, picked.why
     else:
@@ -280,13 +282,13 @@ def start_session(
         store = open_or_warn(warn=lambda message: notice(f"warning: {message}"))
     # The KV cache on disk holds the conversation: off wherever the history is off (--no-history).
     wanted = store is not None if disk_cache is None else disk_cache and loaded.config.history
-    kv_store = None
-    if opts.prompt_cache and loaded.config.prompt_cache and wanted:
-        kv_store = open_kv_store(loaded.engine, loaded.config)
-    server_template = None  # a server that renders its own template: it stands in for ours
-    if loaded.engine.caps.renders_template:
-        server_template = server_rendered_template(loaded.engine.info.template_detail or "the server")
     try:
+        kv_store = None
+        if opts.prompt_cache and loaded.config.prompt_cache and wanted:
+            kv_store = open_kv_store(loaded.engine, loaded.config)
+        server_template = None  # a server that renders its own template: it stands in for ours
+        if loaded.engine.caps.renders_template:
+            server_template = server_rendered_template(loaded.engine.info.template_detail or "the server")
         session = ChatSession.start(
             loaded.engine,
             sampling=loaded.sampling,
@@ -320,7 +322,12 @@ def open_kv_store(engine: ChatEngine, config: Config) -> KVStore | None:
     from llmchat.engine.kv_store import KVStore
 
     # caps.disk_cache: the local engine, the only one whose KV state llmchat can read and write.
-    return KVStore(cast("Engine", engine), max_bytes=config.prompt_cache_max_bytes, warn=notice)
+    return KVStore(
+        cast("Engine", engine),
+        folder=paths.cache_dir() / "kv",
+        max_bytes=config.prompt_cache_max_bytes,
+        warn=notice,
+    )
 
 
 # --- remote engines (--server, or a configured [servers.NAME]) -----------------------------------------
