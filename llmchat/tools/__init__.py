@@ -11,8 +11,10 @@ One module per job:
 - families.py, call_parsers.py, generic.py, prompt.py: the model's own call format;
 - grammar.py: a call's GBNF grammar per family, each tool's arguments held to its schema;
 - choice.py: --tool-choice and --chain-limit as a plan per round;
-- tools_file.py: `--tools FILE` for `template render|show`.
+- tools_file.py: `--tools FILE` for `template render|show`;
+- offer.py: the tools offered to one session's model, in its call format, with their grammars checked;
+- options.py: the tool options of ask, chat and batch as one checked request, and offering it.
 
 Nothing here imports llama_cpp; the tool loop that uses these pieces is one more use of the decode
-driver (llmchat.turn.tool_loop), and `ask`/`chat` offer the tools (llmchat.tools.options).
+driver (llmchat.turn.tool_loop).
 """
