@@ -155,11 +155,10 @@ def _root(
 
 
 # --- entry point ----------------------------------------------------------------------------------
-def report_error(message: str, stderr: Optional[TextIO] = None) -> None:
+def report_error(message: str, stderr: TextIO) -> None:
     """One line on stderr: the whole contract for errors the user can act on."""
-    stream = stderr if stderr is not None else sys.stderr
-    stream.write(f"llmchat: error: {message}\n")
-    stream.flush()
+    stderr.write(f"llmchat: error: {message}\n")
+    stderr.flush()
 
 
 def _from_broken_pipe(exc: BaseException) -> bool:
@@ -173,18 +172,18 @@ def _from_broken_pipe(exc: BaseException) -> bool:
     return False
 
 
-def _stopped(message: str, code: ExitCode) -> None:
+def _stopped(env: Environment, message: str, code: ExitCode) -> None:
     # On a terminal the line starts fresh after the echoed ^C; elsewhere it is exactly one line.
     try:
-        sys.stderr.write(("\n" if sys.stderr.isatty() else "") + f"llmchat: {message}\n")
-        sys.stderr.flush()
+        env.stderr.write(("\n" if env.stderr_isatty else "") + f"llmchat: {message}\n")
+        env.stderr.flush()
     except (OSError, ValueError):
         pass
     sys.exit(int(code))
 
 
-def _interrupted() -> None:
-    _stopped("interrupted", ExitCode.INTERRUPTED)
+def _interrupted(env: Environment) -> None:
+    _stopped(env, "interrupted", ExitCode.INTERRUPTED)
 
 
 def _quiet_broken_pipe() -> None:
@@ -227,12 +226,12 @@ def main(argv: Optional[list] = None, env: Optional[Environment] = None) -> None
         if returned == ExitCode.INTERRUPTED:
             # Typer turns KeyboardInterrupt into a *returned* 130, without a word: say it here.
             # (batch reports its own interruption and raises SystemExit, which is not returned.)
-            _interrupted()
+            _interrupted(env)
         if isinstance(returned, int) and returned:
             sys.exit(returned)
     except SystemExit as done:
         if interrupts.terminated():
-            _stopped("terminated (SIGTERM)", ExitCode.TERMINATED)
+            _stopped(env, "terminated (SIGTERM)", ExitCode.TERMINATED)
         if done.code and _from_broken_pipe(done):
             _quiet_broken_pipe()
             sys.exit(141)
@@ -245,7 +244,7 @@ def main(argv: Optional[list] = None, env: Optional[Environment] = None) -> None
     except typer.Exit as done:
         sys.exit(done.exit_code)
     except typer.Abort:
-        _interrupted()
+        _interrupted(env)
     except click.ClickException as err:
         context: click.Context | None = getattr(err, "ctx", None)
         if type(err).__name__ == "NoArgsIsHelpError" and context is not None:
@@ -259,13 +258,13 @@ def main(argv: Optional[list] = None, env: Optional[Environment] = None) -> None
         report_error(err.format_message().replace("\n", " ") + hint, env.stderr)
         sys.exit(int(ExitCode.USAGE))
     except KeyboardInterrupt:
-        _interrupted()
+        _interrupted(env)
     except RuntimeError as err:  # a signal's exception that Python wrapped during a late import
         if interrupts.signal_behind(err) is None:
             raise
         if interrupts.terminated():
-            _stopped("terminated (SIGTERM)", ExitCode.TERMINATED)
-        _interrupted()
+            _stopped(env, "terminated (SIGTERM)", ExitCode.TERMINATED)
+        _interrupted(env)
     except BrokenPipeError:
         _quiet_broken_pipe()
         sys.exit(141)
