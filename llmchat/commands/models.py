@@ -15,7 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from llmchat.defaults import DEFAULT_MAX_CTX
+
 if TYPE_CHECKING:
+    from llmchat.env import Environment
     from llmchat.models.catalogue import Entry
     from llmchat.models.stores import Candidate
 
@@ -39,22 +42,22 @@ def list_command(
     if as_json:
         from llmchat.output import write_json
 
-        write_json([e.to_json() for e in entries])
+        write_json([e.to_json() for e in entries], env.stdout)
         return
-    _print_table(entries)
+    _print_table(entries, env)
 
 
-def _print_table(entries: list[Entry]) -> None:
+def _print_table(entries: list[Entry], env: Environment) -> None:
     from rich.console import Console
     from rich.table import Table
 
     from llmchat.commands.info import _size
 
-    console = Console(highlight=False)
+    console = Console(file=env.stdout, highlight=False)
     runnable = [e for e in entries if e.runnable]
     broken = [e for e in entries if not e.runnable]
     if not entries:
-        _say_none_found()
+        _say_none_found(env)
         return
     table = Table(title=f"{len(runnable)} runnable models", title_justify="left")
     for column, justify in (
@@ -92,7 +95,7 @@ def _print_table(entries: list[Entry]) -> None:
         for e in broken:
             console.print(f"  {e.candidate.ref} ({e.candidate.source}): {e.problem}", soft_wrap=True)
     console.print(
-        "[dim]fits: the estimate at each model's default context (at most 8,192 tokens; see `llmchat info`) "
+        f"[dim]fits: the estimate at each model's default context (at most {DEFAULT_MAX_CTX:,} tokens; see `llmchat info`) "
         "against free VRAM, else available RAM. Runs with: llmchat chat -m NAME[/dim]"
     )
     default = _bundled_default()
@@ -108,17 +111,17 @@ def _bundled_default() -> str:
     return f"without -m: {DEFAULT_MODEL_NAME}, bundled with llmchat ({path})" if path else ""
 
 
-def _say_none_found() -> None:
-    from llmchat import paths
+def _say_none_found(env: Environment) -> None:
     from llmchat.output import notice
 
     notice(
-        f"no GGUF models found (searched {paths.models_dir()}, the config's model_dirs, the HF cache, "
-        "LM Studio and Ollama); download one with: llmchat models pull hf:ORG/REPO"
+        f"no GGUF models found (searched {env.models_dir}, the config's model_dirs, the HF cache, "
+        "LM Studio and Ollama); download one with: llmchat models pull hf:ORG/REPO",
+        env.stderr,
     )
     default = _bundled_default()
     if default:
-        notice(default)
+        notice(default, env.stderr)
 
 
 def _params(count: int | None) -> str:
@@ -173,7 +176,8 @@ def show_command(
         from llmchat.output import write_json
 
         write_json(
-            report.to_json() | kind.to_json() | {"reasoning": kind.kind == "reasoning"} | where | {"runtime": runtime}
+            report.to_json() | kind.to_json() | {"reasoning": kind.kind == "reasoning"} | where | {"runtime": runtime},
+            env.stdout,
         )
         return
     from rich.console import Console
@@ -185,7 +189,7 @@ def show_command(
     for label, value in where.items():
         if label != "real_path" or value != where["path"]:
             table.add_row(label.replace("_", " "), value)
-    Console(highlight=False).print(table)
+    Console(file=env.stdout, highlight=False).print(table)
     _print_report(report, runtime, kind)
 
 
@@ -223,8 +227,8 @@ def pull_command(
     show = env.stderr_isatty or bool(os.environ.get("LLMCHAT_PROGRESS"))
     pulled = pull(wanted, show_progress=show)
     for path in pulled:
-        typer.echo(str(path))
-    notice(f"run it with: llmchat chat -m hf:{wanted.repo}/{_inside_repo(pulled[0])}")
+        typer.echo(str(path), file=env.stdout)
+    notice(f"run it with: llmchat chat -m hf:{wanted.repo}/{_inside_repo(pulled[0])}", env.stderr)
 
 
 def _inside_repo(pointer: Path) -> str:
@@ -266,12 +270,12 @@ def rm_command(
         except typer.Abort:
             agreed = False
         if not agreed:
-            typer.echo("Not deleted.")
+            typer.echo("Not deleted.", file=env.stdout)
             return
     from llmchat.models.remove import remove_from_hf_cache, remove_plain
 
     removed = remove_from_hf_cache(candidate) if candidate.source == "hf" else remove_plain(candidate)
-    typer.echo(f"Deleted {candidate.ref} ({_size(removed)} freed).")
+    typer.echo(f"Deleted {candidate.ref} ({_size(removed)} freed).", file=env.stdout)
 
 
 def _not_ours(name: str, path: Path, candidate: Candidate | None, owners: dict[str, str]) -> str:
@@ -321,8 +325,8 @@ def alias_command(
     # A store name stays a name (an Ollama blob's path changes with every `ollama pull`); else the full path.
     value = target if is_store_ref(target) else str(resolved.path.expanduser().resolve())
     _append_alias(config.path, name, value)
-    typer.echo(f"{name} -> {value}")
-    notice(f"written to {config.path}; use it with: llmchat chat -m {name}")
+    typer.echo(f"{name} -> {value}", file=env.stdout)
+    notice(f"written to {config.path}; use it with: llmchat chat -m {name}", env.stderr)
 
 
 def _append_alias(config_path: Path, name: str, value: str) -> None:
