@@ -126,11 +126,12 @@ def _print_version(value: bool) -> None:
         return
     from llmchat import __version__
 
-    typer.echo(f"llmchat {__version__}")
+    out = current_environment().stdout
+    typer.echo(f"llmchat {__version__}", file=out)
     from llmchat.engine.devices import runtime_versions
 
     for line in runtime_versions():
-        typer.echo(line)
+        typer.echo(line, file=out)
     raise typer.Exit()
 
 
