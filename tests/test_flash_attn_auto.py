@@ -14,12 +14,12 @@ def stats_of(result) -> dict:
     return json.loads(result.stdout)["stats"]
 
 
-def test_auto_rules_before_any_measurement(smollm2_path):
+def test_auto_rules_before_any_measurement(smollm2_path, tmp_path):
     from llmchat.engine.calibrate import choose
 
     def pick(**changes):
         args = dict(kv_type="f16", device="cpu", gpu_layers=None, drafting=False, threads=2) | changes
-        return choose(smollm2_path, **args)
+        return choose(smollm2_path, folder=tmp_path, **args)
 
     quantized = pick(kv_type="q8_0")
     assert quantized.flash_attn and "q8_0 KV cache needs it" in quantized.why
@@ -39,19 +39,23 @@ def test_auto_rules_before_any_measurement(smollm2_path):
 
 
 def test_calibration_measures_both_settings_and_auto_follows_it(smollm2_path, cli):
+    from llmchat import paths
     from llmchat.engine import EngineSettings
     from llmchat.engine.calibrate import calibrate, choose, load_calibration
 
-    result = calibrate(smollm2_path, EngineSettings(threads=2, batch_size=512), depth=128)
+    folder = paths.cache_dir() / "flash_attn"  # where `ask` looks (llmchat.loading), in the test's home
+    result = calibrate(smollm2_path, EngineSettings(threads=2, batch_size=512), folder=folder, depth=128)
     for measured in (result.on, result.off):
         assert measured.pp_shallow_s > 0 and measured.pp_deep_s > 0 and measured.tg_deep_s > 0
     assert result.flash_attn == (result.off.turn_s >= result.on.turn_s)
-    assert load_calibration(smollm2_path, 2) == result
+    assert load_calibration(folder, smollm2_path, 2) == result
 
-    picked = choose(smollm2_path, kv_type="f16", device="cpu", gpu_layers=None, drafting=False, threads=2)
+    picked = choose(
+        smollm2_path, kv_type="f16", device="cpu", gpu_layers=None, drafting=False, threads=2, folder=folder
+    )
     assert picked.flash_attn == result.flash_attn and picked.why.startswith("auto: measured on this machine")
     # Other thread counts are other measurements.
-    assert load_calibration(smollm2_path, 1) is None
+    assert load_calibration(folder, smollm2_path, 1) is None
 
     stats = stats_of(cli(*ASK, "--threads", "2"))
     assert stats["flash_attn"] is result.flash_attn

@@ -30,11 +30,11 @@ def list_command(
     json_output: Annotated[bool, typer.Option("--json", help="One JSON object: the files and the totals.")] = False,
 ) -> None:
     """The saved KV caches, most recently used first: tokens, size, model, conversation."""
-    from llmchat.engine.kv_store import list_entries, store_dir
+    from llmchat.engine.kv_store import list_entries
     from llmchat.env import current_environment
 
     env = current_environment()
-    folder = store_dir()
+    folder = env.cache_dir / "kv"
     entries, damaged = list_entries(folder)
     bound = env.config.prompt_cache_max_bytes
     total = sum(e.size for e in entries)
@@ -84,8 +84,9 @@ def list_command(
 
 def clear_command() -> None:
     """Delete every saved KV cache (they are rebuilt by the next turns)."""
-    from llmchat.engine.kv_store import clear, store_dir
+    from llmchat.engine.kv_store import clear
+    from llmchat.env import current_environment
     from llmchat.output import notice
 
-    count, freed = clear(store_dir())
+    count, freed = clear(current_environment().cache_dir / "kv")
     notice(f"removed {count} KV cache file{'' if count == 1 else 's'} ({_size(freed)})")

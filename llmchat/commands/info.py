@@ -91,9 +91,18 @@ def runtime_report(meta: Any, config: Config) -> dict:
 
     config_flash_attn = config.flash_attn
     if config_flash_attn in (None, "auto"):
+        from llmchat import paths
         from llmchat.engine.calibrate import choose
 
-        picked = choose(Path(meta.path), kv_type="f16", device="auto", gpu_layers=None, drafting=False, threads=None)
+        picked = choose(
+            Path(meta.path),
+            kv_type="f16",
+            device="auto",
+            gpu_layers=None,
+            drafting=False,
+            threads=None,
+            folder=paths.cache_dir() / "flash_attn",
+        )
         flash_attn, why = picked.flash_attn, picked.why
     else:
         flash_attn, why = bool(config_flash_attn), "the config file's flash_attn"

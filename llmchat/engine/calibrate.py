@@ -34,7 +34,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
-from llmchat import paths
 from llmchat.private_files import ensure_private_dir, write_private_atomic
 
 if TYPE_CHECKING:
@@ -102,8 +101,8 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def calibration_file(model_path: Path, threads: int) -> Path:
-    """Where the measurement for this model file, machine and thread count is kept."""
+def calibration_file(folder: Path, model_path: Path, threads: int) -> Path:
+    """Where in `folder` the measurement for this model file, machine and thread count is kept."""
     from llmchat.engine.bindings import LIBRARY_VERSION
 
     path = Path(model_path).resolve()
@@ -116,12 +115,12 @@ def calibration_file(model_path: Path, threads: int) -> Path:
         "llama_cpp": LIBRARY_VERSION,
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
-    return paths.cache_dir() / "flash_attn" / f"{digest}.json"
+    return folder / f"{digest}.json"
 
 
-def load_calibration(model_path: Path, threads: int) -> Calibration | None:
+def load_calibration(folder: Path, model_path: Path, threads: int) -> Calibration | None:
     try:
-        data = json.loads(calibration_file(model_path, threads).read_text())
+        data = json.loads(calibration_file(folder, model_path, threads).read_text())
         return Calibration(
             flash_attn=bool(data["flash_attn"]),
             on=Measurement(**data["on"]),
@@ -143,8 +142,10 @@ def choose(
     drafting: bool,
     threads: int | None,
     batched: bool = False,
+    folder: Path,
 ) -> Choice:
-    """What `--flash-attn auto` picks, and why (shown by --verbose, /show, info and --json stats)."""
+    """What `--flash-attn auto` picks, and why (shown by --verbose, /show, info and --json stats).
+    `folder`: where `calibrate` keeps its measurements."""
     from llmchat.engine.bindings import llama_cpp
     from llmchat.engine.model_load import physical_cores
 
@@ -156,7 +157,7 @@ def choose(
         return Choice(True, "auto: drafting needs it, to verify drafted tokens exactly as one-by-one decoding would")
     if batched:
         return Choice(True, "auto: --parallel needs it, for each item's greedy reply to be the one it gets alone")
-    measured = load_calibration(model_path, threads or physical_cores())
+    measured = load_calibration(folder, model_path, threads or physical_cores())
     if measured is not None:
         return Choice(measured.flash_attn, f"auto: {measured.reason()}")
     return Choice(False, UNMEASURED_CPU)
@@ -215,10 +216,11 @@ def calibrate(
     model_path: Path,
     settings: EngineSettings,
     *,
+    folder: Path,
     depth: int = PROBE_DEPTH,
     progress: Optional[Callable[[str], None]] = None,
 ) -> Calibration:
-    """Measure flash attention on and off for this model and machine, and store the faster."""
+    """Measure flash attention on and off for this model and machine, and store the faster in `folder`."""
     from dataclasses import replace
 
     from llmchat.engine.model_load import physical_cores
@@ -253,7 +255,7 @@ def calibrate(
         for probe in probes:
             probe.engine.close()
     result = Calibration(off.turn_s >= on.turn_s, on, off, depth, threads, time.time())
-    target = calibration_file(model_path, threads)
+    target = calibration_file(folder, model_path, threads)
     ensure_private_dir(target.parent)
     write_private_atomic(target, json.dumps(asdict(result), indent=1).encode())
     return result

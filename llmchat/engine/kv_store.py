@@ -20,7 +20,8 @@ Layout of a `.kv` file: MAGIC, a little-endian u32 header length, the JSON heade
 (int32 LE), then llama.cpp's sequence state. Files are written whole or not at all (temp file +
 rename, `write_private_atomic`), 0600 in a 0700 folder: they hold a conversation. The total size
 is bounded (`prompt_cache_max_bytes`, default 2 GiB) by evicting the least recently used files
-(a restore refreshes a file's mtime).
+(a restore refreshes a file's mtime). The folder is the caller's to choose: the engine knows no
+application folders.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from llmchat import paths
 from llmchat.private_files import ensure_private_dir, write_private_atomic
 
 if TYPE_CHECKING:
@@ -56,10 +56,6 @@ MIN_RESTORE_GAIN = 32
 # than reading; 32 keeps a wide margin for slow disks).
 RESTORE_COST_RATIO = 32
 _LENGTH = struct.Struct("<I")
-
-
-def store_dir() -> Path:
-    return paths.cache_dir() / "kv"
 
 
 class CorruptFile(Exception):
@@ -176,12 +172,12 @@ class KVStore:
         self,
         engine: Engine,
         *,
-        folder: Path | None = None,
+        folder: Path,
         max_bytes: int = DEFAULT_MAX_BYTES,
         warn: Callable[[str], None] = lambda message: None,
     ):
         self.engine = engine
-        self.folder = folder or store_dir()
+        self.folder = folder
         self.max_bytes = max_bytes
         self.warn = warn
         self.identity = engine_identity(engine)
@@ -317,10 +313,10 @@ def _cache_files(folder: Path) -> list[Path]:
         return []
 
 
-def list_entries(folder: Path | None = None) -> tuple[list[Entry], list[Path]]:
+def list_entries(folder: Path) -> tuple[list[Entry], list[Path]]:
     """(readable entries, damaged files), newest use first."""
     entries, damaged = [], []
-    for path in _cache_files(folder or store_dir()):
+    for path in _cache_files(folder):
         try:
             entries.append(read_entry(path))
         except CorruptFile:
@@ -329,18 +325,18 @@ def list_entries(folder: Path | None = None) -> tuple[list[Entry], list[Path]]:
     return entries, damaged
 
 
-def total_bytes(folder: Path | None = None) -> int:
+def total_bytes(folder: Path) -> int:
     total = 0
-    for path in _cache_files(folder or store_dir()):
+    for path in _cache_files(folder):
         with contextlib.suppress(OSError):
             total += path.stat().st_size
     return total
 
 
-def evict(max_bytes: int, *, folder: Path | None = None, keep: Path | None = None) -> list[Path]:
+def evict(max_bytes: int, *, folder: Path, keep: Path | None = None) -> list[Path]:
     """Delete the least recently used files until the folder holds at most `max_bytes`."""
     files = []
-    for path in _cache_files(folder or store_dir()):
+    for path in _cache_files(folder):
         with contextlib.suppress(OSError):
             stat = path.stat()
             files.append((stat.st_mtime, stat.st_size, path))
@@ -359,12 +355,10 @@ def evict(max_bytes: int, *, folder: Path | None = None, keep: Path | None = Non
     return removed
 
 
-def remove_for_conversation(
-    conversation_id: str, *, folder: Path | None = None, keep: Path | None = None
-) -> list[Path]:
+def remove_for_conversation(conversation_id: str, *, folder: Path, keep: Path | None = None) -> list[Path]:
     """Delete the saved states of one conversation (`history rm ID` calls this)."""
     removed = []
-    for path in _cache_files(folder or store_dir()):
+    for path in _cache_files(folder):
         if path == keep:
             continue
         try:
@@ -378,9 +372,8 @@ def remove_for_conversation(
     return removed
 
 
-def clear(folder: Path | None = None) -> tuple[int, int]:
+def clear(folder: Path) -> tuple[int, int]:
     """Delete every cache file and left-over temp file: (files removed, bytes freed)."""
-    folder = folder or store_dir()
     count = freed = 0
     try:
         paths_ = list(folder.iterdir())
