@@ -58,8 +58,6 @@ LAYERS: dict[str, int] = {
     "loading": 7,
     "batch": 8,
     "ui": 8,
-    "slash": 8,
-    "chat_ui": 8,
     "commands": 9,
     "launch": 9,
     "cli": 9,
