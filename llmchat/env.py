@@ -70,6 +70,14 @@ class Environment:
         return paths.cache_dir()
 
     @property
+    def kv_cache_dir(self) -> Path:
+        return paths.kv_cache_dir()
+
+    @property
+    def flash_attn_dir(self) -> Path:
+        return paths.flash_attn_dir()
+
+    @property
     def models_dir(self) -> Path:
         return paths.models_dir()
 

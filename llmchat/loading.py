@@ -164,7 +164,7 @@ def load_model(opts: RunOptions, *, config: Config, n_ctx_override: int | None =
             drafting=opts.lookup or opts.draft_model is not None,
             batched=opts.parallel > 1,
             threads=opts.threads,
-            folder=paths.cache_dir() / "flash_attn",
+            folder=paths.flash_attn_dir(),
         )
         flash_attn, fa_why = picked.flash_attn, picked.why
     else:
@@ -324,7 +324,7 @@ def open_kv_store(engine: ChatEngine, config: Config) -> KVStore | None:
     # caps.disk_cache: the local engine, the only one whose KV state llmchat can read and write.
     return KVStore(
         cast("Engine", engine),
-        folder=paths.cache_dir() / "kv",
+        folder=paths.kv_cache_dir(),
         max_bytes=config.prompt_cache_max_bytes,
         warn=notice,
     )

@@ -49,6 +49,16 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
 
 
+def kv_cache_dir() -> Path:
+    """The KV cache on disk (llmchat.engine.kv_store): one file per saved conversation state."""
+    return cache_dir() / "kv"
+
+
+def flash_attn_dir() -> Path:
+    """What `llmchat bench --calibrate` measured for `--flash-attn auto` (llmchat.engine.calibrate)."""
+    return cache_dir() / "flash_attn"
+
+
 def config_file() -> Path:
     return config_dir() / "config.toml"
 

@@ -114,7 +114,7 @@ def run_calibration(opts: RunOptions, env: Environment, *, depth: int, json_outp
     )
     progress = _progress_line(env) if env.stderr_isatty else None
     try:
-        result = calibrate(model.path, settings, folder=env.cache_dir / "flash_attn", depth=depth, progress=progress)
+        result = calibrate(model.path, settings, folder=env.flash_attn_dir, depth=depth, progress=progress)
     finally:
         if progress:
             env.stderr.write("\r\x1b[2K")

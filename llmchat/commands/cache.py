@@ -34,7 +34,7 @@ def list_command(
     from llmchat.env import current_environment
 
     env = current_environment()
-    folder = env.cache_dir / "kv"
+    folder = env.kv_cache_dir
     entries, damaged = list_entries(folder)
     bound = env.config.prompt_cache_max_bytes
     total = sum(e.size for e in entries)
@@ -88,5 +88,6 @@ def clear_command() -> None:
     from llmchat.env import current_environment
     from llmchat.output import notice
 
-    count, freed = clear(current_environment().cache_dir / "kv")
-    notice(f"removed {count} KV cache file{'' if count == 1 else 's'} ({_size(freed)})")
+    env = current_environment()
+    count, freed = clear(env.kv_cache_dir)
+    notice(f"removed {count} KV cache file{'' if count == 1 else 's'} ({_size(freed)})", env.stderr)

@@ -311,9 +311,9 @@ def _remove_copies(conversation_id: Optional[str], typed: set[str], wal_cleared:
     from llmchat.private_files import forget_typed_lines
 
     if conversation_id is None:
-        kv_store.clear(current_environment().cache_dir / "kv")
+        kv_store.clear(current_environment().kv_cache_dir)
     else:
-        kv_store.remove_for_conversation(conversation_id, folder=current_environment().cache_dir / "kv")
+        kv_store.remove_for_conversation(conversation_id, folder=current_environment().kv_cache_dir)
     input_history = current_environment().input_history_file
     try:
         if conversation_id is None:

@@ -48,12 +48,13 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, TextIO
 
 import typer
 
 if TYPE_CHECKING:
     from llmchat.config import Config
+    from llmchat.env import Environment
 
 
 def info(
@@ -73,7 +74,7 @@ def info(
     path = resolve_model_path(model, env.config)
     meta = read_metadata(path)
     check_loadable(meta)
-    runtime = runtime_report(meta, env.config)
+    runtime = runtime_report(meta, env)
     report = model_report(meta, _with_ggml_gpus(runtime))
     kind = kind_of(meta, [model] if model else [])
     if as_json:
@@ -81,17 +82,16 @@ def info(
 
         typer.echo(json.dumps(report.to_json() | kind.to_json() | {"runtime": runtime}, indent=2), file=env.stdout)
     else:
-        _print_report(report, runtime, kind)
+        _print_report(report, runtime, kind, env.stdout)
 
 
-def runtime_report(meta: Any, config: Config) -> dict:
+def runtime_report(meta: Any, env: Environment) -> dict:
     """The installed llama.cpp build's devices, how many of this model's layers it would offload,
     and the flash-attention setting `ask` would use (the config's, or what `auto` picks)."""
     from llmchat.engine import devices
 
-    config_flash_attn = config.flash_attn
+    config_flash_attn = env.config.flash_attn
     if config_flash_attn in (None, "auto"):
-        from llmchat import paths
         from llmchat.engine.calibrate import choose
 
         picked = choose(
@@ -101,7 +101,7 @@ def runtime_report(meta: Any, config: Config) -> dict:
             gpu_layers=None,
             drafting=False,
             threads=None,
-            folder=paths.cache_dir() / "flash_attn",
+            folder=env.flash_attn_dir,
         )
         flash_attn, why = picked.flash_attn, picked.why
     else:
@@ -158,10 +158,10 @@ def _runtime_line(runtime: dict) -> str:
     return f"runtime: {gpus}; --device auto offloads all {runtime['offload_layers']} layers (the output layer included)"
 
 
-def _print_report(report: Any, runtime: dict, kind: Any = None) -> None:
+def _print_report(report: Any, runtime: dict, kind: Any, out: TextIO) -> None:
     from rich.console import Console
 
-    console = Console(highlight=False)
+    console = Console(file=out, highlight=False)
     console.print(_overview_table(report, kind))
     console.print(_kv_per_token_table(report))
     console.print(_contexts_table(report))

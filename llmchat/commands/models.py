@@ -163,7 +163,7 @@ def show_command(
     meta = read_metadata(path)
     check_loadable(meta)
     kind = kind_of(meta, candidate.names if candidate else ())
-    runtime = runtime_report(meta, config)
+    runtime = runtime_report(meta, env)
     report = model_report(meta, _with_ggml_gpus(runtime))
     where = {
         "ref": candidate.ref if candidate else str(path),
@@ -190,7 +190,7 @@ def show_command(
         if label != "real_path" or value != where["path"]:
             table.add_row(label.replace("_", " "), value)
     Console(file=env.stdout, highlight=False).print(table)
-    _print_report(report, runtime, kind)
+    _print_report(report, runtime, kind, env.stdout)
 
 
 def _candidate_for(path: Path, config: Any) -> Candidate | None:
