@@ -38,6 +38,9 @@ CONTINUATION = "… "
 
 
 class ChatUI:
+    """One chat on a terminal: the prompt, the slash commands (their context lives here, with the
+    files pending for the next message) and one streamed turn per message."""
+
     def __init__(
         self,
         session: ChatSession,
