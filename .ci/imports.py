@@ -37,7 +37,6 @@ LAYERS: dict[str, int] = {
     "output": 0,
     "options": 0,
     "sampling": 0,
-    "structured": 5,
     "machine": 0,
     "gguf": 1,
     "engine": 2,
@@ -45,9 +44,9 @@ LAYERS: dict[str, int] = {
     "reasoning": 3,
     "tools": 4,
     "store": 4,
-    "history": 4,
     "config": 4,
     "saved_prompts": 5,
+    "structured": 5,
     "models": 5,
     "env": 5,
     "conversation": 6,
@@ -63,8 +62,9 @@ LAYERS: dict[str, int] = {
     "cli": 9,
 }
 
-# The counts on main; CI fails when one rises above its budget. Lower them as the layout improves.
-BUDGET = {"circles": 2, "upward imports": 10, "modules over 500 lines": 8}
+# CI fails when a count rises above its budget. The layout reached 0 of each (from 2 circles,
+# 8 upward imports by this table, and 8 modules over 500 lines); keep it there.
+BUDGET = {"circles": 0, "upward imports": 0, "modules over 500 lines": 0}
 
 
 def module_name(path: Path) -> str:
@@ -169,6 +169,8 @@ def measure() -> tuple[dict[str, int], list[str], list[str]]:
     unplaced = sorted({room_of(name) for name in modules} - set(LAYERS))
     for room in unplaced:
         problems.append(f"{PACKAGE}/{room} has no layer: give it one in LAYERS ({Path(__file__).name})")
+    for room in sorted(set(LAYERS) - {room_of(name) for name in modules}):
+        problems.append(f"LAYERS names {PACKAGE}/{room}, which is gone: remove it ({Path(__file__).name})")
     circles = strongly_connected(graph)
     upward: list[str] = []
     for name, targets in sorted(graph.items()):
