@@ -303,3 +303,57 @@ def test_signal_behind_finds_the_signal_in_a_wrapping_exception():
     wrapped.__cause__ = KeyboardInterrupt()
     assert interrupts.signal_behind(wrapped) == signal.SIGINT
     assert interrupts.signal_behind(RuntimeError("something else")) is None
+
+
+def test_a_ctrl_c_inside_the_grammar_gate_leaves_its_pick_made(smollm2_path):
+    """llama.cpp calls the grammar gate (a sampler written in Python) in the middle of sampling a
+    token. A Ctrl-C landing in it is deferred: the gate makes its pick, the token is a valid one,
+    and the KeyboardInterrupt comes at the next token. (Raised inside, ctypes would drop it halfway
+    through the pick, and llama.cpp would read a candidate array no sampler chose.) In a child
+    process: the handlers are process-wide."""
+    script = """
+import os, signal, sys
+from dataclasses import replace
+from llmchat import interrupts
+from llmchat.engine import Engine, EngineSettings, grammar_gate
+from llmchat.engine.grammar import Grammar, schema_to_gbnf
+from llmchat.engine.interface import GenerateRequest
+from llmchat.sampling import SamplingParams
+from llmchat.structured import concise_to_schema
+
+interrupts.install()
+picks = []
+original_pick = grammar_gate.GrammarGate._pick
+
+def signal_then_pick(self, cur_p):
+    picks.append(1)
+    if len(picks) == 5:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(10000):  # the handler runs here, inside llama.cpp's call of the gate
+            pass
+    original_pick(self, cur_p)
+
+grammar_gate.GrammarGate._pick = signal_then_pick
+engine = Engine.load(sys.argv[1], EngineSettings(n_ctx=512))
+grammar = Grammar(schema_to_gbnf(concise_to_schema("title, year int")), "test")
+sampling = replace(SamplingParams(), temperature=0.0, seed=1)
+turn = "<|im_start|>user\\nThe film Alien, as JSON.<|im_end|>\\n<|im_start|>assistant\\n"
+prompt = engine.prompt_tokens([(turn, True)])
+texts = []
+try:
+    for event in engine.generate(GenerateRequest(prompt, sampling, max_tokens=40, grammar=grammar)):
+        texts.append(event.text)
+except KeyboardInterrupt:
+    print("interrupted after", len(picks), "picks")
+interrupts.consume()
+print("".join(texts))
+engine.close()
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(smollm2_path)], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    interrupted, text = result.stdout.split("\n", 1)
+    assert interrupted == "interrupted after 5 picks", result.stdout
+    assert text.lstrip().startswith("{") and '"title"' in text, text  # the grammar's own start
+    assert "Exception ignored" not in result.stderr, result.stderr

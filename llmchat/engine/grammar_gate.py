@@ -31,6 +31,7 @@ import math
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
+from llmchat import interrupts
 from llmchat.engine.loop_exit import PATIENCE, JsonNesting
 from llmchat.errors import UsageError
 
@@ -140,10 +141,14 @@ class GrammarGate:
         if not self.sampler:
             raise MemoryError("llama.cpp could not make the grammar gate's sampler")
 
-    # llama.cpp calls these; they must never raise into C.
+    # llama.cpp calls these; they must never raise into C. A Ctrl-C landing inside one is deferred
+    # to the next token (llmchat.interrupts): raised there, it would be dropped by ctypes halfway
+    # through a pick and leave the candidate array in a state no sampler chose.
+    @interrupts.native_callback
     def _name(self, smpl: Any) -> bytes:
         return self._label
 
+    @interrupts.native_callback
     def _apply(self, smpl: Any, cur_p: Any) -> None:
         llama = self._llama
         if not self.active:
@@ -288,6 +293,7 @@ class GrammarGate:
         self._llama.llama_sampler_apply(self.grammar, ctypes.byref(self._one_array))
         return bool(math.isfinite(self._one[0].logit))
 
+    @interrupts.native_callback
     def _accept(self, smpl: Any, token: int) -> None:
         llama = self._llama
         llama.llama_sampler_accept(self.inner, token)
@@ -323,6 +329,7 @@ class GrammarGate:
                 self.nesting.feed(self._piece(token))
         self.active = True
 
+    @interrupts.native_callback
     def _reset(self, smpl: Any) -> None:
         self._llama.llama_sampler_reset(self.inner)
         self._llama.llama_sampler_reset(self.grammar)
@@ -331,6 +338,7 @@ class GrammarGate:
         self.nesting = JsonNesting()
         self._closing = []
 
+    @interrupts.native_callback
     def _free(self, smpl: Any) -> None:
         self._llama.llama_sampler_free(self.inner)
         self._llama.llama_sampler_free(self.grammar)
