@@ -93,6 +93,8 @@ def chat(
                 markdown=env.config.markdown if markdown is None else markdown,
                 verbose=opts.verbose,
                 attachments=attachments,
+                stdout=env.stdout,
+                stderr=env.stderr,
             )
         else:
             exit_code = run_scripted_chat(

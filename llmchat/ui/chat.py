@@ -12,7 +12,7 @@ an empty line the first press prints a hint and a second consecutive press exits
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from llmchat import interrupts
 from llmchat.attachments import compose
@@ -50,6 +50,8 @@ class ChatUI:
         verbose: bool,
         persist_input: bool | None = None,
         attachments: tuple[Attachment, ...] = (),
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
     ):
         from rich.console import Console
 
@@ -58,9 +60,10 @@ class ChatUI:
         self.markdown = markdown
         self.verbose = verbose
         self.persist_input = session.history is not None if persist_input is None else persist_input
-        # Resolved now, not at import: tests and callers may have replaced sys.stdout / sys.stderr.
-        self.stdout = sys.stdout
-        self.stderr = sys.stderr
+        # The command's environment's streams; without them, the streams of this moment (not of
+        # import time: tests and callers may have replaced sys.stdout / sys.stderr).
+        self.stdout = stdout if stdout is not None else sys.stdout
+        self.stderr = stderr if stderr is not None else sys.stderr
         self.console = Console(file=self.stdout, highlight=False)
         self.guard = CtrlCGuard()
         self.context = CommandContext(session=session, out=self.console, error=self.error, info=self.info)
@@ -253,6 +256,8 @@ def run_interactive(
     verbose: bool,
     persist_input: bool | None = None,
     attachments: tuple[Attachment, ...] = (),
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
 ) -> None:
     """The interactive chat on a terminal. Returns when the user exits (/exit, Ctrl-D, Ctrl-C twice).
 
@@ -266,4 +271,6 @@ def run_interactive(
         verbose=verbose,
         persist_input=persist_input,
         attachments=attachments,
+        stdout=stdout,
+        stderr=stderr,
     ).run()
