@@ -6,7 +6,8 @@ ones, so that machine noise hits both alike. The commands are what a user runs:
 - one-shot: `ask` with a 64-token greedy reply;
 - chat late turn: a piped `chat` of six turns (the later turns prefill the grown conversation);
 - batch: eight items with `--parallel 4`.
-Both sides must print the same stdout (greedy, same seed): otherwise they did not do the same work
+Both checkouts are byte-compiled first and run from their bytecode, as an installed package
+does. Both sides must print the same stdout (greedy, same seed): otherwise they did not do the same work
 and the script stops. The figure per command is the median over rounds of B / A wall time, with
 the min-max spread; every round is in the results file.
 
@@ -63,6 +64,7 @@ def answers(stdout: str) -> str:
 
 def run(checkout: Path, args: list[str], stdin: str | None, home: Path) -> tuple[float, str]:
     env = dict(os.environ, PYTHONPATH=str(checkout), LLMCHAT_HOME=str(home))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: from bytecode (compiled once, below)
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "llmchat", *args],
@@ -94,6 +96,10 @@ def main() -> int:
         items.write_text("".join(json.dumps({"id": i, "prompt": f"Name {i + 2} animals."}) + "\n" for i in range(8)))
         work = commands(model, items)
         sides = {"A": options.a.resolve(), "B": options.b.resolve()}
+        for side in sides.values():
+            # A pip install byte-compiles the package; without this a run under
+            # PYTHONDONTWRITEBYTECODE compiles every module from source at each start.
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(side / "llmchat")], check=True)
         for side in sides.values():  # warm the page cache and any on-disk caches once per side
             for args, stdin in work.values():
                 run(side, args, stdin, home)
