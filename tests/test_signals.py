@@ -8,7 +8,7 @@ load, where llama.cpp calls back into Python thousands of times and a Ctrl-C use
 signal: exit 130 (143 for SIGTERM) with one `llmchat:` line and no traceback, or, when the signal
 beat llmchat's own code (Python's start-up), killed by it (or, inside Python's own imports, its
 report and exit 1) with no line of llmchat's code in any traceback. Never exit 0 (unless Python's
-start-up itself dropped the Ctrl-C, with its own report: `DROPPED_BY_PYTHON`): the reply asked
+start-up itself dropped the Ctrl-C, with its own report: `dropped_by_python`): the reply asked
 for is greedy (a sampled one is often a single short sentence, done before the latest signal) and
 runs to its 300-token cap, which takes far longer than the latest signal.
 """
@@ -49,20 +49,36 @@ def start(home: Path) -> subprocess.Popen:
     )
 
 
-# Python's own start-up can drop a Ctrl-C before llmchat's handlers exist: its default handler
-# raises KeyboardInterrupt inside importlib's module-lock weakref callback, where CPython can only
-# report it ("Exception ignored in: <function _get_module_lock.<locals>.cb ...>") and go on, and the
-# run goes on to its end. (With llmchat's handlers in, a raise dropped there is kept as pending by
-# their unraisable hook, reported by no such line, and ends the run with 130.)
-DROPPED_BY_PYTHON = re.compile(
+# Python's own start-up can drop a Ctrl-C before llmchat's handlers exist, in two places, each
+# with its own report, and the run then goes on to its end:
+# - its default handler raises KeyboardInterrupt inside importlib's module-lock weakref callback,
+#   where CPython can only report it ("Exception ignored in: <function _get_module_lock.<locals>.cb
+#   ...>") and go on. (With llmchat's handlers in, a raise dropped there is kept as pending by their
+#   unraisable hook, reported by no such line, and ends the run with 130.)
+# - it lands while `site` runs a `.pth` file (an editable install's finder) inside a class body's
+#   `__set_name__`, which wraps it in a RuntimeError; `site` reports any Exception there ("Error
+#   processing line N of ....pth", the chain naming the KeyboardInterrupt, "Remainder of file
+#   ignored") and goes on.
+DROPPED_IN_MODULE_LOCK = re.compile(
     r"Exception ignored in: <function _get_module_lock\.<locals>\.cb at 0x[0-9a-f]+>\n"
     r"Traceback \(most recent call last\):\n(  File \"<frozen [^>]+>\", line \d+, in \w+\n)+KeyboardInterrupt: \n"
 )
+DROPPED_IN_SITE = re.compile(
+    r"Error processing line \d+ of [^\n]+\.pth:\n\n((  [^\n]*)?\n)*?\nRemainder of file ignored\n"
+)
+
+
+def dropped_by_python(stderr: str) -> bool:
+    """Whether Python's start-up reported a Ctrl-C it dropped, first thing on stderr."""
+    if DROPPED_IN_MODULE_LOCK.match(stderr):
+        return True
+    in_site = DROPPED_IN_SITE.match(stderr)
+    return bool(in_site) and "KeyboardInterrupt" in in_site.group(0)
 
 
 def assert_ended_by(result, sig: signal.Signals, code: int, word: str, when: str) -> None:
     where = f"signal {sig.name} {when}"
-    if result.returncode == 0 and sig == signal.SIGINT and DROPPED_BY_PYTHON.match(result.stderr):
+    if result.returncode == 0 and sig == signal.SIGINT and dropped_by_python(result.stderr):
         assert not LLMCHAT_FRAME.search(result.stderr), f"{where}: a traceback from llmchat's code: {result.stderr}"
         return
     assert result.returncode != 0, (
