@@ -108,6 +108,7 @@ def main() -> None:
 def in_memory(args: argparse.Namespace, questions: list[str]) -> list[tuple[str, object]]:
     """/branch N in a running chat, then the same branch turn with the cache taken by another conversation."""
     from llmchat.config import load_config
+    from llmchat.engine.interface import GenerateRequest
     from llmchat.loading import start_session
     from llmchat.options import RunOptions
 
@@ -117,12 +118,14 @@ def in_memory(args: argparse.Namespace, questions: list[str]) -> list[tuple[str,
         for question in questions:
             session.turn(question)
         session.keep_turns(args.at)
-        shared = [dict(m) for m in session.conversation.messages]
         session.set_sampling(replace(session.sampling, max_tokens=8))
         warm = session.turn("And 11?").stats
-        session.new_conversation()
-        session.turn("Something else entirely.")  # the KV cache now holds another conversation
-        session.conversation.messages = shared
+        session.drop_last_exchange()  # back to the shared turns
+        # Another conversation takes the KV cache (decoded straight through the engine, so the
+        # chat's own conversation is left as it is).
+        other = session.tokenize_messages([{"role": "user", "content": "Something else entirely."}])
+        for _ in session.engine.generate(GenerateRequest(other, session.sampling, max_tokens=8)):
+            pass
         cold = session.turn("And 11?").stats
     finally:
         session.close()
