@@ -114,6 +114,41 @@ def m006_tool_messages(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE messages ADD COLUMN tool_json TEXT")
 
 
+@migration
+def m009_message_model(db: sqlite3.Connection) -> None:
+    # The model that wrote each reply (`/model NAME` switches it mid-conversation). Old rows stay
+    # NULL, unknown: the conversation's own `model` is the one it started with, and `ask -c` or
+    # `chat --resume` with another -m wrote replies under it too, so it cannot stand in for them.
+    db.execute("ALTER TABLE messages ADD COLUMN model TEXT")
+
+
+@migration
+def m007_message_search(db: sqlite3.Connection) -> None:
+    # `history search` and /search (llmchat.store.search): an FTS5 index over every message's
+    # text. External content: the index keeps only its tokens, the text stays in `messages`, so
+    # no second copy of a conversation exists to be forgotten by `history rm`. The triggers keep
+    # it in step with every insert and delete (a conversation's cascade included); the store
+    # merges the index after a delete so the deleted words leave its segments too.
+    db.execute(
+        "CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages', content_rowid='id',"
+        " tokenize='unicode61 remove_diacritics 2')"
+    )
+    db.execute(
+        "CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN"
+        " INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END"
+    )
+    db.execute(
+        "CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN"
+        " INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content); END"
+    )
+    db.execute(
+        "CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN"
+        " INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);"
+        " INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END"
+    )
+    db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")  # the messages kept so far
+
+
 def applied_migrations(db: sqlite3.Connection) -> set[str]:
     db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
     return {row[0] for row in db.execute("SELECT name FROM _migrations")}
