@@ -258,11 +258,12 @@ class HistoryStore:
         reasoning: str | None = None,
         attachments: Sequence[Attachment] = (),
         tool_messages: Sequence[dict[str, Any]] = (),
+        model: str | None = None,
     ) -> None:
         """Append a user message and its reply in one transaction: never half a turn. `user` is the
         message as the model saw it; with `attachments`, the files it carries are stored apart.
         `tool_messages`: a tool turn's calls and results, between the two (each with its `tool`
-        details: see StoredMessage.tool)."""
+        details: see StoredMessage.tool). `model`: the model that wrote the reply."""
         messages = [
             NewMessage("user", user, attachments=tuple(attachments)),
             *(
@@ -271,7 +272,7 @@ class HistoryStore:
                 )
                 for m in tool_messages
             ),
-            NewMessage("assistant", assistant, interrupted, finish_reason, stats, sampling, reasoning),
+            NewMessage("assistant", assistant, interrupted, finish_reason, stats, sampling, reasoning, model=model),
         ]
         self._write(lambda db: append_messages(db, conversation_id, messages))
 
@@ -310,8 +311,8 @@ class HistoryStore:
             for (old_id,) in db.execute(f"SELECT id FROM messages WHERE {shared} ORDER BY seq", arguments).fetchall():
                 cursor = db.execute(
                     "INSERT INTO messages (conversation_id, seq, role, content, interrupted, finish_reason,"
-                    " stats_json, sampling_json, created_at, reasoning, tool_json) SELECT ?, seq, role, content,"
-                    " interrupted, finish_reason, stats_json, sampling_json, created_at, reasoning, tool_json"
+                    " stats_json, sampling_json, created_at, reasoning, tool_json, model) SELECT ?, seq, role, content,"
+                    " interrupted, finish_reason, stats_json, sampling_json, created_at, reasoning, tool_json, model"
                     " FROM messages WHERE id = ?",
                     (new, old_id),
                 )

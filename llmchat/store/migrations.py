@@ -115,14 +115,6 @@ def m006_tool_messages(db: sqlite3.Connection) -> None:
 
 
 @migration
-def m009_message_model(db: sqlite3.Connection) -> None:
-    # The model that wrote each reply (`/model NAME` switches it mid-conversation). Old rows stay
-    # NULL, unknown: the conversation's own `model` is the one it started with, and `ask -c` or
-    # `chat --resume` with another -m wrote replies under it too, so it cannot stand in for them.
-    db.execute("ALTER TABLE messages ADD COLUMN model TEXT")
-
-
-@migration
 def m007_message_search(db: sqlite3.Connection) -> None:
     # `history search` and /search (llmchat.store.search): an FTS5 index over every message's
     # text. External content: the index keeps only its tokens, the text stays in `messages`, so
@@ -147,6 +139,14 @@ def m007_message_search(db: sqlite3.Connection) -> None:
         " INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END"
     )
     db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")  # the messages kept so far
+
+
+@migration
+def m009_message_model(db: sqlite3.Connection) -> None:
+    # The model that wrote each reply (`/model NAME` switches it mid-conversation). Old rows stay
+    # NULL, unknown: the conversation's own `model` is the one it started with, and `ask -c` or
+    # `chat --resume` with another -m wrote replies under it too, so it cannot stand in for them.
+    db.execute("ALTER TABLE messages ADD COLUMN model TEXT")
 
 
 def applied_migrations(db: sqlite3.Connection) -> set[str]:

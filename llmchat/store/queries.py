@@ -28,7 +28,8 @@ HEADER_COLUMNS = (
     "id, name, model, model_path, template, system_prompt, sampling_json, created_at, updated_at, parent_id, branch_at"
 )
 MESSAGE_COLUMNS = (
-    "id, seq, role, content, interrupted, finish_reason, stats_json, sampling_json, created_at, reasoning, tool_json"
+    "id, seq, role, content, interrupted, finish_reason, stats_json, sampling_json, created_at, reasoning, tool_json,"
+    " model"
 )
 
 SUMMARY_SQL = """
@@ -55,6 +56,7 @@ class NewMessage:
     reasoning: str | None = None
     attachments: tuple[Attachment, ...] = ()
     tool: dict | None = None
+    model: str | None = None  # the model that wrote a reply
 
 
 def append_messages(db: sqlite3.Connection, conversation_id: str, messages: list[NewMessage]) -> list[int]:
@@ -77,7 +79,7 @@ def insert_message(db: sqlite3.Connection, conversation_id: str, seq: int, messa
     content = typed_part(message.content, message.attachments)
     cursor = db.execute(
         "INSERT INTO messages (conversation_id, seq, role, content, interrupted, finish_reason,"
-        " stats_json, sampling_json, created_at, reasoning, tool_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " stats_json, sampling_json, created_at, reasoning, tool_json, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             conversation_id,
             seq,
@@ -90,6 +92,7 @@ def insert_message(db: sqlite3.Connection, conversation_id: str, seq: int, messa
             now,
             message.reasoning,
             to_json(message.tool),
+            message.model,
         ),
     )
     assert cursor.lastrowid is not None  # an INSERT always sets it
@@ -236,7 +239,20 @@ def attach_files(db: sqlite3.Connection, conversation: StoredConversation) -> No
 
 
 def message_from_row(row: tuple) -> StoredMessage:
-    row_id, seq, role, content, interrupted, finish_reason, stats_json, sampling_json, created_at, reasoning, tool = row
+    (
+        row_id,
+        seq,
+        role,
+        content,
+        interrupted,
+        finish_reason,
+        stats_json,
+        sampling_json,
+        created_at,
+        reasoning,
+        tool,
+        model,
+    ) = row
     return StoredMessage(
         id=row_id,
         seq=seq,
@@ -249,4 +265,5 @@ def message_from_row(row: tuple) -> StoredMessage:
         created_at=created_at,
         reasoning=reasoning,
         tool=from_json(tool),
+        model=model,
     )

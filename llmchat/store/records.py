@@ -34,6 +34,7 @@ class StoredMessage:
     # A tool turn (llmchat.turn.tool_loop): an assistant message's `tool_calls`, or a tool result's
     # `tool_call_id` and `name`, with how its call went (`approved`, `duration_s`, `error`).
     tool: dict[str, Any] | None = None
+    model: str | None = None  # the model that wrote a reply (`/model` switches it); None: not recorded
 
     def chat_message(self) -> dict[str, Any]:
         """The message as the model sees it again: role and content, and a tool turn's fields."""

@@ -69,6 +69,7 @@ class TurnSink:
                 reasoning=result.reasoning,
                 attachments=result.attachments,
                 tool_messages=stored_tool_messages(result),
+                model=result.model or None,
             )
             result.saved = True
         except HistoryError as err:
