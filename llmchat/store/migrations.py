@@ -149,6 +149,16 @@ def m009_message_model(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE messages ADD COLUMN model TEXT")
 
 
+@migration
+def m008_summary_messages(db: sqlite3.Connection) -> None:
+    # A compaction's summary (/compact, --compact auto: llmchat.turn.compaction) is a message of
+    # role `summary`, stored after the messages it stands for, which all stay. This column says
+    # how many of the conversation's messages (summaries not counted) it stands for: the first N.
+    # A resumed conversation starts from its latest summary and the messages after those N. It is
+    # appended after m009 (which landed first); the names only have to be unique.
+    db.execute("ALTER TABLE messages ADD COLUMN summarised INTEGER")
+
+
 def applied_migrations(db: sqlite3.Connection) -> set[str]:
     db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
     return {row[0] for row in db.execute("SELECT name FROM _migrations")}
