@@ -90,17 +90,54 @@ def test_the_generic_grammar_also_takes_a_plain_response(vocab):
     assert not grammar_accepts(vocab, gbnf, "It is sunny.")
 
 
-def test_a_schema_the_grammar_cannot_enforce_names_the_tool():
+def tool(name: str, parameters: dict, source: str = "config:tools.odd"):
     spec = function_spec(get_weather, "functions:f.py")
-    bad = type(spec)(
-        name="odd",
-        description="",
-        parameters={"type": "object", "properties": {"x": {"type": "string", "format": "email"}}},
-        source="config:tools.odd",
-        run=spec.run,
+    return type(spec)(name=name, description="", parameters=parameters, source=source, run=spec.run)
+
+
+def test_a_keyword_the_grammar_cannot_hold_is_left_to_validation_for_that_tool_only(vocab):
+    """A tool's `format: email` and a `minimum` on a number are dropped from its grammar (the
+    rest of its schema still holds), the other tool's grammar is whole, and the notice names them."""
+    from llmchat.tools.schema_hold import grammar_parameters, offered_tools
+
+    odd = tool(
+        "odd",
+        {
+            "type": "object",
+            "properties": {"x": {"type": "string", "format": "email"}, "n": {"type": "number", "minimum": 1}},
+            "required": ["x"],
+        },
     )
-    with pytest.raises(UsageError, match=r"tool odd \(config:tools.odd\): its parameters schema"):
-        call_grammar(family_by_id("hermes"), [bad])
+    gbnf = call_grammar(family_by_id("hermes"), [odd, *TOOLS]).grammar.text
+    hermes = family_by_id("hermes")
+    assert grammar_accepts(vocab, gbnf, written(hermes, "odd", {"x": "not an email", "n": 0.5}))
+    assert not grammar_accepts(vocab, gbnf, written(hermes, "odd", {"n": 2}))  # x is still required
+    assert not grammar_accepts(vocab, gbnf, written(hermes, "add", {"a": 1.5, "b": 2}))  # add's schema is whole
+    notices: list[str] = []
+    assert offered_tools([odd, *TOOLS], notices.append, grammar=True) == [odd, *TOOLS]
+    assert notices == [
+        "tool odd (config:tools.odd): the call grammar cannot hold format at /properties/x; minimum at "
+        "/properties/n; its arguments are checked against the whole schema before it runs"
+    ]
+    assert grammar_parameters(TOOLS[0]) == (TOOLS[0].parameters, None)
+
+
+def test_a_tool_whose_schema_is_not_json_schema_is_left_out_and_the_others_stay():
+    from llmchat.tools.schema_hold import offered_tools
+
+    broken = tool("broken", {"type": "object", "properties": {"x": {"type": "strang"}}})
+    notices: list[str] = []
+    assert offered_tools([broken, *TOOLS], notices.append, grammar=False) == TOOLS
+    assert len(notices) == 1
+    assert notices[0].startswith("tool broken (config:tools.odd) is left out: its parameters schema is not valid")
+    assert "/properties/x/type" in notices[0]
+
+
+def test_a_users_own_schema_stays_strict():
+    from llmchat.engine.grammar import schema_to_gbnf
+
+    with pytest.raises(UsageError, match="minimum at /properties/n: the grammar can bound integers only"):
+        schema_to_gbnf({"type": "object", "properties": {"n": {"type": "number", "minimum": 1}}})
 
 
 def derived_families():
@@ -126,3 +163,27 @@ def test_a_derived_grammar_takes_the_call_as_the_template_writes_it(vocab, famil
     assert grammar_accepts(vocab, gbnf, written(family, "add", {"a": 1, "b": 2})), gbnf
     assert not grammar_accepts(vocab, gbnf, written(family, "rm_rf", {"city": "Paris"}))
     assert not grammar_accepts(vocab, gbnf, written(family, "add", {"a": "one", "b": 2}))
+
+
+def _mcp_tools():
+    """Tools named as MCP servers name them: SERVER_TOOL with the tool's hyphens and dots kept."""
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+        "required": ["a", "b"],
+    }
+    return [tool("everything_get-sum", schema, "mcp:everything"), tool("fs_read.file", schema, "mcp:fs")]
+
+
+@pytest.mark.parametrize("family", [*FAMILIES, GENERIC, *(p.values[0] for p in derived_families())], ids=str)
+def test_mcp_tool_names_that_are_not_identifiers_are_held_and_parsed_back(vocab, family):
+    """A hyphen or a dot in a tool's name goes through each family's grammar and parser whole."""
+    tools = _mcp_tools()
+    schemas = {spec.name: spec.parameters for spec in tools}
+    gbnf = call_grammar(family, tools, forced=True).grammar.text
+    for name in ("everything_get-sum", "fs_read.file"):
+        text = call_text(family, name, {"a": 2, "b": 3})
+        assert grammar_accepts(vocab, gbnf, strip_end_markers(text)), (family.id, name, text)
+        parsed = family.parse(text, schemas)
+        assert [(call.name, call.arguments) for call in parsed.calls] == [(name, {"a": 2, "b": 3})], text
+    assert not grammar_accepts(vocab, gbnf, written(family, "everything_get_sum", {"a": 2, "b": 3}))

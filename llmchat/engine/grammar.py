@@ -112,68 +112,108 @@ def schema_to_gbnf(schema: dict[str, Any]) -> str:
 
 def check_enforceable(schema: Any, where: str = "") -> None:
     """Refuse every keyword the grammar would skip, naming it and its place (a JSON pointer)."""
+    _held(schema, where, None)
+
+
+def held_schema(schema: Any) -> tuple[dict[str, Any], list[str]]:
+    """A copy of `schema` without the keywords the grammar cannot hold, and what was dropped
+    ("minimum at /properties/count"). For a tool's parameters: its arguments are still validated
+    against the whole schema after sampling, so a dropped keyword widens the grammar, never the check."""
+    dropped: list[str] = []
+    return _held(schema, "", dropped), dropped
+
+
+def _held(schema: Any, where: str, dropped: list[str] | None) -> dict[str, Any]:
+    """The schema as the grammar holds it. `dropped` None: the first keyword it cannot hold is a
+    UsageError; else each such keyword is left out of the copy and named in `dropped`."""
     at = where or "the top level"
     if not isinstance(schema, dict):
-        raise UsageError(f"the schema at {at} must be an object, got {json.dumps(schema)}; use {{}} for any value")
-    for key in schema:
+        if dropped is None:
+            raise UsageError(f"the schema at {at} must be an object, got {json.dumps(schema)}; use {{}} for any value")
+        if schema is not True:
+            dropped.append(f"the schema {json.dumps(schema)} at {where or '/'}")
+        return {}
+    node = dict(schema)
+
+    def refuse(message: str, *keys: str) -> None:
+        if dropped is None:
+            raise UsageError(message)
+        for key in keys:
+            if key in node:
+                del node[key]
+                dropped.append(f"{key} at {where or '/'}")
+
+    for key in list(node):
         if key not in _ENFORCED and key not in _ANNOTATIONS:
-            raise UsageError(
-                f"the JSON Schema keyword {key!r} at {at} cannot be enforced by llama.cpp's grammar; remove it"
-            )
-    kind = schema.get("type")
+            refuse(f"the JSON Schema keyword {key!r} at {at} cannot be enforced by llama.cpp's grammar; remove it", key)
+    kind = node.get("type")
     kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
     for name in kinds:
         if name not in _TYPES:
-            raise UsageError(f"unknown type {name!r} at {at}; use one of {', '.join(sorted(_TYPES))}")
-    if "properties" in schema and ("anyOf" in schema or "oneOf" in schema):
-        raise UsageError(f"at {at}, 'properties' beside 'anyOf'/'oneOf' is not supported by the grammar; nest them")
-    if "pattern" in schema and ("minLength" in schema or "maxLength" in schema):
-        raise UsageError(
-            f"at {at}, 'pattern' with 'minLength'/'maxLength' is not supported; put the length in the pattern"
+            refuse(f"unknown type {name!r} at {at}; use one of {', '.join(sorted(_TYPES))}", "type")
+    if "properties" in node and ("anyOf" in node or "oneOf" in node):
+        refuse(
+            f"at {at}, 'properties' beside 'anyOf'/'oneOf' is not supported by the grammar; nest them", "anyOf", "oneOf"
         )
-    if "format" in schema and schema["format"] not in _FORMATS:
-        raise UsageError(
-            f"format {schema['format']!r} at {at} cannot be enforced by the grammar; use one of {', '.join(sorted(_FORMATS))}"
+    if "pattern" in node and ("minLength" in node or "maxLength" in node):
+        refuse(
+            f"at {at}, 'pattern' with 'minLength'/'maxLength' is not supported; put the length in the pattern",
+            "minLength",
+            "maxLength",
         )
-    if "pattern" in schema:
-        pattern = schema["pattern"]
+    if "format" in node and node["format"] not in _FORMATS:
+        refuse(
+            f"format {node['format']!r} at {at} cannot be enforced by the grammar; use one of {', '.join(sorted(_FORMATS))}",
+            "format",
+        )
+    if "pattern" in node:
+        pattern = node["pattern"]
         if not (isinstance(pattern, str) and pattern.startswith("^") and pattern.endswith("$")):
-            raise UsageError(f"the pattern at {at} must be anchored, ^...$ (the grammar matches the whole string)")
-    bounds = [key for key in _BOUNDS if key in schema]
+            refuse(f"the pattern at {at} must be anchored, ^...$ (the grammar matches the whole string)", "pattern")
+    bounds = [key for key in _BOUNDS if key in node]
     if bounds:
         if kinds != ["integer"]:
-            raise UsageError(
-                f"{bounds[0]} at {at}: the grammar can bound integers only; use type integer, or drop the bound"
+            refuse(
+                f"{bounds[0]} at {at}: the grammar can bound integers only; use type integer, or drop the bound",
+                *bounds,
             )
-        integer_bounds(schema, at)
-    if "prefixItems" in schema:  # listed for the message; the keyword check above refuses it
-        raise UsageError(f"prefixItems at {at} is not supported; use items: [...]")
-    properties = schema.get("properties", {})
+        else:
+            try:
+                integer_bounds(node, at)
+            except UsageError as err:
+                refuse(str(err), *bounds)
+    properties = node.get("properties", {})
     if not isinstance(properties, dict):
-        raise UsageError(f"'properties' at {at} must be an object")
-    for name in schema.get("required", []):
+        refuse(f"'properties' at {at} must be an object", "properties")
+        properties = {}
+    required = node.get("required", [])
+    for name in required if isinstance(required, list) else []:
         if name not in properties:
-            raise UsageError(f"required property {name!r} at {at} has no schema under 'properties'; add one")
-    for name, sub in properties.items():
-        check_enforceable(sub, f"{where}/properties/{name}")
-    extra = schema.get("additionalProperties")
+            if dropped is None:
+                raise UsageError(f"required property {name!r} at {at} has no schema under 'properties'; add one")
+            properties = {**properties, name: {}}  # any value: the grammar may write it, validation checks it
+    if properties or "properties" in node:
+        node["properties"] = {
+            name: _held(sub, f"{where}/properties/{name}", dropped) for name, sub in properties.items()
+        }
+    extra = node.get("additionalProperties")
     if isinstance(extra, dict):
-        check_enforceable(extra, f"{where}/additionalProperties")
-    items = schema.get("items")
+        node["additionalProperties"] = _held(extra, f"{where}/additionalProperties", dropped)
+    items = node.get("items")
     if isinstance(items, list):
-        for i, sub in enumerate(items):
-            check_enforceable(sub, f"{where}/items/{i}")
+        node["items"] = [_held(sub, f"{where}/items/{i}", dropped) for i, sub in enumerate(items)]
     elif items is not None:
-        check_enforceable(items, f"{where}/items")
+        node["items"] = _held(items, f"{where}/items", dropped)
     for key in ("anyOf", "oneOf", "allOf"):
-        for i, sub in enumerate(schema.get(key, [])):
-            check_enforceable(sub, f"{where}/{key}/{i}")
+        if key in node:
+            node[key] = [_held(sub, f"{where}/{key}/{i}", dropped) for i, sub in enumerate(node[key])]
     for key in ("$defs", "definitions"):
-        for name, sub in schema.get(key, {}).items():
-            check_enforceable(sub, f"{where}/{key}/{name}")
-    ref = schema.get("$ref")
+        if key in node:
+            node[key] = {name: _held(sub, f"{where}/{key}/{name}", dropped) for name, sub in node[key].items()}
+    ref = node.get("$ref")
     if ref is not None and not (isinstance(ref, str) and ref.startswith("#/")):
-        raise UsageError(f"$ref {ref!r} at {at}: only references inside the schema (#/...) are supported")
+        refuse(f"$ref {ref!r} at {at}: only references inside the schema (#/...) are supported", "$ref")
+    return node
 
 
 def integer_bounds(schema: dict[str, Any], at: str = "the schema") -> tuple[int | None, int | None]:

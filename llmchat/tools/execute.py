@@ -23,10 +23,12 @@ TRUNCATION_MARKER = "\n[output truncated: {dropped} of {total} bytes left out; t
 def arguments_error(spec: ToolSpec, arguments: Any) -> str | None:
     """Why these arguments may not reach the tool, or None when they satisfy its schema."""
     from jsonschema import Draft202012Validator
+    from jsonschema.validators import validator_for
 
     if not isinstance(arguments, dict):
         return f"the arguments of {spec.name} must be a JSON object, not {type(arguments).__name__}"
-    validator = Draft202012Validator(spec.parameters)
+    # In the schema's own dialect (MCP servers often declare draft-07), 2020-12 when it names none.
+    validator = validator_for(spec.parameters, default=Draft202012Validator)(spec.parameters)
     errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
     if not errors:
         return None

@@ -5,8 +5,9 @@ families that write a list), starting at the family's opening text (its trigger)
 - with `--tool-choice required` (or a tool's name) the gate holds the reply to it from the first token;
 - with `auto` a lazy gate switches it on where the trigger appears and feeds the trigger text
   through it first, as llama.cpp's lazy grammars do.
-Each tool's arguments come from llmchat's own JSON Schema converter (engine.grammar, which refuses
-what it cannot enforce), its rules renamed per tool so that tools cannot collide. Qwen3-Coder's
+Each tool's arguments come from llmchat's own JSON Schema converter (engine.grammar), given the part
+of the tool's schema the grammar can hold (llmchat.tools.schema_hold: the rest is checked by
+validation), its rules renamed per tool so that tools cannot collide. Qwen3-Coder's
 XML holds the function and parameter names; its values are free text (they are not JSON).
 End-of-turn tokens after a call (`<|call|>`, `<|im_end|>`) are left to the stop rules.
 """
@@ -23,6 +24,7 @@ from llmchat.prompt.format_parser import with_key
 from llmchat.prompt.layout import ID_SLOT, INDEX_SLOT, CallLayout
 from llmchat.tools import generic
 from llmchat.tools.families import GENERIC, Family
+from llmchat.tools.schema_hold import grammar_spec
 from llmchat.tools.spec import ToolSpec
 
 _RULE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*) ::= ", re.MULTILINE)
@@ -155,12 +157,13 @@ _LAZY_CALL_BODY: dict[str, Callable[[ToolSpec, str, int, list[str]], str]] = {
 
 
 def call_grammar(family: Family, tools: Sequence[ToolSpec], *, forced: bool = False, lazy: bool = False) -> ToolGrammar:
-    """The grammar of one reply that calls one of `tools` in `family`'s syntax. A schema the
-    converter cannot enforce is a UsageError naming the tool. The generic format's reply is a
+    """The grammar of one reply that calls one of `tools` in `family`'s syntax, each tool's
+    arguments held to what the grammar can hold of its schema. The generic format's reply is a
     call or a response; `forced`: a call only. `lazy`: the grammar a lazy gate switches on at
     the family's first trigger (it starts with that trigger)."""
     if not tools:
         raise ValueError("a call grammar needs at least one tool")
+    tools = [grammar_spec(spec) for spec in tools]  # what the grammar cannot hold is left to validation
     if family is GENERIC:
         schema = generic.call_schema(tools) if forced else generic.reply_schema(tools)
         return ToolGrammar(Grammar(schema_to_gbnf(schema), "the generic tool reply"), ())

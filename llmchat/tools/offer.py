@@ -2,8 +2,9 @@
 in its template, or the server's native `tools`), the choice per round, and who approves a call.
 
 An offer is built once per session (or per distinct batch item offer) by `make_offer`, which builds
-and checks every call grammar up front: a schema the grammar gate cannot enforce is a usage error
-before anything is generated. The tool loop (llmchat.turn.tool_loop) runs the rounds with it, and
+and checks every call grammar up front. A tool's schema keyword the grammar cannot hold is left to
+validation, and a tool whose schema is not valid JSON Schema is left out, each with a notice
+(llmchat.tools.schema_hold). The tool loop (llmchat.turn.tool_loop) runs the rounds with it, and
 the prompt (llmchat.turn.tokens) is shaped by it.
 """
 
@@ -20,6 +21,7 @@ from llmchat.tools.approval import ApprovalPolicy
 from llmchat.tools.choice import ChainGuard, ToolChoice, parse_tool_choice, plan_round
 from llmchat.tools.families import GENERIC, detect_family
 from llmchat.tools.prompt import Capabilities, capabilities, template_variables
+from llmchat.tools.schema_hold import offered_tools
 
 if TYPE_CHECKING:
     from llmchat.engine.grammar import Grammar
@@ -118,16 +120,18 @@ def make_offer(
     approve_all: bool = False,
     interactive: bool = False,
 ) -> ToolOffer:
-    """The tools `specs` offered to `host`'s model; every grammar is built and checked here, so a
-    schema the gate cannot enforce is a usage error before anything is generated. A server that renders its own
+    """The tools `specs` offered to `host`'s model; every grammar is built and checked here, before
+    anything is generated (what a grammar cannot hold of a tool's schema is said once). A server that renders its own
     template gets the tools natively, and no grammar (llmchat.tools.native)."""
     engine = host.engine
     if host.structured is not None:
         raise UsageError("tools and --schema/--format/--grammar cannot be combined; drop one of them")
     ChainGuard(chain_limit)  # --chain-limit 0: a usage error
+    native_engine = engine.caps.renders_template
+    specs = offered_tools(specs, io.notice, grammar=not native_engine and tool_choice != "none")
     by_name = {spec.name: spec for spec in specs}
     choice = parse_tool_choice(tool_choice, list(by_name))
-    if engine.caps.renders_template:
+    if native_engine:
         family, caps = native.NATIVE, native.CAPABILITIES
     else:
         family = detect_family(host.template.text)
