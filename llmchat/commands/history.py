@@ -1,4 +1,4 @@
-"""`llmchat history` commands: list, show, export and remove saved conversations.
+"""`llmchat history` commands: list, show, search, export and remove saved conversations.
 
 Only typer and the environment are imported at the top so `llmchat --help` stays fast; the
 store, rich and the error types are imported inside the commands that use them.
@@ -124,6 +124,44 @@ def _print_summaries_table(summaries: list) -> None:
 def _short_time(iso: str) -> str:
     """'2024-05-01T12:34:56.123456+00:00' -> '2024-05-01 12:34'."""
     return iso[:16].replace("T", " ")
+
+
+def search_command(
+    words: list[str] = typer.Argument(
+        ..., metavar="TEXT", help='Words to find; FTS5 syntax works too: "a phrase", prefix*, OR, NOT.'
+    ),
+    limit: int = typer.Option(20, "--limit", "-n", help="Show at most this many matches."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON array of matches instead of a table."),
+) -> None:
+    """Search every saved conversation's messages (SQLite FTS5), best match first: the
+    conversation, the turn and a snippet with the match marked. `chat --resume ID` or /load ID
+    continues one."""
+    import json
+
+    from llmchat.errors import UsageError
+
+    if limit < 1:
+        raise UsageError(f"--limit must be at least 1, not {limit}")
+    text = " ".join(words)
+    if not text.strip():
+        raise UsageError("give the text to search for")
+    store = _open_store()
+    hits = []
+    if store is not None:
+        with store:
+            hits = store.search(text, limit)
+    env = current_environment()
+    if as_json:
+        typer.echo(json.dumps([hit.as_json() for hit in hits], indent=2, ensure_ascii=False), file=env.stdout)
+    elif not hits:
+        typer.echo(f"No saved message matches {text!r}.", file=env.stderr)
+    else:
+        from rich.console import Console
+
+        from llmchat.ui.search_commands import results_table
+
+        console = Console(file=env.stdout, highlight=False, width=None if env.stdout_isatty else 1000)
+        console.print(results_table(hits, styled=env.stdout_isatty), markup=False)
 
 
 def show_command(

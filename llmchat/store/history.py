@@ -47,6 +47,7 @@ from llmchat.store.queries import (
     trailing_exchange,
 )
 from llmchat.store.records import ConversationSummary, StoredConversation, new_id, to_json, utc_now
+from llmchat.store.search import SearchHit, forget_deleted, search_messages
 
 T = TypeVar("T")
 
@@ -211,20 +212,11 @@ class HistoryStore:
         def insert(db: sqlite3.Connection) -> None:
             if name is not None:
                 require_free_name(db, name)
+            header = (conversation_id, name, model, str(model_path), template, system_prompt, to_json(sampling or {}))
             db.execute(
                 "INSERT INTO conversations (id, name, model, model_path, template, system_prompt,"
                 " sampling_json, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    conversation_id,
-                    name,
-                    model,
-                    str(model_path),
-                    template,
-                    system_prompt,
-                    to_json(sampling or {}),
-                    now,
-                    now,
-                ),
+                (*header, now, now),
             )
 
         self._write(insert)
@@ -384,6 +376,7 @@ class HistoryStore:
             db.executemany("DELETE FROM messages WHERE id = ?", [(row_id,) for row_id in doomed])
             if doomed:
                 touch(db, conversation_id)
+                forget_deleted(db)  # the search index's copy of the words
             return len(doomed)
 
         return self._write(delete)
@@ -414,6 +407,7 @@ class HistoryStore:
         def delete(db: sqlite3.Connection) -> None:
             conversation_id = resolve(db, id_or_name)
             db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))  # messages cascade
+            forget_deleted(db)  # the search index's copy of their words
 
         self._write(delete)
         return self._truncate_wal()
@@ -425,6 +419,7 @@ class HistoryStore:
         def delete(db: sqlite3.Connection) -> None:
             db.execute("DELETE FROM messages")
             db.execute("DELETE FROM conversations")
+            forget_deleted(db)
 
         self._write(delete)
         cleared = self._truncate_wal()
@@ -471,6 +466,10 @@ class HistoryStore:
 
     def last_id(self) -> str | None:
         return self._read(last_id)
+
+    def search(self, text: str, limit: int = 20) -> list[SearchHit]:
+        """Messages matching `text` (llmchat.store.search), best first; UsageError for a bad query."""
+        return self._read(lambda db: search_messages(db, text, limit))
 
 
 def _private_files_beside(path: Path) -> list[Path]:
