@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from llmchat.prompt.render import ResolvedTemplate
     from llmchat.tools.approval import Answer
     from llmchat.tools.families import Family
-    from llmchat.tools.spec import ToolSpec
+    from llmchat.tools.spec import CallRecord, ToolSpec
 
 
 class ToolHost(Protocol):
@@ -48,12 +48,13 @@ class ToolHost(Protocol):
 
 @dataclass
 class ToolIO:
-    """Where the loop talks to the person: a call before it runs, notices (stderr), and the
-    approval question (None: no terminal, nobody to ask)."""
+    """Where the loop talks to the person: a call before it runs, notices (stderr), the approval
+    question (None: no terminal, nobody to ask) and a call's result once it ran (None: not shown)."""
 
     show_call: Callable[[str], None]
     notice: Callable[[str], None]
     ask: Callable[[str, Any], Answer] | None = None
+    show_result: Callable[[CallRecord], None] | None = None
 
 
 @dataclass

@@ -4,13 +4,15 @@
 The tools are gathered before the model loads (a bad --functions file or an unknown -T NAME is a
 usage error at once; MCP servers start here and are stopped with the ToolSet). Calls are shown on
 stderr before they run; on a terminal (stdin and stderr) the person is asked yes / no / always,
-and without one nothing runs unless --approve-tools or the tool's `approve = "always"`.
+and without one nothing runs unless --approve-tools or the tool's `approve = "always"`. In the
+interactive chat each result's first lines follow its call, dimmed, with its full length.
 The command-line flags themselves are declared with the commands (llmchat.commands.tool_options).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +28,9 @@ if TYPE_CHECKING:
     from llmchat.tools.approval import Answer
     from llmchat.tools.offer import ToolOffer
     from llmchat.tools.registry import ToolSet
+    from llmchat.tools.spec import CallRecord
+
+RESULT_PREVIEW_LINES = 3  # of a tool's result, shown after its call in the chat
 
 
 class ToolTaker(ToolHost, Protocol):
@@ -118,6 +123,7 @@ def offer(session: ToolTaker, toolset: ToolSet, request: ToolRequest, *, dim: bo
     io = ToolIO(
         show_call=show_call,
         notice=notice,
+        show_result=(lambda record: show_result(record, sys.stderr)) if dim else None,
         ask=(lambda name, arguments: ask_on_terminal(name, arguments, answers)) if answers is not None else None,
     )
     session.use_tools(
@@ -131,6 +137,36 @@ def offer(session: ToolTaker, toolset: ToolSet, request: ToolRequest, *, dim: bo
             interactive=interactive,
         )
     )
+
+
+def show_result(record: CallRecord, stream: TextIO) -> None:
+    """After a call in the chat: its result's first lines, dimmed on a terminal, with its length.
+    `/show tools` prints the last turn's calls whole (llmchat.ui.conversation_commands)."""
+    from llmchat.output import notice
+
+    for line in result_preview(record.result or "", shutil.get_terminal_size().columns):
+        notice(line, stream)
+
+
+def result_preview(text: str, width: int, lines: int = RESULT_PREVIEW_LINES) -> list[str]:
+    """`tool result: N chars, M lines` and the first `lines` lines, each cut to `width`, with what
+    is left out counted. Control characters are shown as ? (a tool's output may hold escapes)."""
+    rows = text.splitlines() or [""]
+    head = f"tool result: {len(text):,} chars, {len(rows):,} line" + ("" if len(rows) == 1 else "s")
+    room = max(width - 4, 20)
+    shown = [f"  │ {_clipped(printable(row), room)}" for row in rows[:lines]]
+    left = len(rows) - lines
+    more = [f"  │ … {left:,} more line" + ("" if left == 1 else "s") + " (/show tools prints them)"] if left > 0 else []
+    return [head, *shown, *more]
+
+
+def printable(text: str) -> str:
+    """`text` with tabs as spaces and every other control character as ?: safe on a terminal."""
+    return "".join(c if c.isprintable() else "?" for c in text.expandtabs(4))
+
+
+def _clipped(line: str, width: int) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def answer_source() -> TextIO | None:

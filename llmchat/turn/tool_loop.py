@@ -232,6 +232,8 @@ def tool_rounds(
                 done = CallRecord(call.name, call.arguments, False, 0.0, error=INTERRUPTED_CALL)
             elif done.approved and done.error is not None:  # the model reads it too; the person sees it here
                 offer.io.notice(f"tool call {call.name} failed: {done.error.splitlines()[0] if done.error else ''}")
+            elif done.approved and offer.io.show_result is not None:  # what the model is told
+                offer.io.show_result(done)
             calls.append(done)
             made[keys[number]] = done.text_for_model
             messages.append(tool_result(first_index + number, call.name, done.text_for_model))
