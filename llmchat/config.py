@@ -11,7 +11,7 @@ Example (`llmchat config path` prints where it lives):
     flash_attn = "auto"          # auto (measured: llmchat bench --calibrate) | true | false
     prompt_cache = true          # the KV cache on disk: ask -c / chat --resume skip the prefill
     prompt_cache_max_bytes = 2147483648  # its size bound (least recently used files go first)
-    markdown = false
+    render = "markdown"          # markdown | plain: replies on a terminal (a pipe always gets plain text)
     think = true                 # reasoning models: thinking on/off (their template's switch)
     thinking_budget = 512        # close the thinking after this many tokens
 
@@ -73,7 +73,7 @@ _TOP_LEVEL = {
     "flash_attn": object,  # true | false | "auto", checked in load_config
     "prompt_cache": bool,
     "prompt_cache_max_bytes": int,
-    "markdown": bool,
+    "render": str,
     "template": str,
     "sampling": dict,
     "models": dict,
@@ -85,7 +85,7 @@ _TOP_LEVEL = {
     "hide_thinking": bool,
     "schemas": dict,
     "tools": dict,  # [tools.NAME]: checked by llmchat.tools.command_tools when used
-    "mcp": dict,  # [mcp.NAME]: checked by llmchat.tools.mcp_client when used
+    "mcp": dict,  # [mcp.NAME]: checked by llmchat.tools.mcp.config when used
     "prompts": dict,
 }
 _ALIAS_KEYS = {"path": str, "template": str, "ctx": int}
@@ -116,7 +116,7 @@ class Config:
     flash_attn: bool | str | None = None  # True | False | "auto"
     prompt_cache: bool = True
     prompt_cache_max_bytes: int = 2 * 1024**3
-    markdown: bool = False
+    render: str | None = None  # "markdown" | "plain"; None: markdown on a terminal (llmchat.ui.markdown)
     template: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -192,6 +192,8 @@ def load_config(path: Path | None = None) -> Config:
     flash_attn = data.get("flash_attn")
     if flash_attn is not None and not (isinstance(flash_attn, bool) or flash_attn == "auto"):
         raise ConfigError(f'config file {path}: flash_attn must be true, false or "auto"; fix or remove that line')
+    if data.get("render", "markdown") not in ("markdown", "plain"):
+        raise ConfigError(f'config file {path}: render must be "markdown" or "plain"; fix or remove that line')
     if data.get("prompt_cache_max_bytes", 0) < 0:
         raise ConfigError(f"config file {path}: prompt_cache_max_bytes must be 0 or more; fix or remove that line")
     return Config(path=path, exists=True, **data)

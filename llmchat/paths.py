@@ -59,6 +59,11 @@ def flash_attn_dir() -> Path:
     return cache_dir() / "flash_attn"
 
 
+def mcp_media_dir() -> Path:
+    """Images, audio and blobs that MCP servers return (llmchat.tools.mcp.results), named by hash."""
+    return cache_dir() / "mcp"
+
+
 def config_file() -> Path:
     return config_dir() / "config.toml"
 

@@ -12,7 +12,8 @@ from llmchat.tools.approval import ApprovalPolicy, ask_on_terminal, format_call,
 from llmchat.tools.command_tools import command_tool
 from llmchat.tools.execute import cap_output, run_call
 from llmchat.tools.functions import function_spec
-from llmchat.tools.mcp_client import McpConnection, McpServerConfig
+from llmchat.tools.mcp.config import McpServerConfig
+from llmchat.tools.mcp.connection import McpConnection
 from llmchat.tools.spec import CallRecord
 
 DATA = Path(__file__).parent / "data" / "tools"

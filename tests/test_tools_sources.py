@@ -11,10 +11,11 @@ import pytest
 
 from llmchat.config import load_config
 from llmchat.errors import ConfigError, UsageError
-from llmchat.tools import mcp_client
 from llmchat.tools.command_tools import build_argv, command_tool
 from llmchat.tools.functions import call_function, load_functions, parse_docstring, type_schema
-from llmchat.tools.mcp_client import McpConnection, McpServerConfig, parse_mcp_spec, server_from_config
+from llmchat.tools.mcp import config as mcp_config
+from llmchat.tools.mcp.config import McpServerConfig, parse_mcp_spec, server_from_config
+from llmchat.tools.mcp.connection import McpConnection
 from llmchat.tools.spec import ToolFailure, ToolTimeout
 
 DATA = Path(__file__).parent / "data" / "tools"
@@ -322,7 +323,7 @@ def test_an_mcp_server_that_cannot_start_is_one_line():
 
 
 def test_tool_names_are_prefixed_by_the_server():
-    assert mcp_client.tool_name("git", "status") == "git_status"
+    assert mcp_config.tool_name("git", "status") == "git_status"
 
 
 def test_a_command_that_never_reads_stdin_still_gets_large_arguments_and_runs():

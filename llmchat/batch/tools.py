@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 from llmchat.errors import UsageError
 from llmchat.output import notice
 from llmchat.tools.choice import MODES, parse_tool_choice
-from llmchat.tools.registry import MCP_PREFIX, ToolSet, configured_servers, gather_tools
+from llmchat.tools.mcp.config import configured_servers, parse_mcp_spec
+from llmchat.tools.registry import MCP_PREFIX, ToolSet, gather_tools
 
 if TYPE_CHECKING:
     from llmchat.batch.items import BatchItem
@@ -155,8 +156,6 @@ def plan_tools(
 
 def _server_sources(config: Any, request: ToolRequest) -> dict[str, str]:
     """Each MCP server name an item may write as `mcp:NAME`, and the source its tools carry."""
-    from llmchat.tools.mcp_client import parse_mcp_spec
-
     sources = {name: server.source for name, server in configured_servers(config).items()}
     for spec in request.mcp:
         server = parse_mcp_spec(spec)

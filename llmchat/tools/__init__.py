@@ -4,7 +4,8 @@ One module per job:
 - spec.py: what a tool is (ToolSpec) and what one call left behind (CallRecord);
 - functions.py: `--functions FILE.py`, the public functions of the user's own Python file;
 - command_tools.py: `[tools.NAME]` in the config, a command run as an argv list, never through a shell;
-- mcp_client.py: `[mcp.NAME]` and `--mcp "COMMAND ARGS"`, MCP servers over stdio (the optional `mcp` SDK);
+- mcp/: `[mcp.NAME]` and `--mcp SPEC`, MCP servers over stdio, Streamable HTTP or SSE (the optional
+  `mcp` SDK): their tools, results of every kind, resources and prompts;
 - registry.py: every source together, with one namespace;
 - approval.py: who may let a call run (a pure decision);
 - execute.py: one call run safely (schema check, timeout, output cap, errors as text);

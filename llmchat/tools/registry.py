@@ -16,7 +16,8 @@ from typing import Any
 from llmchat.errors import UsageError
 from llmchat.tools.command_tools import command_tool
 from llmchat.tools.functions import load_functions
-from llmchat.tools.mcp_client import McpConnection, McpServerConfig, parse_mcp_spec, server_from_config
+from llmchat.tools.mcp.config import McpServerConfig, configured_servers, parse_mcp_spec
+from llmchat.tools.mcp.connection import McpConnection
 from llmchat.tools.spec import ToolSpec
 
 MCP_PREFIX = "mcp:"
@@ -48,11 +49,6 @@ class ToolSet:
 
     def specs(self) -> list[ToolSpec]:
         return list(self.tools.values())
-
-
-def configured_servers(config: Any) -> dict[str, McpServerConfig]:
-    tables = getattr(config, "mcp", None) or {}
-    return {name: server_from_config(name, settings, config.path) for name, settings in tables.items()}
 
 
 def gather_tools(

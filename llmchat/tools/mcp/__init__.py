@@ -1,0 +1,17 @@
+"""MCP servers as tool sources, and their resources and prompts (the official `mcp` SDK, imported
+only when a server is used: `pip install 'llmchat[mcp]'`).
+
+- config.py: `[mcp.NAME]` tables and `--mcp SPEC` (a command for stdio, or a URL for Streamable
+  HTTP or SSE) as McpServerConfig; `server_named(config, NAME)` and `parse_mcp_spec(SPEC)` name one.
+- transports.py: the SDK transport for a server (stdio, Streamable HTTP, SSE), with its timeouts.
+- connection.py: McpConnection, one running server: tools as ToolSpecs named SERVER_TOOL, calls,
+  resources, resource templates, prompts.
+- results.py: every content kind of a result as text for the model (media saved under the cache).
+- catalog.py: resources and prompts as small frozen values.
+- progress.py: a call's progress notifications as one line on stderr.
+
+Open one server without a model:
+
+    with McpConnection(server_named(config, "everything")) as server:   # or parse_mcp_spec(SPEC)
+        server.list_resources(); server.read_resource(uri); server.get_prompt(name, {"city": "Paris"})
+"""

@@ -1,0 +1,433 @@
+"""One running MCP server: its tools, resources and prompts, called like functions.
+
+The SDK is asynchronous; McpConnection keeps one event loop in a background thread (anyio's
+blocking portal) so the rest of llmchat calls it like a function. Every request is bounded in time
+(the server's `timeout`, or the caller's for a tool call), and every failure is one line: a
+UsageError when the server cannot start, a ToolFailure (text for the model) when a tool call
+fails, an McpFailure for a resource or prompt request.
+
+A server that asks the client for something only a person could give (elicitation, sampling,
+roots) gets the SDK's "not supported" error at once: llmchat declares none of those capabilities,
+so a server offers no tool that needs them, and a request that comes anyway never hangs a call.
+Ctrl-C during a call cancels that request (the SDK sends `notifications/cancelled`) before the
+KeyboardInterrupt goes on to end the turn.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+from llmchat.errors import LlmchatError, UsageError
+from llmchat.output import notice
+from llmchat.tools.mcp.catalog import (
+    PromptInfo,
+    PromptMessageText,
+    ResourceContent,
+    ResourceInfo,
+    ResourceTemplateInfo,
+    prompt_info,
+    resource_info,
+    template_info,
+)
+from llmchat.tools.mcp.config import McpServerConfig, tool_name
+from llmchat.tools.mcp.progress import ProgressLine
+from llmchat.tools.mcp.results import HandledResult, block_text, handle_result, resource_contents_text
+from llmchat.tools.spec import DEFAULT_TIMEOUT_S, EMPTY_OBJECT_SCHEMA, ToolFailure, ToolSpec
+
+INSTALL_HINT = "MCP servers need the mcp package: pip install 'llmchat[mcp]'"
+PAGE_LIMIT = 100  # pages of one listing: a server whose cursor never ends cannot hang a listing
+CANCEL_GRACE_S = 2.0  # how long Ctrl-C waits for the cancellation to reach the server
+
+_T = TypeVar("_T")
+
+
+class McpFailure(LlmchatError):
+    """A request to a running server failed (resources, prompts): one line, exit 1."""
+
+
+class _ProtocolBroken(Exception):
+    """The server sent something that is not MCP while a request was waiting for it."""
+
+
+def require_mcp() -> None:
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        raise UsageError(INSTALL_HINT) from None
+
+
+def _quiet_sdk_logs() -> None:
+    """The SDK logs a traceback for a malformed message; llmchat says it in one line instead."""
+    for name in ("mcp", "mcp_types", "httpx2"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(handler, logging.NullHandler) for handler in logger.handlers):
+            logger.addHandler(logging.NullHandler())
+        logger.propagate = False
+
+
+class McpConnection:
+    """One running server. open() starts it (or connects to it) and lists its tools; call() runs
+    one; the resource and prompt methods read the rest; close() ends it.
+
+        with McpConnection(server_named(config, "everything")) as server:
+            server.list_prompts()
+    """
+
+    def __init__(
+        self,
+        server: McpServerConfig,
+        startup_timeout_s: float | None = None,
+        *,
+        stderr: IO[str] | None = None,
+        media_dir: Path | None = None,
+    ):
+        self.server = server
+        self.startup_timeout_s = startup_timeout_s or server.timeout_s or DEFAULT_TIMEOUT_S
+        self.request_timeout_s = server.timeout_s or DEFAULT_TIMEOUT_S
+        self.stderr = stderr or sys.stderr
+        self.media_dir = media_dir
+        self._stack = ExitStack()
+        self._portal: Any = None
+        self._client: Any = None
+        self._errlog: Any = None
+        self._output_schemas: dict[str, dict[str, Any] | None] = {}
+        self._active_scope: Any = None
+        self._protocol_error = ""
+        self._tools_stale = False
+        self.tools: list[ToolSpec] = []
+
+    def __enter__(self) -> McpConnection:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def label(self) -> str:
+        return f"MCP server {self.server.name}"
+
+    def notify(self, line: str) -> None:
+        notice(line, self.stderr)
+
+    def open(self) -> list[ToolSpec]:
+        require_mcp()
+        from anyio.from_thread import start_blocking_portal
+        from mcp import Client
+        from mcp_types import Implementation
+
+        from llmchat import __version__
+        from llmchat.tools.mcp.transports import client_transport
+
+        _quiet_sdk_logs()
+        self._errlog = self._stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace"))
+        self._portal = self._stack.enter_context(start_blocking_portal())
+        try:
+            # read_timeout_seconds bounds the handshake (a server that never answers) and each request.
+            client = Client(
+                client_transport(self.server, self._errlog),
+                read_timeout_seconds=self.startup_timeout_s,
+                message_handler=self._on_message,
+                client_info=Implementation(name="llmchat", version=__version__),
+            )
+            self._client = self._stack.enter_context(self._portal.wrap_async_context_manager(client))
+            listed = self._run(self._bounded, self._list_tools, self.startup_timeout_s)
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C or SIGTERM while it starts: not its failure
+            self.close()
+            raise
+        except UsageError:
+            self.close()
+            raise
+        except BaseException as err:  # a server that cannot start: one line, with its last stderr line
+            detail = self._failure(err)
+            self.close()
+            raise UsageError(f"{self.label} ({self.server.target}) did not start: {detail}") from None
+        self._set_tools(listed)
+        return self.tools
+
+    # --- tools -------------------------------------------------------------------------------
+
+    async def _list_tools(self) -> list[Any]:
+        tools: list[Any] = []
+        cursor: str | None = None
+        for _ in range(PAGE_LIMIT):
+            page = await self._client.list_tools(cursor=cursor, cache_mode="bypass")
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tools
+
+    def _set_tools(self, listed: list[Any]) -> None:
+        self._output_schemas = {tool.name: tool.output_schema for tool in listed}
+        self.tools = [self._spec(tool) for tool in listed]
+        self._tools_stale = False
+
+    @property
+    def tools_changed(self) -> bool:
+        """Whether the server said its tools changed (`notifications/tools/list_changed`) since the
+        last listing."""
+        return self._tools_stale
+
+    def refresh_tools(self) -> list[ToolSpec]:
+        """List the tools again (after tools_changed); a failure keeps the last listing, with a notice."""
+        try:
+            self._set_tools(self._run(self._bounded, self._list_tools, self.request_timeout_s))
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as err:
+            self._tools_stale = False
+            self.notify(f"llmchat: {self.label}: its tools changed, but listing them failed ({self._failure(err)})")
+        return self.tools
+
+    def _spec(self, tool: Any) -> ToolSpec:
+        remote: str = tool.name
+
+        def run(arguments: dict[str, Any], timeout_s: float) -> str:
+            return self.call(remote, arguments, timeout_s)
+
+        schema = dict(getattr(tool, "input_schema", None) or EMPTY_OBJECT_SCHEMA)
+        schema.setdefault("type", "object")
+        return ToolSpec(
+            name=tool_name(self.server.name, tool.name),
+            description=tool.description or "",
+            parameters=schema,
+            source=self.server.source or f"mcp:{self.server.name}",
+            run=run,
+            approve="always" if self.server.approve == "always" else "ask",
+            timeout_s=self.server.timeout_s,
+        )
+
+    def call(self, tool: str, arguments: dict[str, Any], timeout_s: float) -> str:
+        """The tool's result as text for the model; ToolFailure for any failure (isError included)."""
+        return self.call_handled(tool, arguments, timeout_s).text_for_model()
+
+    def call_handled(self, tool: str, arguments: dict[str, Any], timeout_s: float) -> HandledResult:
+        """The tool's result, handled (media saved, structured content checked), isError kept as a
+        flag. ToolFailure when there is no result."""
+        if self._client is None:
+            raise ToolFailure(f"{self.label} is not running")
+        line = ProgressLine(self.stderr, tool_name(self.server.name, tool))
+
+        async def progress(value: float, total: float | None, message: str | None) -> None:
+            line.update(value, total, message)
+
+        async def send() -> Any:
+            return await self._client.call_tool(
+                tool, arguments, read_timeout_seconds=timeout_s, progress_callback=progress
+            )
+
+        try:
+            result = self._run(self._bounded, send, timeout_s)
+        except TimeoutError:
+            raise ToolFailure(f"{self.label} did not answer within {timeout_s:g} s") from None
+        except (KeyboardInterrupt, SystemExit):  # the user stopped the call: the turn ends, as in decode
+            raise
+        except BaseException as err:  # the server died or broke the protocol: text for the model
+            raise ToolFailure(f"{self.label} failed: {self._failure(err)}") from None
+        finally:
+            line.end()
+        return handle_result(
+            tool_name(self.server.name, tool),
+            result,
+            self._output_schemas.get(tool),
+            self._media_dir(),
+            self.notify,
+        )
+
+    # --- resources and prompts ---------------------------------------------------------------
+
+    def _capable(self, feature: str) -> bool:
+        capabilities = self._client.server_capabilities if self._client is not None else None
+        return capabilities is not None and getattr(capabilities, feature, None) is not None
+
+    def _listing(self, what: str, fetch: Callable[[str | None], Awaitable[Any]], field: str) -> list[Any]:
+        async def walk() -> list[Any]:
+            items: list[Any] = []
+            cursor: str | None = None
+            for _ in range(PAGE_LIMIT):
+                page = await fetch(cursor)
+                items.extend(getattr(page, field))
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+            return items
+
+        return self._request(what, walk)
+
+    def list_resources(self) -> tuple[ResourceInfo, ...]:
+        if not self._capable("resources"):
+            return ()
+        listed = self._listing(
+            "listing its resources",
+            lambda cursor: self._client.list_resources(cursor=cursor, cache_mode="bypass"),
+            "resources",
+        )
+        return tuple(resource_info(resource) for resource in listed)
+
+    def list_resource_templates(self) -> tuple[ResourceTemplateInfo, ...]:
+        if not self._capable("resources"):
+            return ()
+        listed = self._listing(
+            "listing its resource templates",
+            lambda cursor: self._client.list_resource_templates(cursor=cursor, cache_mode="bypass"),
+            "resource_templates",
+        )
+        return tuple(template_info(template) for template in listed)
+
+    def read_resource(self, uri: str) -> tuple[ResourceContent, ...]:
+        """The resource's contents as text (a blob is saved under the cache and named by a placeholder)."""
+        self._require("resources", f"it has no resources to read ({uri})")
+
+        async def read() -> Any:
+            return await self._client.read_resource(uri, cache_mode="bypass")
+
+        result = self._request(f"reading {uri}", read)
+        contents: list[ResourceContent] = []
+        for part in result.contents:
+            try:
+                handled = resource_contents_text(part, self._media_dir(), f"{self.server.name}-resource")
+            except ToolFailure as err:
+                raise McpFailure(f"{self.label}: reading {uri}: {err}") from None
+            saved = handled.saved.path if handled.saved is not None else None
+            contents.append(ResourceContent(str(part.uri), part.mime_type, handled.text, saved))
+        return tuple(contents)
+
+    def list_prompts(self) -> tuple[PromptInfo, ...]:
+        if not self._capable("prompts"):
+            return ()
+        listed = self._listing(
+            "listing its prompts",
+            lambda cursor: self._client.list_prompts(cursor=cursor, cache_mode="bypass"),
+            "prompts",
+        )
+        return tuple(prompt_info(prompt) for prompt in listed)
+
+    def get_prompt(self, name: str, arguments: dict[str, str]) -> tuple[PromptMessageText, ...]:
+        """The prompt's messages, each as its role and its content as text."""
+        self._require("prompts", f"it has no prompts ({name})")
+
+        async def get() -> Any:
+            return await self._client.get_prompt(name, dict(arguments))
+
+        result = self._request(f"getting the prompt {name}", get)
+        messages: list[PromptMessageText] = []
+        for message in result.messages:
+            try:
+                text = block_text(message.content, self._media_dir(), f"{self.server.name}-{name}").text
+            except ToolFailure as err:
+                raise McpFailure(f"{self.label}: the prompt {name}: {err}") from None
+            messages.append(PromptMessageText(str(message.role), text))
+        return tuple(messages)
+
+    def _require(self, feature: str, why: str) -> None:
+        if self._client is None:
+            raise McpFailure(f"{self.label} is not running")
+        if not self._capable(feature):
+            raise McpFailure(f"{self.label}: {why}")
+
+    def _request(self, what: str, send: Callable[[], Awaitable[_T]]) -> _T:
+        if self._client is None:
+            raise McpFailure(f"{self.label} is not running")
+        try:
+            return self._run(self._bounded, send, self.request_timeout_s)
+        except TimeoutError:
+            raise McpFailure(f"{self.label}: {what}: no answer within {self.request_timeout_s:g} s") from None
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as err:
+            raise McpFailure(f"{self.label}: {what} failed: {self._failure(err)}") from None
+
+    # --- the event loop ----------------------------------------------------------------------
+
+    def _run(self, function: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+        """Run a coroutine on the connection's loop and wait for it. Ctrl-C cancels it there (so the
+        SDK tells the server), waits a moment for that, and goes on as KeyboardInterrupt."""
+        future: concurrent.futures.Future[_T] = self._portal.start_task_soon(function, *args)
+        try:
+            return future.result()
+        except KeyboardInterrupt:
+            future.cancel()
+            concurrent.futures.wait([future], timeout=CANCEL_GRACE_S)
+            raise
+
+    async def _bounded(self, send: Callable[[], Awaitable[_T]], timeout_s: float) -> _T:
+        """One request under a time limit; cut short, as _ProtocolBroken, when the server sends
+        something that is not MCP meanwhile (nothing would ever answer it)."""
+        import anyio
+
+        with anyio.CancelScope() as scope:
+            self._active_scope = scope
+            try:
+                with anyio.fail_after(timeout_s):
+                    return await send()
+            finally:
+                self._active_scope = None
+        raise _ProtocolBroken(self._protocol_error or "the request was cut short")
+
+    async def _on_message(self, message: Any) -> None:
+        """Server notifications and transport errors, on the connection's loop."""
+        if isinstance(message, Exception):
+            self._protocol_error = f"it sent a message that is not MCP ({_describe(message)})"
+            if self._active_scope is not None:
+                self._active_scope.cancel()
+            return
+        if getattr(message, "method", "") == "notifications/tools/list_changed":
+            self._tools_stale = True
+
+    def _media_dir(self) -> Path:
+        if self.media_dir is None:
+            from llmchat.paths import mcp_media_dir
+
+            self.media_dir = mcp_media_dir()
+        return self.media_dir
+
+    def _failure(self, err: BaseException) -> str:
+        message = _describe(err)
+        if message.startswith("MCP error"):  # the server answered with an error: its stderr says nothing more
+            return message
+        last = self._stderr_tail()
+        return f"{message}; its stderr ends: {last}" if last else message
+
+    def _stderr_tail(self) -> str:
+        if self._errlog is None or self._errlog.closed:
+            return ""
+        try:
+            self._errlog.flush()
+            self._errlog.seek(0)
+            lines = [line.strip() for line in self._errlog.read().splitlines() if line.strip()]
+        except (OSError, ValueError):
+            return ""
+        return lines[-1][:300] if lines else ""
+
+    def close(self) -> None:
+        self._client = None
+        try:
+            self._stack.close()
+        except BaseException:  # a server that already died may fail its own shutdown; it is gone either way
+            pass
+
+
+def _describe(err: BaseException) -> str:
+    """A one-line reason from what the SDK raised (it wraps failures in exception groups)."""
+    while getattr(err, "exceptions", None):  # an ExceptionGroup (built in from Python 3.11 only)
+        err = err.exceptions[0]  # type: ignore[attr-defined]
+    if isinstance(err, _ProtocolBroken):
+        return str(err)
+    if isinstance(err, FileNotFoundError):
+        return f"program not found ({err.filename or err})"
+    if isinstance(err, TimeoutError):
+        return "no answer in time"
+    if type(err).__name__ == "MCPError":
+        return str(err).strip().splitlines()[0]
+    if type(err).__name__ == "ConnectError":
+        return f"no connection ({str(err).strip() or 'refused'})"
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__

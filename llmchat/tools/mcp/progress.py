@@ -1,0 +1,46 @@
+"""The progress a server reports while a call runs (`notifications/progress`), on stderr.
+
+On a terminal it is one line, rewritten in place and wiped when the call ends; elsewhere (a pipe,
+a log file) each new state is one line of its own, so a log keeps what happened without the
+carriage returns.
+"""
+
+from __future__ import annotations
+
+from typing import IO
+
+from llmchat.output import is_tty
+
+
+class ProgressLine:
+    def __init__(self, stream: IO[str], label: str):
+        self.stream = stream
+        self.label = label
+        self.tty = is_tty(stream)
+        self._last = ""
+        self._drawn = False
+
+    def update(self, progress: float, total: float | None, message: str | None) -> None:
+        amount = f"{progress:g}/{total:g}" if total else f"{progress:g}"
+        text = f"llmchat: {self.label}: progress {amount}" + (f" ({message})" if message else "")
+        if text == self._last:
+            return
+        self._last = text
+        try:
+            if self.tty:
+                self.stream.write("\r\x1b[K" + text)
+                self._drawn = True
+            else:
+                self.stream.write(text + "\n")
+            self.stream.flush()
+        except (OSError, ValueError):  # a closed or broken stderr must not fail the call
+            pass
+
+    def end(self) -> None:
+        if self._drawn:
+            try:
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass
+            self._drawn = False

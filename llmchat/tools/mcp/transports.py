@@ -1,0 +1,48 @@
+"""The SDK transport for one server: stdio (a child process), Streamable HTTP, or HTTP+SSE.
+
+HTTP connects within CONNECT_TIMEOUT_S (as the remote engines' --connect-timeout default) and
+waits at most STREAM_READ_TIMEOUT_S between two chunks of a response stream; each request is also
+bounded as a whole by the connection (its timeout). A bearer token is read from its environment
+variable here, when the transport is made, and never kept in the config object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, TextIO
+
+from llmchat.tools.mcp.config import McpServerConfig
+
+CONNECT_TIMEOUT_S = 10.0
+STREAM_READ_TIMEOUT_S = 300.0
+USER_AGENT = "llmchat-mcp"
+
+
+def client_transport(server: McpServerConfig, errlog: TextIO) -> Any:
+    """An async context manager that yields the (read, write) streams the SDK's Client drives."""
+    if server.transport == "stdio":
+        from mcp import StdioServerParameters
+        from mcp.client.stdio import stdio_client
+
+        params = StdioServerParameters(command=server.command, args=list(server.args), env=server.env)
+        return stdio_client(params, errlog=errlog)
+    headers = {"User-Agent": USER_AGENT, **server.http_headers()}
+    if server.transport == "sse":
+        from mcp.client.sse import sse_client
+
+        return sse_client(
+            server.url, headers=headers, timeout=CONNECT_TIMEOUT_S, sse_read_timeout=STREAM_READ_TIMEOUT_S
+        )
+    return _streamable_http(server.url, headers)
+
+
+@asynccontextmanager
+async def _streamable_http(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    timeout = httpx2.Timeout(CONNECT_TIMEOUT_S, read=STREAM_READ_TIMEOUT_S)
+    async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http_client:
+        async with streamable_http_client(url, http_client=http_client) as streams:
+            yield streams
