@@ -355,7 +355,10 @@ def _remove_copies(conversation_id: Optional[str], typed: set[str], wal_cleared:
     input_history = current_environment().input_history_file
     try:
         if conversation_id is None:
+            from llmchat.ui.clipboard import clipboard_file
+
             input_history.unlink(missing_ok=True)
+            clipboard_file().unlink(missing_ok=True)  # the last /copy where OSC 52 could not go
         elif typed:
             forget_typed_lines(input_history, typed)
     except OSError as err:  # the conversation itself is gone: say what is left, do not fail

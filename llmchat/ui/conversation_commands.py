@@ -1,5 +1,5 @@
 """Slash commands that act on the conversation and its place in the history: /clear, /undo,
-/retry, /edit, /branch, /save, /load and /history.
+/retry, /edit, /branch, /save, /load, /history, and /show tools (the last turn's tool calls).
 
 /undo, /retry and /edit find the last exchange as `Conversation` does (the last user message and
 everything after it), so they work the same after a plain turn, a tool turn, a turn with files
@@ -208,4 +208,30 @@ def cmd_history(ctx: CommandContext, arg: str) -> Outcome:
     ctx.out.print(table, markup=False, highlight=False)
     marked = any(row[0] for row in rows)
     ctx.info(("* marks this conversation · " if marked else "") + "/load ID|NAME continues one")
+    return CONTINUE
+
+
+def cmd_show_tools(ctx: CommandContext, arg: str) -> Outcome:
+    """`/show tools`: the last turn's tool calls in full: name, arguments, how it went, the result."""
+    import json
+
+    from llmchat.tools.options import printable
+
+    result = ctx.session.last_result
+    calls = result.tool_calls if result is not None else []
+    if not calls:
+        ctx.info("the last turn called no tools" if result is not None else "no reply yet in this conversation")
+        return CONTINUE
+    for number, call in enumerate(calls, 1):
+        if not call.approved:
+            how = "refused"
+        else:
+            how = ("failed" if call.error is not None else "ran") + f" in {call.duration_s:.2f} s"
+        text = call.text_for_model
+        size = f"{len(text):,} chars, {len(text.splitlines()):,} lines"
+        ctx.out.print(f"[{number}] {call.name} · {how} · result {size}", style="bold", markup=False, highlight=False)
+        arguments = json.dumps(call.arguments, ensure_ascii=False, indent=2, sort_keys=True)
+        # Each line made safe for the terminal: a tool's output may hold escape sequences.
+        for block in ("arguments: " + arguments, text):
+            ctx.out.print("\n".join(printable(line) for line in block.split("\n")), markup=False, highlight=False)
     return CONTINUE

@@ -111,6 +111,10 @@ def cmd_prompt(ctx: CommandContext, arg: str) -> Outcome:
 def cmd_show(ctx: CommandContext, arg: str) -> Outcome:
     from rich.table import Table
 
+    if arg.strip().lower() == "tools":  # the last turn's tool calls in full
+        from llmchat.ui.conversation_commands import cmd_show_tools
+
+        return cmd_show_tools(ctx, arg)
     session = ctx.session
     template = session.template
     limit = session.engine.n_ctx
