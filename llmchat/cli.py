@@ -30,6 +30,7 @@ from llmchat.commands import (
     config,
     history,
     info,
+    mcp,
     models,
     prompts,
     schema,
@@ -120,6 +121,14 @@ app.add_typer(schema_app, name="schema")
 tools_app = typer.Typer(no_args_is_help=True, help="Tools the model can call: functions, commands, MCP servers.")
 tools_app.command("list")(tools.list_command)
 app.add_typer(tools_app, name="tools")
+
+mcp_app = typer.Typer(no_args_is_help=True, help="MCP servers without a model: list, tools, resources, prompts, call.")
+mcp_app.command("list")(mcp.list_command)
+mcp_app.command("tools")(mcp.tools_command)
+mcp_app.command("resources")(mcp.resources_command)
+mcp_app.command("prompts")(mcp.prompts_command)
+mcp_app.command("call")(mcp.call_command)
+app.add_typer(mcp_app, name="mcp")
 
 
 def _print_version(value: bool) -> None:

@@ -14,7 +14,10 @@ TOOL_HELP = "A [tools.NAME] from the config, or mcp:SERVER for every tool of an 
 FUNCTIONS_HELP = (
     "A Python file whose public functions become tools. This imports and runs that file: use your own code."
 )
-MCP_HELP = 'Start an MCP server over stdio, e.g. --mcp "mcp-server-time --local-timezone UTC" (repeatable).'
+MCP_HELP = (
+    'An MCP server: a command to start over stdio, e.g. --mcp "mcp-server-time --local-timezone UTC", '
+    "or an http:// URL (Streamable HTTP; NAME=URL names it) (repeatable)."
+)
 
 
 def list_command(

@@ -148,7 +148,8 @@ class McpConnection:
         except BaseException as err:  # a server that cannot start: one line, with its last stderr line
             detail = self._failure(err)
             self.close()
-            raise UsageError(f"{self.label} ({self.server.target}) did not start: {detail}") from None
+            failed = "could not be reached" if self.server.url else "did not start"
+            raise UsageError(f"{self.label} ({self.server.target}) {failed}: {detail}") from None
         self._set_tools(listed)
         return self.tools
 
