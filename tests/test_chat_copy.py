@@ -10,7 +10,9 @@ import base64
 import io
 import os
 import re
+import shutil
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -103,11 +105,11 @@ def test_copy_a_code_block_of_a_resumed_reply(isolated_home, smollm2_path, tmux)
         shown = command(child, "/copy 2", "copied code block 2 of 2 to the clipboard")
         expected = osc52(BLOCKS[1], tmux=tmux)
         assert expected in shown
-        if tmux:  # the exact DCS passthrough: ESC P tmux; <the sequence, ESC doubled> ESC \
-            payload = base64.b64encode(BLOCKS[1].encode()).decode()
-            assert f"\x1bPtmux;\x1b\x1b]52;c;{payload}\x07\x1b\\" in shown
+        payload = base64.b64encode(BLOCKS[1].encode()).decode()
+        if tmux:  # plain, then the exact DCS passthrough: ESC P tmux; <the sequence, ESC doubled> ESC \
+            assert f"\x1b]52;c;{payload}\x07\x1bPtmux;\x1b\x1b]52;c;{payload}\x07\x1b\\" in shown
         else:
-            assert OSC52.findall(shown) == [base64.b64encode(BLOCKS[1].encode()).decode()]
+            assert OSC52.findall(shown) == [payload]
         shown = command(child, "/copy", "copied the last reply to the clipboard")
         assert osc52(REPLY, tmux=tmux) in shown
         assert "/copy N copies code block N (1..2)" in child.readline()
@@ -133,6 +135,55 @@ def test_where_the_terminal_cannot_take_osc52_the_text_goes_to_a_private_file(is
     assert path == isolated_home / "cache" / "clipboard.txt"
     assert path.read_text(encoding="utf-8") == BLOCKS[0]
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.parametrize("option", ["set-clipboard on", "allow-passthrough on"])
+def test_copy_in_a_real_tmux(isolated_home, smollm2_path, tmp_path, option):
+    """The chat in a tmux pane, a tmux client on a terminal, as a user runs it: with tmux's
+    `set-clipboard on` the text lands in tmux's paste buffer; with `allow-passthrough on` (and
+    set-clipboard off) the sequence reaches the terminal outside tmux, unwrapped."""
+    import shlex
+
+    import pexpect
+
+    conversation = seed(isolated_home)
+    config = tmp_path / "tmux.conf"
+    config.write_text(f"set -g {option}\n" + ("set -g set-clipboard off\n" if "passthrough" in option else ""))
+    socket = f"llmchat-test-{os.getpid()}-{option.split()[0]}"
+    inner = shlex.join(
+        ["env", f"LLMCHAT_HOME={isolated_home}", "PROMPT_TOOLKIT_NO_CPR=1", sys.executable, "-m", "llmchat", "chat"]
+        + ["-m", str(smollm2_path), "--max-tokens", "8", "--resume", conversation]
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE", "LLMCHAT_MODEL")}
+    env["TERM"] = "xterm-256color"
+    child = pexpect.spawn(
+        "tmux",
+        ["-L", socket, "-f", str(config), "new-session", "-x", "120", "-y", "30", inner],
+        env=env,
+        encoding="utf-8",
+        codec_errors="replace",
+        dimensions=(30, 120),
+        timeout=180,
+    )
+    try:
+        child.expect_exact("/help for commands")
+        child.expect_exact("> ")
+        child.send("/copy 1" + ENTER)
+        if "passthrough" in option:
+            child.expect(OSC52)  # what tmux passed to the terminal it runs in
+            assert base64.b64decode(child.match.group(1)).decode() == BLOCKS[0]
+        child.expect_exact("copied code block 1 of 2")  # drawn after the sequence was handled
+        if "set-clipboard" in option:
+            buffer = subprocess.run(
+                ["tmux", "-L", socket, "show-buffer"], capture_output=True, text=True, env=env, timeout=60
+            )
+            assert buffer.stdout == BLOCKS[0], buffer.stderr
+        child.send("/exit" + ENTER)
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, env=env, timeout=60)
 
 
 # --------------------------------------------------------------------------- pure logic
@@ -169,4 +220,4 @@ def test_which_terminals_get_osc52(stream, environ, takes):
 
 def test_the_osc52_sequence():
     assert osc52("hi ü") == "\x1b]52;c;aGkgw7w=\x07"
-    assert osc52("hi ü", tmux=True) == "\x1bPtmux;\x1b\x1b]52;c;aGkgw7w=\x07\x1b\\"
+    assert osc52("hi ü", tmux=True) == "\x1b]52;c;aGkgw7w=\x07\x1bPtmux;\x1b\x1b]52;c;aGkgw7w=\x07\x1b\\"

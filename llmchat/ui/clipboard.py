@@ -2,8 +2,10 @@
 
 OSC 52 (`ESC ] 52 ; c ; BASE64 BEL`) asks the terminal itself to set its clipboard, so it works
 where a clipboard program cannot: over SSH, in a container, in tmux. Inside tmux ($TMUX set) the
-sequence is wrapped in tmux's DCS passthrough (`ESC P tmux ; ...ESC\\`, every ESC inside doubled),
-which reaches the outer terminal where tmux allows it (`set -g allow-passthrough on`, tmux 3.3+).
+sequence goes twice, as tmux has two ways to let it through and each is off by default: plain,
+which tmux takes into its paste buffer and passes on with `set -g set-clipboard on`, then wrapped
+in tmux's DCS passthrough (`ESC P tmux ; ...ESC\\`, every ESC inside doubled), which reaches the
+outer terminal with `set -g allow-passthrough on` (tmux 3.3+). Either way the text is the same.
 
 A terminal that cannot take it (not a terminal at all, TERM unset, `dumb`, or `linux`, the
 console) gets nothing written to it: the text goes to a private file (0600, in llmchat's cache
@@ -35,11 +37,12 @@ FENCE = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
 
 
 def osc52(text: str, *, tmux: bool = False) -> str:
-    """The escape sequence that puts `text` on the terminal's clipboard (`c`: the clipboard)."""
+    """The escape sequence that puts `text` on the terminal's clipboard (`c`: the clipboard); in
+    tmux, plain and then in tmux's passthrough (see above)."""
     payload = base64.b64encode(text.encode("utf-8")).decode("ascii")
     sequence = f"{ESC}]52;c;{payload}{BEL}"
     if tmux:
-        return f"{ESC}Ptmux;{sequence.replace(ESC, ESC + ESC)}{ESC}\\"
+        return sequence + f"{ESC}Ptmux;{sequence.replace(ESC, ESC + ESC)}{ESC}\\"
     return sequence
 
 
