@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -158,3 +159,29 @@ def grammar_reference():
         return tokens
 
     return reply
+
+
+# --- MCP reference servers (tests/mcp_servers.py) ---------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def npm_mcp_bin() -> Path:
+    """The folder of `mcp-server-everything` and `mcp-server-filesystem` (npm, pinned, installed once
+    into a cache folder); the test is skipped where npm is missing."""
+    from mcp_servers import install_npm_servers, npm_cache_root
+
+    bin_dir, why = install_npm_servers(npm_cache_root(REAL_HOME))
+    if bin_dir is None:
+        pytest.skip(why)
+    return bin_dir
+
+
+@pytest.fixture(scope="session")
+def everything_http_url(npm_mcp_bin, tmp_path_factory) -> Iterator[str]:
+    """server-everything over Streamable HTTP on a free loopback port: its /mcp endpoint."""
+    from mcp_servers import free_port, http_server
+
+    port = free_port()
+    log = tmp_path_factory.mktemp("everything-http") / "server.log"
+    with http_server([str(npm_mcp_bin / "mcp-server-everything"), "streamableHttp"], port, log):
+        yield f"http://127.0.0.1:{port}/mcp"

@@ -265,13 +265,15 @@ def call_command(
     with _connect(env, config) as connection:
         specs = {spec.name: spec for spec in connection.tools}
         prefixed = tool if tool in specs else f"{config.name}_{tool}"
+        remote = prefixed[len(config.name) + 1 :]
+        if remote in connection.left_out:
+            raise UsageError(f"{prefixed}: {connection.left_out[remote]}")
         if prefixed not in specs:
             known = ", ".join(name[len(config.name) + 1 :] for name in specs) or "none"
             raise UsageError(f"MCP server {config.name} has no tool {tool!r} (its tools: {known})")
         problem = arguments_error(specs[prefixed], arguments)
         if problem:
             raise UsageError(f"{problem}; see llmchat mcp tools {config.name}")
-        remote = prefixed[len(config.name) + 1 :]
         try:
             handled = connection.call_handled(remote, arguments, timeout or config.timeout_s or DEFAULT_TIMEOUT_S)
         except ToolFailure as err:

@@ -102,6 +102,7 @@ class McpConnection:
         self._protocol_error = ""
         self._tools_stale = False
         self.tools: list[ToolSpec] = []
+        self.left_out: dict[str, str] = {}  # the server's tools llmchat cannot call, and why
 
     def __enter__(self) -> McpConnection:
         self.open()
@@ -167,8 +168,18 @@ class McpConnection:
         return tools
 
     def _set_tools(self, listed: list[Any]) -> None:
-        self._output_schemas = {tool.name: tool.output_schema for tool in listed}
-        self.tools = [self._spec(tool) for tool in listed]
+        usable = []
+        for tool in listed:
+            execution = getattr(tool, "execution", None)
+            if getattr(execution, "task_support", None) == "required":  # experimental tasks: not spoken here
+                reason = "it runs only as a task (taskSupport: required), which llmchat does not support"
+                if tool.name not in self.left_out:
+                    self.notify(f"llmchat: {self.label}: the tool {tool.name} is left out: {reason}")
+                self.left_out[tool.name] = reason
+            else:
+                usable.append(tool)
+        self._output_schemas = {tool.name: tool.output_schema for tool in usable}
+        self.tools = [self._spec(tool) for tool in usable]
         self._tools_stale = False
 
     @property
@@ -376,7 +387,7 @@ class McpConnection:
     async def _on_message(self, message: Any) -> None:
         """Server notifications and transport errors, on the connection's loop."""
         if isinstance(message, Exception):
-            self._protocol_error = f"it sent a message that is not MCP ({_describe(message)})"
+            self._protocol_error = f"it sent a message that is not MCP ({_malformed(message)})"
             if self._active_scope is not None:
                 self._active_scope.cancel()
             return
@@ -392,7 +403,7 @@ class McpConnection:
 
     def _failure(self, err: BaseException) -> str:
         message = _describe(err)
-        if message.startswith("MCP error"):  # the server answered with an error: its stderr says nothing more
+        if type(_root(err)).__name__ == "MCPError":  # the server answered with an error: its stderr adds nothing
             return message
         last = self._stderr_tail()
         return f"{message}; its stderr ends: {last}" if last else message
@@ -416,19 +427,31 @@ class McpConnection:
             pass
 
 
-def _describe(err: BaseException) -> str:
-    """A one-line reason from what the SDK raised (it wraps failures in exception groups)."""
+def _malformed(err: Exception) -> str:
+    if type(err).__name__ in ("ValidationError", "JSONDecodeError"):
+        return "a line that is not a JSON-RPC message"
+    return _describe(err)
+
+
+def _root(err: BaseException) -> BaseException:
+    """The first failure inside the exception groups the SDK's task groups wrap it in."""
     while getattr(err, "exceptions", None):  # an ExceptionGroup (built in from Python 3.11 only)
         err = err.exceptions[0]  # type: ignore[attr-defined]
+    return err
+
+
+def _describe(err: BaseException) -> str:
+    """A one-line reason from what the SDK raised."""
+    err = _root(err)
     if isinstance(err, _ProtocolBroken):
         return str(err)
     if isinstance(err, FileNotFoundError):
         return f"program not found ({err.filename or err})"
     if isinstance(err, TimeoutError):
         return "no answer in time"
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
     if type(err).__name__ == "MCPError":
-        return str(err).strip().splitlines()[0]
+        return first or "the server answered with an error"
     if type(err).__name__ == "ConnectError":
-        return f"no connection ({str(err).strip() or 'refused'})"
-    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+        return f"no connection ({first or 'refused'})"
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
