@@ -100,6 +100,7 @@ class StreamPrinter:
         mark_interrupted: bool = True,
         out_isatty: bool | None = None,
         err_isatty: bool | None = None,
+        echo_thinking: bool | None = None,
     ):
         self.out = out or sys.stdout
         self.err = err or sys.stderr
@@ -107,6 +108,9 @@ class StreamPrinter:
         self.out_isatty = is_tty(self.out) if out_isatty is None else out_isatty
         self.err_isatty = is_tty(self.err) if err_isatty is None else err_isatty
         self.echo_text = echo_text
+        # The thinking shows where the answer does, unless the caller draws the answer itself
+        # (llmchat.ui.markdown renders it and writes it with `write_reply`).
+        self.echo_thinking = echo_text if echo_thinking is None else echo_thinking
         # False where the command itself ends with a one-line "interrupted" report (ask, scripted chat).
         self.mark_interrupted = mark_interrupted
         self.show_live = show_live and self.err_isatty
@@ -145,7 +149,7 @@ class StreamPrinter:
         if state.get("phase") != "thinking":
             state["phase"] = "thinking"
             state["thinking_since"] = time.perf_counter()
-        if not (self.echo_text and self.err_isatty):
+        if not (self.echo_thinking and self.err_isatty):
             return
         with self._lock:
             self.out.flush()
@@ -166,6 +170,13 @@ class StreamPrinter:
             self.out.write(fragment)
             self.out.flush()
         self._ended_with_newline = fragment.endswith("\n")
+
+    def write_reply(self, text: str) -> None:
+        """Write what the caller drew of the answer itself (llmchat.ui.markdown) to stdout, under
+        the readout's lock, so a frame of cursor movements is never cut by a readout frame."""
+        with self._lock:
+            self.out.write(text)
+            self.out.flush()
 
     def token(self, generated: int, t_first: float, now: float) -> None:
         state = self._state

@@ -141,14 +141,17 @@ def test_no_stats_hides_the_summary(session, capsys):
     assert "tok/s" not in err and "TTFT" not in err
 
 
-def test_markdown_prints_the_rendered_reply_once(session, capsys):
+def test_markdown_streams_the_rendered_reply(session, capsys, monkeypatch):
+    from tests.test_markdown_stream import play, rendered_at_once
+
+    monkeypatch.setenv("COLUMNS", "80")  # the size of the terminal the renderer believes it draws on
+    monkeypatch.setenv("LINES", "24")
     drive(session, "Write a Python function that adds two numbers, in a code block." + ENTER, markdown=True)
     out, err = capsys.readouterr()
     reply = session.last_result.reply
     assert reply.strip()
-    assert "```" not in out, "the fences are rendered, not printed"
-    first_line = [line.strip() for line in reply.splitlines() if line.strip() and not line.startswith("```")][0]
-    assert out.count(first_line) == 1, "the reply is printed once, rendered"
+    # Drawn while it streamed, the screen ends as rich renders the whole reply (each line once).
+    assert play(out) == rendered_at_once(reply)
     assert SUMMARY.search(err)
 
 
@@ -727,13 +730,16 @@ def test_an_error_in_one_turn_keeps_the_chat_and_the_text(capsys):
 
 
 def test_markdown_rendering_with_a_known_reply(capsys, monkeypatch):
-    fake = FakeSession(reply="# Title\n\nSome **bold** text.\n\n```python\nprint(1)\n```\n")
-    drive(fake, "anything" + ENTER, markdown=True)
+    from tests.test_markdown_stream import play, rendered_at_once
+
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("LINES", "24")
+    reply = "# Title\n\nSome **bold** text.\n\n```python\nprint(1)\n```\n"
+    drive(FakeSession(reply=reply), "anything" + ENTER, markdown=True)
     out, _ = capsys.readouterr()
-    assert "Title" in out and "# Title" not in out
-    assert "bold" in out and "**" not in out
-    assert "print(1)" in out and "```" not in out
-    assert out.count("Title") == 1
+    shown = play(out)
+    assert shown == rendered_at_once(reply)
+    assert [line.strip() for line in shown if line.strip()] == ["Title", "Some bold text.", "print(1)"]
 
 
 def test_completer_only_on_slash_lines():

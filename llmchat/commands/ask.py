@@ -1,10 +1,11 @@
 """`llmchat ask`: one prompt (argument and/or piped stdin), one streamed reply on stdout."""
 
+from functools import partial
 from typing import Annotated, Optional
 
 import typer
 
-from llmchat.commands.model_options import model_command
+from llmchat.commands.model_options import RenderOption, model_command
 from llmchat.commands.tool_options import (
     ApproveToolsOption,
     ChainLimitOption,
@@ -84,6 +85,7 @@ def ask(
     tool_choice: ToolChoiceOption = "auto",
     chain_limit: ChainLimitOption = DEFAULT_CHAIN_LIMIT,
     approve_tools: ApproveToolsOption = False,
+    render: RenderOption = None,
     *,
     opts: RunOptions,
     env: Environment,
@@ -96,8 +98,11 @@ def ask(
     from llmchat.structured import from_options
     from llmchat.tools import options as tool_options
     from llmchat.turn.policy import INVALID_REPLY_EXIT
+    from llmchat.ui.markdown import MarkdownPrinter, wants_markdown
 
     check_overflow(overflow)
+    # A bad --render is exit 2 before the load; --json and a pipe get the model's text as it is.
+    markdown = wants_markdown(render, env.config.render, env.stdout_isatty) and not json_output
     # Files first: a binary or non-UTF-8 file is refused before the model loads.
     attachments = tuple(collect(files or ()))
     text = read_prompt(prompt, env, from_stdin=STDIN not in (files or ()), may_be_empty=bool(attachments))
@@ -115,12 +120,12 @@ def ask(
         check_room(session, attachments, text)  # a file too big for the room left: exit 2, nothing sent
         on_terminal = env.stderr_isatty
         show_stats = on_terminal if stats is None else stats
-        printer = StreamPrinter(
+        printer_class = MarkdownPrinter if markdown else partial(StreamPrinter, echo_text=not json_output)
+        printer = printer_class(
             env.stdout,
             env.stderr,
             show_live=show_stats and on_terminal and not json_output,
             show_summary=show_stats and not json_output,
-            echo_text=not json_output,
             mark_interrupted=False,  # `main` reports the interruption in its one line
             out_isatty=env.stdout_isatty,
             err_isatty=env.stderr_isatty,

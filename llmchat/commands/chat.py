@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from llmchat.commands.model_options import model_command
+from llmchat.commands.model_options import RenderOption, model_command
 from llmchat.commands.tool_options import (
     ApproveToolsOption,
     ChainLimitOption,
@@ -31,9 +31,7 @@ def chat(
     stats: Annotated[
         Optional[bool], typer.Option("--stats/--no-stats", help="Live readout and per-reply summary.")
     ] = None,
-    markdown: Annotated[
-        Optional[bool], typer.Option("--markdown/--plain", help="Render each finished reply as Markdown.")
-    ] = None,
+    render: RenderOption = None,
     resume: Annotated[
         Optional[str], typer.Option("--resume", "-r", help="Continue a saved conversation: an id, a name or 'last'.")
     ] = None,
@@ -66,8 +64,10 @@ def chat(
     from llmchat.loading import start_session
     from llmchat.structured import from_options
     from llmchat.tools import options as tool_options
+    from llmchat.ui.markdown import wants_markdown
 
     check_overflow(overflow)
+    markdown = wants_markdown(render, env.config.render, env.stdout_isatty)  # a bad --render: exit 2 before the load
     if STDIN in (files or ()):
         raise UsageError("chat reads its messages from stdin; -f - is for ask (attach a file by its path)")
     attachments = tuple(collect(files or ()))  # a binary or non-UTF-8 file: exit 2 before the model loads
@@ -90,7 +90,7 @@ def chat(
             run_interactive(
                 session,
                 show_stats=env.config.stats if stats is None else stats,
-                markdown=env.config.markdown if markdown is None else markdown,
+                markdown=markdown,
                 verbose=opts.verbose,
                 attachments=attachments,
                 stdout=env.stdout,

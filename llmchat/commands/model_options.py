@@ -337,3 +337,15 @@ def model_command(*, sampling: bool = True) -> Callable:
         return wrapper
 
     return decorate
+
+
+# `ask` and `chat` show replies the same way on a terminal (llmchat.ui.markdown); a pipe gets plain text.
+RenderOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--render",
+        metavar="[markdown|plain]",
+        help="Replies on a terminal: markdown (rendered while they stream) | plain. Default: the config's render, else markdown. Not a terminal: always plain.",
+        show_default=False,
+    ),
+]

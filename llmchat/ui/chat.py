@@ -6,7 +6,8 @@ the live readout (bottom row while decoding) and the summary line are the same e
 Keys: Enter sends; Alt-Enter (or Esc then Enter) inserts a newline; a bracketed paste stays one
 message however many lines it has. Ctrl-C stops a reply; at the prompt it clears the line, and on
 an empty line the first press prints a hint and a second consecutive press exits. Ctrl-D exits.
-`--markdown` prints each reply rendered once it is complete (llmchat.ui.markdown).
+On a terminal the reply is rendered as Markdown while it streams, unless `--render plain`
+(llmchat.ui.markdown); the caller decides (never when stdout is not a terminal).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from llmchat.errors import ContextOverflowError, HistoryError, LlmchatError
 from llmchat.output import StreamPrinter, is_tty, notice
 from llmchat.ui.completer import SlashCompleter
 from llmchat.ui.context import Action, CommandContext
-from llmchat.ui.markdown import MarkdownObserver
+from llmchat.ui.markdown import MarkdownPrinter
 from llmchat.ui.slash import dispatch, is_command, unescape_message
 from llmchat.ui.terminal import CtrlCGuard, input_history, interrupt_once, quiet_terminal
 
@@ -144,14 +145,8 @@ class ChatUI:
         """Run one turn; returns text to put back at the prompt ("" when the message was sent).
         `attachments`: the files `text` goes with (/retry); None: those attached with /file."""
         session = self.session
-        printer = StreamPrinter(
-            self.stdout,
-            self.stderr,
-            show_live=self.show_stats,
-            show_summary=self.show_stats,
-            echo_text=not self.markdown,
-        )
-        observer = MarkdownObserver(printer, self.console) if self.markdown else printer
+        printer_class = MarkdownPrinter if self.markdown else StreamPrinter
+        printer = printer_class(self.stdout, self.stderr, show_live=self.show_stats, show_summary=self.show_stats)
         committed: list[TurnResult] = []  # the turn, once it joined the conversation
         from_pending = attachments is None  # /file: sent with this message, then cleared
         attachments = tuple(self.context.attachments) if attachments is None else attachments
@@ -160,9 +155,9 @@ class ChatUI:
                 # Only a message that carries files passes them (a session without files is called as before).
                 message = compose(attachments, text)
                 if attachments:
-                    result = session.turn(message, observer, on_commit=committed.append, attachments=attachments)
+                    result = session.turn(message, printer, on_commit=committed.append, attachments=attachments)
                 else:
-                    result = session.turn(message, observer, on_commit=committed.append)
+                    result = session.turn(message, printer, on_commit=committed.append)
         except ContextOverflowError as err:
             # Raised before anything is generated: nothing changed; give the text back to edit.
             printer.abort()
