@@ -53,6 +53,7 @@ LAYERS: dict[str, int] = {
     "attachments": 6,
     "turn": 7,
     "session": 7,
+    "model_switch": 7,
     "branches": 7,
     "loading": 7,
     "batch": 8,

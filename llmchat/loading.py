@@ -7,7 +7,7 @@ one-time notices are printed (bundled default model, context above the trained l
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from llmchat.engine.remote.llama_server import LlamaServerEngine
     from llmchat.engine.remote.openai_compat import OpenAICompatEngine
     from llmchat.engine.remote.spec import ServerSpec
+    from llmchat.model_switch import ModelLoader
     from llmchat.prompt.render import ResolvedTemplate
     from llmchat.session import ChatSession
 
@@ -305,6 +306,7 @@ def start_session(
             config=loaded.config,
             origins=dict(opts.origins),
             verbose=opts.verbose,
+            model_loader=None if loaded.model.how == "server" else model_loader(opts, loaded.config),
         )
     except BaseException:
         loaded.engine.close()
@@ -313,6 +315,26 @@ def start_session(
         raise
     report_template(session, opts.verbose)
     return session
+
+
+def model_loader(opts: RunOptions, config: Config) -> ModelLoader:
+    """How `/model NAME` loads a local model: with this run's options (context, threads, flash
+    attention...) as at start-up, and the config's template for it; not --template or
+    --draft-model, which were chosen for the first model."""
+    from llmchat.model_switch import SwitchedModel
+
+    def load(name: str, disk_cache: bool) -> SwitchedModel:
+        switched = replace(opts, model=name, template=None, draft_model=None, server=())
+        if server_specs(switched, config):
+            raise UsageError(f"{name} names a configured server; /model switches between local models")
+        loaded = load_model(switched, config=config, announce=False)
+        notices = [f"warning: {loaded.model.name} is a base model: its replies continue your text"]
+        kv_store = open_kv_store(loaded.engine, config) if disk_cache and opts.prompt_cache else None
+        return SwitchedModel(
+            loaded.engine, loaded.model.name, loaded.model.template, kv_store, notices if loaded.base_model else []
+        )
+
+    return load
 
 
 def open_kv_store(engine: ChatEngine, config: Config) -> KVStore | None:

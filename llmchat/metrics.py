@@ -58,6 +58,9 @@ class TurnStats:
     # A tool turn's rounds (generate, call, generate...), one dict each: prompt_tokens, cached_tokens,
     # generated_tokens, ttft_s, prefill_s, decode_s, finish_reason. None: a turn without tools.
     rounds: list[dict] | None = None
+    # Why this turn's KV prefix was built anew instead of reused ("rebuilt after model switch");
+    # None: the KV cache was reused as far as the prompt allowed (`cached_tokens`).
+    prefix: str | None = None
 
     @property
     def network_ms(self) -> float | None:
@@ -140,6 +143,8 @@ class TurnStats:
             answer = "no answer" if self.ttfa_s is None else f"answer at {self.ttfa_s * 1000:.0f} ms"
             budget = ", budget reached" if self.thinking_budget_hit else ""
             parts.insert(1, f"thought {self.thinking_tokens} tokens{budget}, {answer}")
+        if self.prefix:
+            parts.append(f"prefix {self.prefix}")
         if self.loop_steered:
             parts.append(f"loop steered out of ({self.loop_steered})")
         if self.finish_reason != "stop":

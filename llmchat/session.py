@@ -30,27 +30,19 @@ from typing import TYPE_CHECKING, Any, Callable
 from llmchat.branches import fork_point
 from llmchat.conversation import Budget, Conversation, default_reply_reserve, fit_to_context
 from llmchat.engine.interface import GenerateRequest, prompt_ids
+from llmchat.errors import UsageError
+from llmchat.model_switch import SWITCHED, ModelLoader, as_text, check_for, model_parts
 from llmchat.prompt.model_facts import ModelFacts
 from llmchat.prompt.render import RenderedPrompt, ResolvedTemplate, render_prompt
-from llmchat.prompt.resolution import resolve_template
 from llmchat.reasoning import (
     ReasoningSettings,
     ThinkingSplitter,
     ThinkingTracker,
-    detect_format,
     starts_in_thinking,
     thinking_variables,
 )
 from llmchat.turn.observer import NullObserver, TurnObserver
-from llmchat.turn.plan import (
-    EngineVocabulary,
-    PreparedTurn,
-    TurnScope,
-    check_message_size,
-    model_facts,
-    reasoning_tokens,
-    request_of,
-)
+from llmchat.turn.plan import PreparedTurn, TurnScope, check_message_size, request_of
 from llmchat.turn.record import TurnResult
 from llmchat.turn.sink import ConversationFacts, TurnSink
 from llmchat.turn.stats import result_of
@@ -100,6 +92,9 @@ class ChatSession:
     # The tools offered to the model (-T, --functions, --mcp), in its own call format; a turn with
     # tools on goes through the tool loop (llmchat.turn.tool_loop). None: no tools.
     tools: ToolOffer | None = None
+    # `/model NAME` (llmchat.model_switch): loads another model; None: this session cannot switch (a server).
+    model_loader: ModelLoader | None = None
+    _prefix_note: str | None = None  # why the next turn's KV prefix is built anew (its `prefix` stat)
 
     # The sink's stores, as the commands and the chat UI name them.
     @property
@@ -137,16 +132,16 @@ class ChatSession:
         config: Config | None = None,
         origins: dict[str, str] | None = None,
         verbose: bool = False,
+        model_loader: ModelLoader | None = None,
     ) -> ChatSession:
         """A complete session, built once: the template resolved (`server_template` stands in for
         it where the server renders its own), the reasoning format found in it and `reasoning`
         applied (what the template cannot do is said through `say`), and the stores turns save to."""
-        facts = model_facts(engine)
-        template = resolve_template(facts, template_choice, config_template)
+        parts = model_parts(engine, template_choice, config_template, server_template)
         session = cls(
             engine=engine,
-            template=server_template or template,
-            facts=facts,
+            template=parts.template,
+            facts=parts.facts,
             sampling=sampling,
             model_label=model_label,
             conversation=Conversation(system=system),
@@ -154,10 +149,11 @@ class ChatSession:
             sink=TurnSink(history, kv_store),
             config=config,
             verbose=verbose,
-            reasoning_format=detect_format(template.text, EngineVocabulary(engine)),
+            reasoning_format=parts.reasoning_format,
             origins=dict(origins or {}),
+            model_loader=model_loader,
         )
-        session._markup, session._close_ids = reasoning_tokens(engine, session.reasoning_format)
+        session._markup, session._close_ids = parts.markup, parts.close_ids
         if reasoning is not None:
             session.configure_reasoning(reasoning, say)
         return session
@@ -192,6 +188,29 @@ class ChatSession:
     def close(self) -> None:
         self.sink.close()
         self.engine.close()
+
+    def switch_model(self, name: str, say: Callable[[str], None]) -> None:
+        """`/model NAME`: the same conversation on another model (llmchat.model_switch). The new
+        model loads and every part is built for it before anything changes; then the old engine is
+        freed. Raises LlmchatError with nothing changed when it cannot load or take this chat."""
+        if self.model_loader is None:
+            raise UsageError("this chat runs on a server, whose model llmchat cannot switch; start another chat")
+        new = self.model_loader(name, self.kv_store is not None)
+        try:
+            parts = model_parts(new.engine, None, new.config_template)
+            tools = check_for(parts, self.structured, self.tools)
+        except BaseException:
+            new.engine.close()
+            raise
+        old = self.engine
+        self.engine, self.template, self.facts, self.model_label = new.engine, parts.template, parts.facts, new.label
+        self.reasoning_format, self._markup, self._close_ids = parts.reasoning_format, parts.markup, parts.close_ids
+        self.tools, self.conversation, self._prefix_note = tools, as_text(self.conversation), SWITCHED
+        self.sink.use_kv_store(new.kv_store)
+        self.configure_reasoning(self.reasoning, say)
+        for line in new.notices:
+            say(line)
+        old.close()
 
     # --- tokens and budget ------------------------------------------------------------------
     def tokenize_messages(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> Prompt:
@@ -302,6 +321,7 @@ class ChatSession:
             prepared = self.prepare(user_text, scope)
             result, stopped = self.decode(prepared, observer)
         result.attachments = tuple(attachments)
+        result.stats.prefix, self._prefix_note = self._prefix_note, None
         self.commit(prepared, result, record=record)
         self.sink.save_kv(result)
         if on_commit is not None:

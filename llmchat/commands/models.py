@@ -76,9 +76,7 @@ def _print_table(entries: list[Entry], env: Environment) -> None:
     for e in runnable:
         s = e.summary
         table.add_row(
-            e.candidate.ref
-            if e.candidate.source not in ("llmchat", "model_dirs", "llama.cpp")
-            else e.candidate.names[0],
+            e.shown_name,
             e.candidate.source,
             e.kind.label,
             s.architecture or "?",

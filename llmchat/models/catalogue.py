@@ -75,6 +75,14 @@ class Entry:
     def problem(self) -> str | None:
         return self.candidate.problem or self.summary.problem
 
+    @property
+    def shown_name(self) -> str:
+        """The name `models list` shows, which -m and the chat's /model take: a file in llmchat's
+        or the user's folders by its bare name, one in another tool's store by its store name."""
+        if self.candidate.source in ("llmchat", "model_dirs", "llama.cpp"):
+            return self.candidate.names[0]
+        return self.candidate.ref
+
     def to_json(self) -> dict[str, Any]:
         s = self.summary
         return {

@@ -2,7 +2,9 @@
 
 JSON is the record itself with a format name and version on top, so a reader can tell what it
 holds and every field (attachments' text, tool calls, stats) survives; Markdown is for reading,
-with reasoning, attachments, tool calls and interruptions marked rather than dumped.
+with reasoning, attachments, tool calls and interruptions marked rather than dumped. A reply
+whose model differs from the one before it (`/model NAME` in the chat) names it in its heading;
+the JSON has every message's `model` (null: not recorded, before llmchat kept it).
 """
 
 from __future__ import annotations
@@ -26,7 +28,11 @@ def export_markdown(conv: StoredConversation) -> str:
     parts = [_markdown_header(conv)]
     if conv.system_prompt:
         parts.append(f"## System prompt\n\n{conv.system_prompt}\n")
-    parts.extend(_markdown_message(message) for message in conv.messages)
+    writer = conv.model  # the model the conversation started on: its replies need no name
+    for message in conv.messages:
+        switched = message.model is not None and message.model != writer
+        parts.append(_markdown_message(message, message.model if switched else None))
+        writer = message.model or writer
     return "\n".join(parts)
 
 
@@ -50,8 +56,9 @@ def _markdown_header(conv: StoredConversation) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _markdown_message(message: StoredMessage) -> str:
-    lines = [f"## {message.role.capitalize()}", "", f"*{message.created_at}*", ""]
+def _markdown_message(message: StoredMessage, new_model: str | None = None) -> str:
+    heading = message.role.capitalize() + (f" ({new_model})" if new_model else "")
+    lines = [f"## {heading}", "", f"*{message.created_at}*", ""]
     if message.reasoning:
         # Marked as reasoning, quoted apart from the answer that follows.
         quoted = "\n".join(f"> {line}" if line else ">" for line in message.reasoning.splitlines())

@@ -86,6 +86,11 @@ class TurnSink:
             self.kv_store = None
             result.notices.append(f"warning: KV cache not saved ({err.strerror or err}); the disk cache is off now")
 
+    def use_kv_store(self, kv_store: KVStore | None) -> None:
+        """Another engine's KV cache on disk (`/model NAME`: a file is used only by the engine
+        that can read it, llmchat.engine.kv_store)."""
+        self.kv_store = kv_store
+
     def disable_history(self, err: Exception, consequence: str) -> str:
         """A history write failed (locked, disk full, read-only): stop using the store for the rest
         of the session. Returns the one warning line to show; once the store is gone nothing writes

@@ -1,5 +1,6 @@
 """Tab completion in the chat: command names, /set keys and preset names, /file paths, /prompt's
-saved prompts and /load's saved conversations. Completion never breaks typing: a failed look-up
+saved prompts, /load's saved conversations and /model's models (those `llmchat models list` shows,
+and the config's aliases; read once per chat). Completion never breaks typing: a failed look-up
 completes nothing.
 """
 
@@ -24,6 +25,7 @@ class SlashCompleter(Completer):
 
     def __init__(self, session: ChatSession | None = None):
         self.session = session
+        self._models: list[tuple[str, str]] | None = None  # /model's names, listed on first use
 
     def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterator[Completion]:
         text = document.text_before_cursor
@@ -52,10 +54,24 @@ class SlashCompleter(Completer):
             config = self.session.config if self.session is not None else None
             names = sorted(config.prompts) if config is not None else []
             return rest, [(n, "saved prompt") for n in names if n.startswith(rest)]
+        if name == "/model":
+            if rest.startswith(("/", ".", "~")):  # a .gguf path
+                return _path_candidates(rest)
+            return rest, [(n, meta) for n, meta in self._model_names() if n.lower().startswith(rest.lower())]
         if name == "/load":
             # The whole rest of the line is the reference: names may contain spaces.
             return rest, [(ref, meta) for ref, meta in self._saved() if ref.startswith(rest)]
         return text, []
+
+    def _model_names(self) -> list[tuple[str, str]]:
+        if self._models is None:
+            from llmchat.ui.model_commands import model_names
+
+            try:
+                self._models = model_names(self.session.config if self.session is not None else None)
+            except Exception:  # completion must never break typing
+                self._models = []
+        return self._models
 
     def _saved(self) -> list[tuple[str, str]]:
         store = self.session.history if self.session is not None else None

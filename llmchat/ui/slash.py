@@ -2,7 +2,7 @@
 
 The handlers live by what they act on: settings_commands (how the chat answers),
 conversation_commands (the conversation and the history), file_commands (the files for the next
-message). Each takes a `CommandContext` and returns an `Outcome` (llmchat.ui.context).
+message), model_commands (the model: /model, /models). Each takes a `CommandContext` and returns an `Outcome` (llmchat.ui.context).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Callable, Iterable
 from llmchat.sampling import SETTABLE
 from llmchat.ui import conversation_commands as conversation
 from llmchat.ui import file_commands as files
+from llmchat.ui import model_commands as models
 from llmchat.ui import settings_commands as settings
 from llmchat.ui.context import CONTINUE, EXIT, CommandContext, Outcome
 
@@ -95,6 +96,8 @@ COMMANDS: dict[str, Command] = _table(
         Command("/file", "PATH", "attach a text file (a glob, a folder) to the next message", files.cmd_file),
         Command("/files", "", "the files attached to the next message, with their tokens", files.cmd_files),
         Command("/drop", "[PATH]", "remove an attached file (all of them without PATH)", files.cmd_drop),
+        Command("/model", "[NAME]", "switch the model, same conversation (alone: the current one)", models.cmd_model),
+        Command("/models", "", "the models /model can switch to (llmchat models list)", models.cmd_models),
         Command("/set", "KEY VALUE", f"change a setting: {', '.join(SETTABLE)}, preset", settings.cmd_set),
         Command("/show", "", "model, template, context use, settings and where each came from", settings.cmd_show),
         Command("/stats", "", "every number about the last reply", settings.cmd_stats),
