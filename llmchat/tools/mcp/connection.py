@@ -103,6 +103,7 @@ class McpConnection:
         self._tools_stale = False
         self.tools: list[ToolSpec] = []
         self.left_out: dict[str, str] = {}  # the server's tools llmchat cannot call, and why
+        self._http_status: int | None = None  # the last HTTP error status the server answered with
 
     def __enter__(self) -> McpConnection:
         self.open()
@@ -133,7 +134,7 @@ class McpConnection:
         try:
             # read_timeout_seconds bounds the handshake (a server that never answers) and each request.
             client = Client(
-                client_transport(self.server, self._errlog),
+                client_transport(self.server, self._errlog, self._heard_http_error),
                 read_timeout_seconds=self.startup_timeout_s,
                 message_handler=self._on_message,
                 client_info=Implementation(name="llmchat", version=__version__),
@@ -148,6 +149,8 @@ class McpConnection:
             raise
         except BaseException as err:  # a server that cannot start: one line, with its last stderr line
             detail = self._failure(err)
+            if "timed out" in detail or detail == "no answer in time":
+                detail = f"no answer within {self.startup_timeout_s:g} s"
             self.close()
             failed = "could not be reached" if self.server.url else "did not start"
             raise UsageError(f"{self.label} ({self.server.target}) {failed}: {detail}") from None
@@ -401,8 +404,15 @@ class McpConnection:
             self.media_dir = mcp_media_dir()
         return self.media_dir
 
+    def _heard_http_error(self, status: int) -> None:
+        self._http_status = status
+
     def _failure(self, err: BaseException) -> str:
         message = _describe(err)
+        if self._http_status is not None:
+            hint = ": check its token (bearer_token_env) and headers" if self._http_status in (401, 403) else ""
+            message = f"{message} (HTTP {self._http_status}{hint})"
+            self._http_status = None
         if type(_root(err)).__name__ == "MCPError":  # the server answered with an error: its stderr adds nothing
             return message
         last = self._stderr_tail()

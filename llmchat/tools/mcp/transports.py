@@ -8,7 +8,7 @@ variable here, when the transport is made, and never kept in the config object.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TextIO
 
@@ -19,8 +19,9 @@ STREAM_READ_TIMEOUT_S = 300.0
 USER_AGENT = "llmchat-mcp"
 
 
-def client_transport(server: McpServerConfig, errlog: TextIO) -> Any:
-    """An async context manager that yields the (read, write) streams the SDK's Client drives."""
+def client_transport(server: McpServerConfig, errlog: TextIO, on_http_error: Callable[[int], None]) -> Any:
+    """An async context manager that yields the (read, write) streams the SDK's Client drives.
+    on_http_error(status) hears each HTTP error status (the SDK's own message does not name it)."""
     if server.transport == "stdio":
         from mcp import StdioServerParameters
         from mcp.client.stdio import stdio_client
@@ -34,15 +35,21 @@ def client_transport(server: McpServerConfig, errlog: TextIO) -> Any:
         return sse_client(
             server.url, headers=headers, timeout=CONNECT_TIMEOUT_S, sse_read_timeout=STREAM_READ_TIMEOUT_S
         )
-    return _streamable_http(server.url, headers)
+    return _streamable_http(server.url, headers, on_http_error)
 
 
 @asynccontextmanager
-async def _streamable_http(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
+async def _streamable_http(
+    url: str, headers: dict[str, str], on_http_error: Callable[[int], None]
+) -> AsyncIterator[Any]:
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
+    async def heard(response: Any) -> None:
+        if response.status_code >= 400:
+            on_http_error(response.status_code)
+
     timeout = httpx2.Timeout(CONNECT_TIMEOUT_S, read=STREAM_READ_TIMEOUT_S)
-    async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http_client:
+    async with httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks={"response": [heard]}) as http_client:
         async with streamable_http_client(url, http_client=http_client) as streams:
             yield streams
