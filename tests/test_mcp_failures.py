@@ -202,3 +202,16 @@ def test_the_token_never_reaches_the_config_object(monkeypatch):
     assert server.http_headers()["Authorization"] == "Bearer abc"
     assert "abc" not in repr(server) and "abc" not in json.dumps(server.headers)
     assert os.environ["SOME_TOKEN"] == "abc"
+
+
+def test_a_toolset_lists_a_changed_server_again():
+    from llmchat.config import Config
+    from llmchat.tools.registry import gather_tools
+
+    spec = f"{sys.executable} {DATA / 'raw_server.py'}"
+    with gather_tools(Config(path=Path("none.toml")), mcp_specs=[spec]) as toolset:
+        assert not toolset.refresh_changed()
+        names = list(toolset.tools)
+        assert toolset.tools[names[1]].run({}, 30) == "added grown"
+        assert toolset.refresh_changed()
+        assert list(toolset.tools) == [*names, names[0].rsplit("_", 1)[0] + "_grown"]

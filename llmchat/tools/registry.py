@@ -29,6 +29,7 @@ class ToolSet:
 
     tools: dict[str, ToolSpec] = field(default_factory=dict)
     _stack: ExitStack = field(default_factory=ExitStack, repr=False)
+    _servers: list[McpConnection] = field(default_factory=list, repr=False)
 
     def add(self, spec: ToolSpec) -> None:
         existing = self.tools.get(spec.name)
@@ -49,6 +50,25 @@ class ToolSet:
 
     def specs(self) -> list[ToolSpec]:
         return list(self.tools.values())
+
+    def start_server(self, server: McpServerConfig) -> None:
+        """Start (or reach) an MCP server, kept running until close(), and add its tools."""
+        connection = self._stack.enter_context(McpConnection(server))
+        self._servers.append(connection)
+        for spec in connection.tools:
+            self.add(spec)
+
+    def refresh_changed(self) -> bool:
+        """List again the tools of each server that said they changed (notifications/tools/list_changed):
+        its tools are replaced by the new listing. True when something was listed again."""
+        changed = [server for server in self._servers if server.tools_changed]
+        for server in changed:
+            source = server.server.source or f"mcp:{server.server.name}"
+            kept = {name: spec for name, spec in self.tools.items() if spec.source != source}
+            self.tools = kept
+            for spec in server.refresh_tools():
+                self.add(spec)
+        return bool(changed)
 
 
 def gather_tools(
@@ -95,9 +115,7 @@ def gather_tools(
             for spec in load_functions(file):
                 toolset.add(spec)
         for server in wanted_servers:
-            connection = toolset._stack.enter_context(McpConnection(server))
-            for spec in connection.tools:
-                toolset.add(spec)
+            toolset.start_server(server)
     except BaseException:
         toolset.close()
         raise
