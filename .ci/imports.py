@@ -46,6 +46,7 @@ LAYERS: dict[str, int] = {
     "store": 4,
     "config": 4,
     "saved_prompts": 5,
+    "mcp_sources": 5,
     "structured": 5,
     "models": 5,
     "env": 5,

@@ -8,6 +8,9 @@ Each file reaches the model inside the user message, before the typed text, in o
 
     the typed message
 
+An MCP resource, `-f mcp:SERVER/URI`, is read from its server (llmchat.mcp_sources) and attached
+the same way, named `mcp:SERVER/URI`.
+
 Blocks are separated by one blank line, in the order the files were given (a glob or a folder in
 sorted order). Putting files in the message itself, rather than in a side channel, is what keeps
 them in the KV cache: the next turn re-renders the same text and reuses it, and `--resume` sees
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 from llmchat.errors import UsageError
+from llmchat.mcp_sources import MCP_REF
 from llmchat.store.attachment_records import Attachment, prefix
 
 if TYPE_CHECKING:
@@ -102,12 +106,17 @@ def _is_text(data: bytes) -> bool:
 
 
 def collect(
-    specs: Iterable[str], *, base: Path | None = None, read_stdin: Callable[[], bytes] | None = None
+    specs: Iterable[str],
+    *,
+    base: Path | None = None,
+    read_stdin: Callable[[], bytes] | None = None,
+    resources: Callable[[str], bytes] | None = None,
 ) -> list[Attachment]:
     """The attachments named by `specs`: paths, `-` (stdin), globs and folders (their text files,
-    sorted; binary and non-UTF-8 members are skipped, as `grep -r` does). Relative paths are taken
-    from `base` (the batch input's folder), else the current folder. A file named twice is
-    attached once. UsageError for the first file that cannot be attached."""
+    sorted; binary and non-UTF-8 members are skipped, as `grep -r` does), and `mcp:SERVER/URI`
+    (its bytes read by `resources`: McpSources.resource_bytes). Relative paths are taken from `base` (the batch
+    input's folder), else the current folder. A file named twice is attached once. UsageError for
+    the first file that cannot be attached."""
     attachments: list[Attachment] = []
     seen: set[str] = set()
 
@@ -120,6 +129,11 @@ def collect(
         if spec == STDIN:
             data = read_stdin() if read_stdin is not None else sys.stdin.buffer.read()
             add(from_bytes("<stdin>", data), STDIN)
+            continue
+        if spec.startswith(MCP_REF):
+            if resources is None:
+                raise UsageError(f"{spec}: MCP resources are not read here; attach it with ask, chat or batch")
+            add(from_bytes(spec, resources(spec)), spec)
             continue
         root = base or Path.cwd()
         expanded = os.path.expanduser(spec)

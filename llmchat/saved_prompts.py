@@ -10,6 +10,9 @@ optionally, the model, template, sampling preset, sampling values and schema tha
     temperature = 0.1          # any of: temperature top_p top_k min_p repeat_penalty max_tokens seed
     schema = "verdict, reasons list[str]"
 
+`-p mcp:SERVER/NAME` names an MCP server's prompt instead (llmchat.mcp_sources): its messages open
+the conversation, and it sets none of the values below.
+
 Precedence: command-line flags > the saved prompt > the config's own defaults. Sampling values keep
 their provenance ("prompt reviewer", "prompt reviewer preset precise"), so `/show` says where each
 one came from, as it does for presets and flags.
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmchat.config import PROMPT_TEXT_KEYS, Config, check_saved_prompt
 from llmchat.errors import UsageError
+from llmchat.mcp_sources import is_mcp_ref
 from llmchat.sampling import PRESETS
 
 if TYPE_CHECKING:
@@ -84,7 +88,7 @@ def all_prompts(config: Config) -> list[SavedPrompt]:
 def apply_to_options(opts: RunOptions, config: Config) -> RunOptions:
     """`-p NAME`: fill what the command line left unset from the saved prompt. Sampling is not
     copied here: `loading` layers it with its provenance (`sampling_layers`)."""
-    if not opts.saved_prompt:
+    if not opts.saved_prompt or is_mcp_ref(opts.saved_prompt):
         return opts
     prompt = lookup(opts.saved_prompt, config)
     changes: dict[str, Any] = {}
@@ -99,7 +103,7 @@ def apply_to_options(opts: RunOptions, config: Config) -> RunOptions:
 
 def sampling_layers(prompt_name: str | None, config: Config) -> list[tuple[str, dict[str, Any], str | None]]:
     """The saved prompt's sampling as layers for `build_sampling`: (source, values, preset name)."""
-    if not prompt_name:
+    if not prompt_name or is_mcp_ref(prompt_name):
         return []
     prompt = lookup(prompt_name, config)
     layers: list[tuple[str, dict[str, Any], str | None]] = []

@@ -15,9 +15,9 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from llmchat.errors import UsageError
+from llmchat.errors import LlmchatError, UsageError
 from llmchat.sampling import parse_value
 
 if TYPE_CHECKING:
@@ -162,17 +162,18 @@ def _fill_from_json(item: BatchItem, obj: dict) -> None:
         item.structured = item_structured(obj["schema"])
 
 
-def attach_files(items: list[BatchItem], base: Path) -> None:
-    """Put each item's `files` before its message, wrapped with their paths; a file that cannot be
-    attached (missing, binary, not UTF-8) makes that item an error item, and the run goes on."""
+def attach_files(items: list[BatchItem], base: Path, resources: Callable[[str], bytes] | None = None) -> None:
+    """Put each item's `files` before its message, wrapped with their paths (`mcp:SERVER/URI`: an
+    MCP resource, read by `resources`); a file that cannot be attached (missing, binary, not UTF-8,
+    a resource its server cannot read) makes that item an error item, and the run goes on."""
     from llmchat.attachments import collect, compose
 
     for item in items:
         if not item.files or item.error or item.user is None:
             continue
         try:
-            item.user = compose(tuple(collect(item.files, base=base)), item.user)
-        except UsageError as err:
+            item.user = compose(tuple(collect(item.files, base=base, resources=resources)), item.user)
+        except LlmchatError as err:
             item.error = f"line {item.line}: {err}"
 
 

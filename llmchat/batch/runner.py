@@ -363,7 +363,11 @@ def run_batch(
 
     structured = from_options(opts, config)  # a bad --schema is a usage error before the model loads
     items = parse_input(read_input(input_path))
-    attach_files(items, Path.cwd() if input_path == "-" else Path(input_path).expanduser().resolve().parent)
+    from llmchat.mcp_sources import McpSources
+
+    with McpSources(config, tools.mcp if tools is not None else ()) as sources:  # files: ["mcp:SERVER/URI"]
+        base = Path.cwd() if input_path == "-" else Path(input_path).expanduser().resolve().parent
+        attach_files(items, base, resources=sources.resource_bytes)
     output = output.expanduser() if output is not None else None
 
     skipped = 0

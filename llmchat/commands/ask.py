@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from llmchat.commands.model_options import RenderOption, model_command
+from llmchat.commands.model_options import PromptArgOption, RenderOption, model_command
 from llmchat.commands.tool_options import (
     ApproveToolsOption,
     ChainLimitOption,
@@ -76,9 +76,10 @@ def ask(
         typer.Option(
             "--file",
             "-f",
-            help="Attach a text file, wrapped with its path (repeatable; - is stdin; a glob or folder: its text files, sorted).",
+            help="Attach a text file, wrapped with its path (repeatable; - is stdin; a glob or folder: its text files, sorted; mcp:SERVER/URI: an MCP resource).",
         ),
     ] = None,
+    prompt_arg: PromptArgOption = None,
     tool: ToolOption = None,
     functions: FunctionsOption = None,
     mcp: McpOption = None,
@@ -94,6 +95,7 @@ def ask(
     from llmchat.attachments import STDIN, check_room, collect
     from llmchat.commands.turns import check_overflow, continue_conversation, run_turn
     from llmchat.loading import start_session
+    from llmchat.mcp_sources import McpSources, joined, terminal_asker
     from llmchat.output import StreamPrinter, write_json
     from llmchat.structured import from_options
     from llmchat.tools import options as tool_options
@@ -103,9 +105,16 @@ def ask(
     check_overflow(overflow)
     # A bad --render is exit 2 before the load; --json and a pipe get the model's text as it is.
     markdown = wants_markdown(render, env.config.render, env.stdout_isatty) and not json_output
-    # Files first: a binary or non-UTF-8 file is refused before the model loads.
-    attachments = tuple(collect(files or ()))
-    text = read_prompt(prompt, env, from_stdin=STDIN not in (files or ()), may_be_empty=bool(attachments))
+    # Files first: a binary or non-UTF-8 file is refused before the model loads. MCP resources
+    # (-f mcp:SERVER/URI) and an MCP prompt (-p mcp:SERVER/NAME) are read now, their servers stopped.
+    with McpSources(env.config, mcp or (), stderr=env.stderr) as sources:
+        attachments = tuple(collect(files or (), resources=sources.resource_bytes))
+        asker = terminal_asker(env.stdin, env.stderr, env.stdin_isatty and env.stderr_isatty)
+        opening = sources.opening(opts.saved_prompt, prompt_arg or (), asker)
+    typed = read_prompt(
+        prompt, env, from_stdin=STDIN not in (files or ()), may_be_empty=bool(attachments) or bool(opening)
+    )
+    text = joined(opening, typed)
     structured = from_options(opts, env.config)  # a bad schema is a usage error before the model loads
     tools = tool_options.tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools)
     toolset = tool_options.gather(tools, env.config)  # a bad --functions file, an unknown -T: exit 2 before the load

@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from llmchat.commands.model_options import RenderOption, model_command
+from llmchat.commands.model_options import PromptArgOption, RenderOption, model_command
 from llmchat.commands.tool_options import (
     ApproveToolsOption,
     ChainLimitOption,
@@ -45,9 +45,10 @@ def chat(
         typer.Option(
             "--file",
             "-f",
-            help="Attach a text file to the first message (repeatable; a glob or folder: its text files). In the chat: /file PATH.",
+            help="Attach a text file to the first message (repeatable; a glob or folder: its text files; mcp:SERVER/URI: an MCP resource). In the chat: /file PATH.",
         ),
     ] = None,
+    prompt_arg: PromptArgOption = None,
     tool: ToolOption = None,
     functions: FunctionsOption = None,
     mcp: McpOption = None,
@@ -62,6 +63,7 @@ def chat(
     from llmchat.attachments import STDIN, check_room, collect
     from llmchat.commands.turns import check_overflow, continue_conversation
     from llmchat.loading import start_session
+    from llmchat.mcp_sources import McpSources, terminal_asker
     from llmchat.structured import from_options
     from llmchat.tools import options as tool_options
     from llmchat.ui.markdown import wants_markdown
@@ -70,7 +72,11 @@ def chat(
     markdown = wants_markdown(render, env.config.render, env.stdout_isatty)  # a bad --render: exit 2 before the load
     if STDIN in (files or ()):
         raise UsageError("chat reads its messages from stdin; -f - is for ask (attach a file by its path)")
-    attachments = tuple(collect(files or ()))  # a binary or non-UTF-8 file: exit 2 before the model loads
+    sources = McpSources(env.config, mcp or (), stderr=env.stderr)  # -f, -p, /file, /prompt mcp:SERVER/...
+    with sources:  # read before the model loads, the servers stopped (a later /file mcp:... starts one again)
+        attachments = tuple(collect(files or (), resources=sources.resource_bytes))  # a binary file: exit 2 now
+        asker = terminal_asker(env.stdin, env.stderr, env.stdin_isatty and env.stderr_isatty)
+        opening = sources.opening(opts.saved_prompt, prompt_arg or (), asker)  # goes with the first message
     structured = from_options(opts, env.config)  # a bad --schema is a usage error before the model loads
     tools = tool_options.tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools)
     toolset = tool_options.gather(tools, env.config)  # a bad --functions file, an unknown -T: exit 2 before the load
@@ -93,17 +99,20 @@ def chat(
                 markdown=markdown,
                 verbose=opts.verbose,
                 attachments=attachments,
+                opening=opening,
+                mcp=sources,
                 stdout=env.stdout,
                 stderr=env.stderr,
             )
         else:
             exit_code = run_scripted_chat(
-                session, env, json_output=json_output, show_stats=bool(stats), attachments=attachments
+                session, env, json_output=json_output, show_stats=bool(stats), attachments=attachments, opening=opening
             )
             if exit_code:
                 raise typer.Exit(exit_code)
     finally:
         session.close()
+        sources.close()
         if toolset is not None:
             toolset.close()
 
@@ -115,11 +124,14 @@ def run_scripted_chat(
     json_output: bool,
     show_stats: bool,
     attachments: "tuple[Attachment, ...]" = (),
+    opening: str = "",
 ) -> int:
     """One user message per stdin line; each reply on stdout (or one JSON record per turn, with
-    the turn number as its id). `attachments` (-f) go with the first message."""
+    the turn number as its id). `attachments` (-f) and `opening` (an MCP prompt's text, -p
+    mcp:SERVER/NAME) go with the first message."""
     from llmchat.commands.turns import run_turn
     from llmchat.errors import ContextOverflowError
+    from llmchat.mcp_sources import joined
     from llmchat.output import StreamPrinter, notice, write_json
     from llmchat.turn.policy import INVALID_REPLY_EXIT, invalid_reply_line
     from llmchat.turn.record import error_record
@@ -146,8 +158,8 @@ def run_scripted_chat(
         try:
             if bad_input:
                 raise UsageError(bad_input)
-            result = run_turn(session, message, printer, attachments)
-            attachments = ()
+            result = run_turn(session, joined(opening, message), printer, attachments)
+            attachments, opening = (), ""
         except (ContextOverflowError, UsageError) as err:
             # The session goes on: this message is reported and skipped, nothing else is lost.
             notice(f"llmchat: error: turn {turn_number}: {err}", env.stderr)

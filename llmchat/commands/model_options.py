@@ -165,7 +165,7 @@ _SAMPLING_OPTIONS = {
         typer.Option(
             "--prompt",
             "-p",
-            help="Apply a saved prompt from the config's [prompts.NAME]: its system prompt, model, preset, sampling and schema. Flags override it (llmchat prompts list).",
+            help="Apply a saved prompt from the config's [prompts.NAME]: its system prompt, model, preset, sampling and schema. Flags override it (llmchat prompts list). mcp:SERVER/NAME: an MCP server's prompt, its messages open the conversation (--prompt-arg k=v).",
             rich_help_panel=SAMPLING,
         ),
     ],
@@ -290,6 +290,16 @@ _STRUCTURED_OPTIONS = {
         ),
     ],
 }
+# `--prompt-arg k=v` of `-p mcp:SERVER/NAME` (ask and chat; llmchat.mcp_sources).
+PromptArgOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--prompt-arg",
+        help="An argument of the MCP prompt -p mcp:SERVER/NAME, as NAME=VALUE (repeatable). A required one not given is asked for on a terminal.",
+        rich_help_panel=SAMPLING,
+    ),
+]
+
 _LISTS = ("stop", "template_var", "server")  # repeatable options: a list from Typer, a tuple in RunOptions
 
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
     from prompt_toolkit.key_binding import KeyPressEvent
 
+    from llmchat.mcp_sources import McpSources
     from llmchat.session import ChatSession
     from llmchat.store.attachment_records import Attachment
     from llmchat.turn.record import TurnResult
@@ -51,6 +52,8 @@ class ChatUI:
         verbose: bool,
         persist_input: bool | None = None,
         attachments: tuple[Attachment, ...] = (),
+        opening: str = "",
+        mcp: McpSources | None = None,
         stdout: TextIO | None = None,
         stderr: TextIO | None = None,
     ):
@@ -67,8 +70,9 @@ class ChatUI:
         self.stderr = stderr if stderr is not None else sys.stderr
         self.console = Console(file=self.stdout, highlight=False)
         self.guard = CtrlCGuard()
-        self.context = CommandContext(session=session, out=self.console, error=self.error, info=self.info)
+        self.context = CommandContext(session=session, out=self.console, error=self.error, info=self.info, mcp=mcp)
         self.context.attachments.extend(attachments)  # chat -f: pending for the first message
+        self.opening = opening  # chat -p mcp:SERVER/NAME: the prompt's text, at the prompt to edit and send
 
     # --- output -----------------------------------------------------------------------------
     def error(self, message: str) -> None:
@@ -124,7 +128,7 @@ class ChatUI:
         prompt: PromptSession[str] = PromptSession(
             output=output,
             history=input_history(self.error, self.persist_input),
-            completer=SlashCompleter(self.session),
+            completer=SlashCompleter(self.session, self.context.mcp),
             complete_while_typing=True,
             key_bindings=bindings,
             multiline=False,  # Enter sends; newlines come from Alt-Enter or a paste
@@ -211,7 +215,7 @@ class ChatUI:
                 tokens, _ = tokens_of(self.session, attachment)
                 self.info(count_line(attachment, tokens, self.session.engine.n_ctx))
         self._prompt = self.build_prompt()
-        pending = ""  # text put back into the prompt (a message that did not fit)
+        pending = self.opening  # text put back into the prompt (a message that did not fit)
         while True:
             self.guard.reset()
             try:
@@ -251,6 +255,8 @@ def run_interactive(
     verbose: bool,
     persist_input: bool | None = None,
     attachments: tuple[Attachment, ...] = (),
+    opening: str = "",
+    mcp: McpSources | None = None,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> None:
@@ -266,6 +272,8 @@ def run_interactive(
         verbose=verbose,
         persist_input=persist_input,
         attachments=attachments,
+        opening=opening,
+        mcp=mcp,
         stdout=stdout,
         stderr=stderr,
     ).run()

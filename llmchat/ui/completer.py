@@ -1,5 +1,5 @@
-"""Tab completion in the chat: command names, /set keys and preset names, /file paths, /prompt's
-saved prompts, /load's saved conversations and /model's models (those `llmchat models list` shows,
+"""Tab completion in the chat: command names, /set keys and preset names, /file paths and MCP
+resources (`mcp:SERVER/URI`), /prompt's saved prompts and MCP prompts (`mcp:SERVER/NAME`), /load's saved conversations and /model's models (those `llmchat models list` shows,
 and the config's aliases; read once per chat). Completion never breaks typing: a failed look-up
 completes nothing.
 """
@@ -17,14 +17,17 @@ from llmchat.ui.slash import COMMANDS
 if TYPE_CHECKING:
     from prompt_toolkit.document import Document
 
+    from llmchat.mcp_sources import McpSources
     from llmchat.session import ChatSession
 
 
 class SlashCompleter(Completer):
     """Completes only on a line that starts with "/"."""
 
-    def __init__(self, session: ChatSession | None = None):
+    def __init__(self, session: ChatSession | None = None, mcp: McpSources | None = None):
         self.session = session
+        self.mcp = mcp
+        self._mcp_listed: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (what, server): listed once
         self._models: list[tuple[str, str]] | None = None  # /model's names, listed on first use
 
     def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterator[Completion]:
@@ -49,11 +52,18 @@ class SlashCompleter(Completer):
             if len(words) == 2 and words[0].lower() == "preset":
                 return words[1], [(p, _preset_meta(p)) for p in PRESETS if p.startswith(words[1].lower())]
         if name == "/file":
+            if rest.startswith("mcp:") or (rest and "mcp:".startswith(rest) and self._mcp_servers()):
+                return rest, self._mcp_candidates("resources", rest)
             return _path_candidates(rest)
         if name == "/prompt":
+            if rest.startswith("mcp:"):
+                return rest, self._mcp_candidates("prompts", rest)
             config = self.session.config if self.session is not None else None
             names = sorted(config.prompts) if config is not None else []
-            return rest, [(n, "saved prompt") for n in names if n.startswith(rest)]
+            found = [(n, "saved prompt") for n in names if n.startswith(rest)]
+            if rest and "mcp:".startswith(rest) and self._mcp_servers():
+                found.append(("mcp:", "an MCP server's prompt"))
+            return rest, found
         if name == "/model":
             if rest.startswith(("/", ".", "~")):  # a .gguf path
                 return _path_candidates(rest)
@@ -62,6 +72,26 @@ class SlashCompleter(Completer):
             # The whole rest of the line is the reference: names may contain spaces.
             return rest, [(ref, meta) for ref, meta in self._saved() if ref.startswith(rest)]
         return text, []
+
+    def _mcp_servers(self) -> list[str]:
+        return self.mcp.server_names() if self.mcp is not None else []
+
+    def _mcp_candidates(self, what: str, typed: str) -> list[tuple[str, str]]:
+        """`mcp:` completes to `mcp:SERVER/`; `mcp:SERVER/...` to that server's resources (or
+        prompts), listed once per chat (the server is started for it)."""
+        server, slash, _ = typed[len("mcp:") :].partition("/")
+        if not slash:
+            return [(f"mcp:{name}/", "MCP server") for name in self._mcp_servers() if f"mcp:{name}/".startswith(typed)]
+        key = (what, server)
+        if key not in self._mcp_listed:
+            from llmchat.mcp_sources import listing_lines
+
+            try:
+                lines = listing_lines(self.mcp, what, server) if self.mcp is not None else []
+            except Exception:  # completion must never break typing (a server that cannot start)
+                lines = []
+            self._mcp_listed[key] = [_split_listing(line) for line in lines]
+        return [(ref, meta) for ref, meta in self._mcp_listed[key] if ref.startswith(typed)]
 
     def _model_names(self) -> list[tuple[str, str]]:
         if self._models is None:
@@ -105,6 +135,12 @@ def _path_candidates(typed: str) -> tuple[str, list[tuple[str, str]]]:
         is_dir = os.path.isdir(os.path.join(where, name))
         found.append((name + ("/" if is_dir else ""), "folder" if is_dir else "file"))
     return start, found
+
+
+def _split_listing(line: str) -> tuple[str, str]:
+    """A /resources or /prompts line as (reference, description)."""
+    ref, _, meta = line.partition(" ")
+    return ref, meta.strip()
 
 
 def _preset_meta(name: str) -> str:

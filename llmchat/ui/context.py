@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from llmchat.errors import HistoryError
+    from llmchat.mcp_sources import McpSources
     from llmchat.session import ChatSession
     from llmchat.store.attachment_records import Attachment
 
@@ -50,6 +51,7 @@ class CommandContext:
     error: Callable[[str], None]  # one line on stderr: errors and hints
     info: Callable[[str], None] = field(default=lambda message: None)  # one dim line on stderr: confirmations
     attachments: list[Attachment] = field(default_factory=list)  # /file: for the next message
+    mcp: McpSources | None = None  # the MCP servers /file mcp:..., /resources and /prompt read (chat --mcp, [mcp.*])
 
     def history_failed(self, err: HistoryError) -> None:
         """A history write failed: the history is off for the rest of the chat, said once."""

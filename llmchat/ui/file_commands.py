@@ -1,6 +1,7 @@
 """Slash commands for the files that go with the next message: /file, /files and /drop.
 
-The files wait in `CommandContext.attachments` (the chat's own state, not the session's) until a
+`/file mcp:SERVER/URI` attaches an MCP resource the same way (llmchat.mcp_sources). The files wait
+in `CommandContext.attachments` (the chat's own state, not the session's) until a
 message is sent with them.
 """
 
@@ -14,10 +15,11 @@ def cmd_file(ctx: CommandContext, arg: str) -> Outcome:
     from llmchat.attachments import check_room, collect, count_line
 
     if not arg:
-        ctx.error("usage: /file PATH (a file, a glob or a folder; Tab completes paths)")
+        ctx.error("usage: /file PATH (a file, a glob, a folder or mcp:SERVER/URI; Tab completes them)")
         return CONTINUE
     try:
-        found = [a for a in collect([arg]) if a not in ctx.attachments]
+        resources = ctx.mcp.resource_bytes if ctx.mcp is not None else None
+        found = [a for a in collect([arg], resources=resources) if a not in ctx.attachments]
         # The room left counts the files already pending: together they must fit.
         counts = check_room(ctx.session, [*ctx.attachments, *found])[len(ctx.attachments) :]
     except LlmchatError as err:

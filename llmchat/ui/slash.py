@@ -13,6 +13,7 @@ from typing import Callable, Iterable
 from llmchat.sampling import SETTABLE
 from llmchat.ui import conversation_commands as conversation
 from llmchat.ui import file_commands as files
+from llmchat.ui import mcp_commands as mcp
 from llmchat.ui import model_commands as models
 from llmchat.ui import settings_commands as settings
 from llmchat.ui.context import CONTINUE, EXIT, CommandContext, Outcome
@@ -91,9 +92,18 @@ COMMANDS: dict[str, Command] = _table(
             "/nothink", "", "a reasoning model answers without thinking, if its template can", settings.thinking(False)
         ),
         Command(
-            "/prompt", "NAME", "apply a saved prompt: system prompt, preset, sampling, schema", settings.cmd_prompt
+            "/prompt",
+            "NAME|mcp:SERVER/NAME [k=v]",
+            "apply a saved prompt (system prompt, preset, sampling, schema), or send an MCP prompt's messages",
+            mcp.cmd_prompt,
         ),
-        Command("/file", "PATH", "attach a text file (a glob, a folder) to the next message", files.cmd_file),
+        Command("/prompts", "[SERVER]", "the MCP servers' prompts, with their arguments", mcp.cmd_prompts),
+        Command(
+            "/resources", "[SERVER]", "the MCP servers' resources and templates (/file mcp:...)", mcp.cmd_resources
+        ),
+        Command(
+            "/file", "PATH", "attach a text file (a glob, a folder, mcp:SERVER/URI) to the next message", files.cmd_file
+        ),
         Command("/files", "", "the files attached to the next message, with their tokens", files.cmd_files),
         Command("/drop", "[PATH]", "remove an attached file (all of them without PATH)", files.cmd_drop),
         Command("/model", "[NAME]", "switch the model, same conversation (alone: the current one)", models.cmd_model),

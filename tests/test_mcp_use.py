@@ -1,0 +1,369 @@
+"""MCP in use, against the real `@modelcontextprotocol/server-everything` over stdio (npm, installed
+once into a cache folder by the `npm_mcp_bin` fixture):
+- every tool the server offers stays usable: a schema keyword the grammar cannot hold is left to
+  validation, with one notice (llmchat.tools.schema_hold);
+- a resource attached (`-f mcp:SERVER/URI`, `/file`, batch `files`) and a prompt applied
+  (`-p mcp:SERVER/NAME --prompt-arg k=v`, `/prompt`) in ask, chat and batch, checked in the
+  history, in the prompt the template renders from it, and in the records; never in free model text.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+RESOURCE = "mcp:everything/demo://resource/dynamic/text/1"
+RESOURCE_TEXT = "Resource 1: This is a plaintext resource"  # the server adds when it was made
+BLOCK = f'<file path="{RESOURCE}">\n{RESOURCE_TEXT}'
+
+
+@pytest.fixture
+def everything(npm_mcp_bin) -> str:
+    return str(npm_mcp_bin / "mcp-server-everything")
+
+
+@pytest.fixture
+def configured(everything, isolated_home) -> str:
+    """`[mcp.everything]` in the config: its resources and prompts are named without offering its
+    tools (which would make every prompt long)."""
+    isolated_home.mkdir(parents=True, exist_ok=True)
+    (isolated_home / "config.toml").write_text(f"[mcp.everything]\ncommand = {json.dumps(everything)}\n")
+    return everything
+
+
+def stored(conversation_id: str):
+    from llmchat.store.history import HistoryStore
+
+    store = HistoryStore.open()
+    try:
+        return store.get(conversation_id).messages
+    finally:
+        store.close()
+
+
+def rendered(cli, smollm2_path, messages, tmp_path) -> str:
+    """The prompt SmolLM2's template makes of the stored messages: what the model was given."""
+    path = tmp_path / "messages.json"
+    path.write_text(json.dumps([{"role": m.role, "content": m.content} for m in messages]))
+    result = cli("template", "render", "-m", str(smollm2_path), "--messages", str(path))
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+# --- every tool stays usable ------------------------------------------------------------------
+
+
+def test_the_whole_server_is_offered_and_a_dropped_bound_is_still_validated(everything):
+    """No model: the real server's tool list. `get-resource-links` has `minimum`/`maximum` on a
+    number: its grammar leaves them out (one notice), every tool stays, and a count of 0 is
+    refused by validation before the server is called, while a count of 2 runs."""
+    from llmchat.tools.approval import ApprovalPolicy
+    from llmchat.tools.execute import run_call
+    from llmchat.tools.families import family_by_id
+    from llmchat.tools.grammar import call_grammar
+    from llmchat.tools.mcp.config import parse_mcp_spec
+    from llmchat.tools.mcp.connection import McpConnection
+    from llmchat.tools.schema_hold import offered_tools
+
+    with McpConnection(parse_mcp_spec(everything)) as server:
+        notices: list[str] = []
+        offered = offered_tools(server.tools, notices.append, grammar=True)
+        assert [spec.name for spec in offered] == [spec.name for spec in server.tools]
+        assert "everything_get-sum" in {spec.name for spec in offered}
+        links = [line for line in notices if line.startswith("tool everything_get-resource-links ")]
+        assert len(links) == 1 and "cannot hold minimum, maximum at /properties/count" in links[0]
+        assert len(notices) == len({line.split(" ")[1] for line in notices})  # one notice per tool
+        call_grammar(family_by_id("hermes"), offered, forced=True)  # every tool in one grammar
+        tools = {spec.name: spec for spec in offered}
+        policy = ApprovalPolicy(interactive=False, approve_all=True)
+        refused = run_call(tools, "everything_get-resource-links", {"count": 0}, policy)
+        assert refused.approved is False
+        assert refused.error is not None and refused.error.startswith(
+            "invalid arguments for everything_get-resource-links"
+        )
+        assert "minimum of 1" in refused.error
+        ran = run_call(tools, "everything_get-resource-links", {"count": 2}, policy)
+        assert ran.approved is True and ran.error is None and ran.result
+
+
+def test_a_forced_call_to_the_tool_with_the_dropped_bound(cli, everything):
+    """Through the model: the server loads (one notice for that tool), the forced call happens,
+    and its arguments were validated: a count the schema allows ran, another is the error text."""
+    result = cli(
+        "ask",
+        "--mcp",
+        everything,
+        "--tool-choice",
+        "everything_get-resource-links",
+        "--approve-tools",
+        "--chain-limit",
+        "1",
+        "-n",
+        "48",  # room for the whole call (the grammar ends it) and a short answer
+        "--json",
+        "Give me some resource links.",
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "everything_get-resource-links" in line]
+    assert len([line for line in lines if "cannot hold minimum, maximum at /properties/count" in line]) == 1
+    record = json.loads(result.stdout)
+    calls = record["tool_calls"]
+    assert calls and calls[0]["name"] == "everything_get-resource-links"
+    for call in calls:
+        count = call["arguments"].get("count", 3)
+        if isinstance(count, (int, float)) and 1 <= count <= 10:
+            assert call["approved"] is True and "result" in call
+        else:
+            assert call["approved"] is False and call["error"].startswith("invalid arguments")
+
+
+# --- resources and prompts: ask ---------------------------------------------------------------
+
+
+def test_ask_attaches_a_resource_and_applies_a_prompt(cli, configured, smollm2_path, tmp_path):
+    result = cli(
+        "ask",
+        "-m",
+        str(smollm2_path),
+        "-f",
+        RESOURCE,
+        "-p",
+        "mcp:everything/args-prompt",
+        "--prompt-arg",
+        "city=Paris",
+        "-n",
+        "4",
+        "--json",
+        "Answer briefly.",
+    )
+    assert result.returncode == 0, result.stderr
+    user = stored(json.loads(result.stdout)["conversation_id"])[0]
+    assert user.role == "user"
+    assert [a["path"] for a in user.attachments] == [RESOURCE]
+    assert user.typed == "What's weather in Paris?\n\nAnswer briefly."
+    assert user.content.startswith(BLOCK)
+    prompt = rendered(cli, smollm2_path, [user], tmp_path)
+    assert BLOCK in prompt and "What's weather in Paris?\n\nAnswer briefly." in prompt
+    assert prompt.index(BLOCK) < prompt.index("What's weather in Paris?")
+
+
+def test_ask_with_an_mcp_prompt_alone(cli, configured, smollm2_path):
+    result = cli("ask", "-m", str(smollm2_path), "-p", "mcp:everything/simple-prompt", "-n", "4", "--json")
+    assert result.returncode == 0, result.stderr
+    user = stored(json.loads(result.stdout)["conversation_id"])[0]
+    assert user.content == "This is a simple prompt without arguments."
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (
+            ("-p", "mcp:everything/args-prompt"),
+            "llmchat: error: mcp:everything/args-prompt needs the argument city (Name of the city); "
+            "pass --prompt-arg city=VALUE",
+        ),
+        (
+            ("-p", "mcp:everything/args-prompt", "--prompt-arg", "town=Paris"),
+            "llmchat: error: mcp:everything/args-prompt takes no argument 'town' (its arguments: city, state)",
+        ),
+        (("--prompt-arg", "city=Paris"), "llmchat: error: --prompt-arg goes with -p mcp:SERVER/NAME"),
+        (("-p", "mcp:nowhere/x"), "llmchat: error: no MCP server named 'nowhere' (known: everything)"),
+        (("-p", "mcp:everything"), "llmchat: error: mcp:everything: write mcp:SERVER/NAME"),
+        (("-f", "mcp:everything/nope://x"), "llmchat: error: MCP server everything: reading nope://x failed"),
+    ],
+    ids=[
+        "missing-required",
+        "unknown-argument",
+        "args-without-prompt",
+        "unknown-server",
+        "no-name",
+        "no-such-uri",
+    ],
+)
+def test_a_bad_mcp_reference_is_one_line_before_the_model_loads(cli, configured, args, line):
+    result = cli("ask", "-m", "/nonexistent/model.gguf", *args, "hello")
+    errors = [text for text in result.stderr.splitlines() if text.startswith("llmchat: error:")]
+    assert len(errors) == 1 and errors[0].startswith(line), result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    assert result.returncode == (1 if "failed" in line else 2)
+
+
+def test_a_missing_argument_is_asked_for_on_a_terminal(configured, isolated_home):
+    """On a terminal (a pty for stdin and stderr) the missing `city` is asked for; what is typed
+    is the argument (the model path is wrong on purpose: the prompt is read before the load)."""
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmchat", "ask", "-m", "/nonexistent/model.gguf", "-p", "mcp:everything/args-prompt"],
+        stdin=follower,
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        env=dict(os.environ),
+    )
+    os.close(follower)
+    seen = b""
+    while b"city (Name of the city): " not in seen:  # the question, before anything is typed
+        chunk = os.read(leader, 1024)
+        assert chunk, seen
+        seen += chunk
+    os.write(leader, b"Lyon\n")
+    rest = b""
+    try:
+        while True:
+            chunk = os.read(leader, 1024)
+            if not chunk:
+                break
+            rest += chunk
+    except OSError:  # the pty is closed when the process exits
+        pass
+    assert proc.wait(timeout=120) == 3  # ExitCode.MODEL: past the prompt, at the load
+    os.close(leader)
+    assert b"/nonexistent/model.gguf" in rest
+
+
+# --- chat (piped) and batch ---------------------------------------------------------------------
+
+
+def test_scripted_chat_takes_the_resource_and_the_prompt_with_its_first_message(
+    cli, configured, smollm2_path, tmp_path
+):
+    result = cli(
+        "chat",
+        "-m",
+        str(smollm2_path),
+        "-f",
+        RESOURCE,
+        "-p",
+        "mcp:everything/args-prompt",
+        "--prompt-arg",
+        "city=Oslo",
+        "--prompt-arg",
+        "state=Viken",
+        "-n",
+        "3",
+        "--json",
+        input="first\nsecond\n",
+    )
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["id"] for r in records] == [1, 2] and records[0]["conversation_id"] == records[1]["conversation_id"]
+    users = [m for m in stored(records[0]["conversation_id"]) if m.role == "user"]
+    assert [a["path"] for a in users[0].attachments] == [RESOURCE] and users[1].attachments == []
+    assert users[0].typed == "What's weather in Oslo, Viken?\n\nfirst"
+    assert users[1].content == "second"
+    prompt = rendered(cli, smollm2_path, users[:1], tmp_path)
+    assert BLOCK in prompt and "What's weather in Oslo, Viken?\n\nfirst" in prompt
+
+
+def test_a_batch_item_attaches_a_resource(cli, configured, smollm2_path, tmp_path):
+    """Three items with the same words: one with the resource, one without, one naming a resource
+    the server does not have (an error record; the others run). A batch keeps no history: the
+    resource shows in the prompt's size, which is the block's tokens larger."""
+    items = tmp_path / "items.jsonl"
+    items.write_text(
+        "\n".join(
+            json.dumps(item)
+            for item in (
+                {"id": "with", "prompt": "Say yes.", "files": [RESOURCE]},
+                {"id": "without", "prompt": "Say yes."},
+                {"id": "missing", "prompt": "Say yes.", "files": ["mcp:everything/nope://x"]},
+            )
+        )
+        + "\n"
+    )
+    result = cli("batch", "-m", str(smollm2_path), str(items), "-n", "2", "--temperature", "0")
+    assert result.returncode == 1, result.stderr  # one item failed
+    records = {r["id"]: r for r in map(json.loads, result.stdout.splitlines())}
+    assert records["missing"]["finish_reason"] == "error" and "nope://x" in records["missing"]["error"]
+    assert records["with"]["error"] is None and records["without"]["error"] is None
+    grown = records["with"]["stats"]["prompt_tokens"] - records["without"]["stats"]["prompt_tokens"]
+    assert grown >= 15  # `<file path="mcp:everything/...">`, the resource's sentence and `</file>`
+
+
+# --- the chat's commands and completion (the UI's own logic, the real server) -------------------
+
+
+@pytest.fixture
+def sources(configured):
+    from llmchat.config import load_config
+    from llmchat.mcp_sources import McpSources
+    from llmchat.paths import config_file
+
+    with McpSources(load_config(config_file())) as opened:
+        yield opened
+
+
+def command_context(sources):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from llmchat.ui.context import CommandContext
+
+    out, errors = StringIO(), []
+    ctx = CommandContext(session=None, out=Console(file=out), error=errors.append, mcp=sources)  # type: ignore[arg-type]
+    return ctx, out, errors
+
+
+def test_resources_and_prompts_are_listed_with_templates_and_arguments(sources):
+    from llmchat.ui.slash import dispatch
+
+    ctx, out, errors = command_context(sources)
+    dispatch("/resources", ctx)
+    listed = out.getvalue().splitlines()
+    assert "mcp:everything/demo://resource/static/document/features.md  text/markdown" in listed
+    assert "mcp:everything/demo://resource/dynamic/text/{resourceId}  template, arguments: resourceId" in listed
+    assert len([line for line in listed if line.startswith("mcp:everything/demo://resource/static/")]) == 7
+    out.truncate(0)
+    out.seek(0)
+    dispatch("/prompts everything", ctx)
+    listed = out.getvalue().splitlines()
+    assert any(line.startswith("mcp:everything/args-prompt (city, state?)") for line in listed)
+    assert len(listed) == 4 and errors == []
+
+
+def test_slash_prompt_sends_the_prompts_messages_and_says_what_is_missing(sources):
+    from llmchat.ui.context import Action
+    from llmchat.ui.slash import dispatch
+
+    ctx, _, errors = command_context(sources)
+    outcome = dispatch("/prompt mcp:everything/args-prompt city='New York'", ctx)
+    assert outcome.action is Action.TURN and outcome.text == "What's weather in New York?"
+    outcome = dispatch("/prompt mcp:everything/args-prompt", ctx)  # no terminal under pytest: not asked
+    assert outcome.action is Action.CONTINUE
+    assert errors == [
+        "error: mcp:everything/args-prompt needs the argument city (Name of the city); pass --prompt-arg city=VALUE"
+    ]
+
+
+def test_tab_completes_mcp_resources_and_prompts(sources):
+    from llmchat.ui.completer import SlashCompleter
+
+    completer = SlashCompleter(None, sources)
+    assert completer.candidates("/file mcp:")[1] == [("mcp:everything/", "MCP server")]
+    typed, found = completer.candidates("/file mcp:everything/demo://resource/static/document/f")
+    assert typed == "mcp:everything/demo://resource/static/document/f"
+    assert found == [("mcp:everything/demo://resource/static/document/features.md", "text/markdown")]
+    _, found = completer.candidates("/prompt mcp:everything/arg")
+    assert [name for name, _ in found] == ["mcp:everything/args-prompt"]
+    _, found = completer.candidates("/file ./")  # paths complete as before
+    assert all(not name.startswith("mcp:") for name, _ in found)
+
+
+def test_a_resource_is_checked_as_a_files_bytes(sources):
+    """A blob resource is its bytes (here base64 of a sentence: text, so it attaches); without a
+    server to read from, a reference is a usage error, never a path on disk."""
+    from llmchat.attachments import collect
+    from llmchat.errors import UsageError
+
+    blob = "mcp:everything/demo://resource/dynamic/blob/1"
+    (attachment,) = collect([blob], resources=sources.resource_bytes)
+    assert attachment.path == blob and attachment.text.startswith("Resource 1: This is a base64 blob")
+    assert attachment.size == len(attachment.text.encode())
+    with pytest.raises(UsageError, match="MCP resources are not read here"):
+        collect([RESOURCE])
