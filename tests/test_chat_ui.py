@@ -749,7 +749,7 @@ def test_completer_only_on_slash_lines():
         return [c.text for c in completer.get_completions(Document(text), None)]
 
     assert words("hello /s") == [] and words("") == [] and words("//x") == []
-    assert set(words("/s")) == {"/system", "/set", "/show", "/stats", "/save"}
+    assert set(words("/s")) == {"/system", "/set", "/show", "/stats", "/save", "/search"}
     assert words("/hel") == ["/help"]
     assert words("/set t") == ["temperature", "top_p", "top_k"]
     assert words("/set pre") == ["preset"]

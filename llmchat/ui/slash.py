@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from llmchat.sampling import SETTABLE
+from llmchat.ui import clipboard
 from llmchat.ui import conversation_commands as conversation
 from llmchat.ui import file_commands as files
 from llmchat.ui import mcp_commands as mcp
 from llmchat.ui import model_commands as models
+from llmchat.ui import search_commands as search
 from llmchat.ui import settings_commands as settings
 from llmchat.ui.context import CONTINUE, EXIT, CommandContext, Outcome
 
@@ -109,7 +111,12 @@ COMMANDS: dict[str, Command] = _table(
         Command("/model", "[NAME]", "switch the model, same conversation (alone: the current one)", models.cmd_model),
         Command("/models", "", "the models /model can switch to (llmchat models list)", models.cmd_models),
         Command("/set", "KEY VALUE", f"change a setting: {', '.join(SETTABLE)}, preset", settings.cmd_set),
-        Command("/show", "", "model, template, context use, settings and where each came from", settings.cmd_show),
+        Command(
+            "/show",
+            "[tools]",
+            "model, template, context use, settings and where each came from; tools: the last turn's calls in full",
+            settings.cmd_show,
+        ),
         Command("/stats", "", "every number about the last reply", settings.cmd_stats),
         Command("/retry", "", "regenerate the last reply", conversation.cmd_retry),
         Command("/undo", "", "remove the last message and its reply", conversation.cmd_undo),
@@ -128,6 +135,8 @@ COMMANDS: dict[str, Command] = _table(
         Command("/save", "[NAME]", "name this conversation in the history", conversation.cmd_save),
         Command("/load", "NAME|ID", "continue a saved conversation", conversation.cmd_load),
         Command("/history", "[N]", "recent saved conversations", conversation.cmd_history),
+        Command("/search", "TEXT", "search every saved conversation's messages; /load ID opens one", search.cmd_search),
+        Command("/copy", "[N]", "copy the last reply, or its code block N, to the clipboard", clipboard.cmd_copy),
         Command("/tools", "", "the tools the model may call, with their arguments", settings.cmd_tools),
         Command("/tool", "on|off", "offer the tools to the model from the next message, or not", settings.cmd_tool),
     ]
