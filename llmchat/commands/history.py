@@ -128,7 +128,7 @@ def _short_time(iso: str) -> str:
 
 def search_command(
     words: list[str] = typer.Argument(
-        ..., metavar="TEXT", help='Words to find; FTS5 syntax works too: "a phrase", prefix*, OR, NOT.'
+        ..., metavar="TEXT...", help='Words to find; FTS5 syntax works too: "a phrase", prefix*, OR, NOT.'
     ),
     limit: int = typer.Option(20, "--limit", "-n", help="Show at most this many matches."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON array of matches instead of a table."),
