@@ -112,13 +112,16 @@ def structured_text(tool: str, structured: Any, output_schema: dict[str, Any] | 
     """structuredContent as JSON text, after checking it against the tool's outputSchema."""
     if output_schema:
         from jsonschema import Draft202012Validator
-        from jsonschema.exceptions import SchemaError
+        from jsonschema.exceptions import SchemaError, UnknownType
+        from jsonschema.validators import validator_for
 
         try:
-            validator = Draft202012Validator(output_schema)
-            problems = sorted(validator.iter_errors(structured), key=lambda e: list(e.absolute_path))
-        except SchemaError as err:
-            raise ToolFailure(f"the tool {tool} declares an output schema that is not valid: {err.message}") from None
+            dialect = validator_for(output_schema, default=Draft202012Validator)  # its own $schema, else 2020-12
+            dialect.check_schema(output_schema)
+            problems = sorted(dialect(output_schema).iter_errors(structured), key=lambda e: list(e.absolute_path))
+        except (SchemaError, UnknownType) as err:
+            reason = err.message if isinstance(err, SchemaError) else f"unknown type {err.type!r}"
+            raise ToolFailure(f"the tool {tool} declares an output schema that is not valid: {reason}") from None
         if problems:
             where = "/".join(str(part) for part in problems[0].absolute_path)
             raise ToolFailure(
