@@ -215,3 +215,18 @@ def test_a_toolset_lists_a_changed_server_again():
         assert toolset.tools[names[1]].run({}, 30) == "added grown"
         assert toolset.refresh_changed()
         assert list(toolset.tools) == [*names, names[0].rsplit("_", 1)[0] + "_grown"]
+
+
+def test_an_http_server_that_dies_mid_session_fails_the_next_call_at_once(npm_mcp_bin, tmp_path):
+    from mcp_servers import free_port, http_server
+
+    port = free_port()
+    with http_server([str(npm_mcp_bin / "mcp-server-everything"), "streamableHttp"], port, tmp_path / "log") as node:
+        with McpConnection(parse_mcp_spec(f"everything=http://127.0.0.1:{port}/mcp")) as connection:
+            assert connection.call("echo", {"message": "a"}, 30) == "Echo: a"
+            os.killpg(node.pid, signal.SIGKILL)
+            node.wait()
+            with pytest.raises(ToolFailure) as failed:
+                connection.call("echo", {"message": "b"}, 600)  # ends on the closed connection, not the limit
+    assert str(failed.value).startswith("MCP server everything failed: ") and "\n" not in str(failed.value)
+    assert "HTTP 400" not in str(failed.value)

@@ -378,6 +378,7 @@ class McpConnection:
         something that is not MCP meanwhile (nothing would ever answer it)."""
         import anyio
 
+        self._http_status = None  # a status heard before this request (the version probe's) is not its reason
         with anyio.CancelScope() as scope:
             self._active_scope = scope
             try:
