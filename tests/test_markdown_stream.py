@@ -105,6 +105,9 @@ def test_a_paragraph_is_finished_by_a_blank_line_or_the_next_block():
     assert sources("Hello there,\nworld.\n") == ([], "Hello there,\nworld.\n"), "more lines may follow"
     assert sources("Hello.\n\nNext") == (["Hello.\n"], "\nNext")
     assert sources("Intro:\n```python\n") == (["Intro:\n"], "```python\n"), "a fence interrupts a paragraph"
+    assert sources("Page\x0cbreak\u2028here.\n\nNext") == (["Page\x0cbreak\u2028here.\n"], "\nNext"), (
+        "only \\n ends a line"
+    )
 
 
 def test_headings_and_rules_are_finished_at_the_end_of_their_line():
@@ -373,6 +376,36 @@ def test_chat_renders_markdown_on_a_small_terminal(isolated_home, tmp_path):
     for n in range(1, 13):
         assert sum(f"Note {n} of 12." in line for line in shown) == 1, n
     assert re.search(r"TTFT \d+ ms · [\d.]+ tok/s", text), "the readout's summary"
+
+
+@pytest.mark.model
+@pytest.mark.tty
+def test_ask_on_a_terminal_renders_the_same_way(isolated_home, tmp_path):
+    import pexpect
+
+    grammar = grammar_for(PINNED, tmp_path)
+    env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(COLUMNS), LINES=str(ROWS))
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "llmchat", "ask", "--grammar", str(grammar), *PINNED_ARGS, "Write the release notes."],
+        env=env,
+        encoding="utf-8",
+        codec_errors="replace",
+        dimensions=(ROWS, COLUMNS),
+        timeout=300,
+    )
+    seen = io.StringIO()
+    child.logfile_read = seen
+    try:
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0, seen.getvalue()[-2000:]
+    shown = play(seen.getvalue(), translate_newlines=False)
+    at_once = rendered_at_once(PINNED)
+    start = shown.index(at_once[0])  # after the model's line on stderr
+    assert shown[start : start + len(at_once)] == at_once, "the screen ends as rich renders the whole reply"
+    assert re.search(r"TTFT \d+ ms · [\d.]+ tok/s", "\n".join(shown[start + len(at_once) :])), "then the summary"
 
 
 @pytest.mark.model

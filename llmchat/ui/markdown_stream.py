@@ -69,7 +69,7 @@ def split_blocks(text: str, parser: MarkdownIt | None = None) -> tuple[list[Bloc
     complete = text[: text.rfind("\n") + 1]  # only whole lines decide where a block ends
     if not complete.strip():
         return [], 0
-    lines = complete.splitlines(keepends=True)
+    lines = [line + "\n" for line in complete.split("\n")[:-1]]  # markdown-it's lines (not str.splitlines')
     tops = [t for t in (parser or markdown_parser()).parse(complete) if t.level == 0 and t.nesting >= 0 and t.map]
     finished: list[Block] = []
     end_line = 0
