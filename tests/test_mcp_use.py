@@ -367,3 +367,63 @@ def test_a_resource_is_checked_as_a_files_bytes(sources):
     assert attachment.size == len(attachment.text.encode())
     with pytest.raises(UsageError, match="MCP resources are not read here"):
         collect([RESOURCE])
+
+
+# --- the interactive chat, end to end (prompt-toolkit reads keys from a pipe) -------------------
+
+
+@pytest.fixture(scope="module")
+def loaded(smollm2_path, tmp_path_factory):
+    """SmolLM2, greedy and short, loaded once for the interactive tests (with its own home)."""
+    from llmchat.config import load_config
+    from llmchat.loading import load_model
+    from llmchat.options import RunOptions
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LLMCHAT_HOME", str(tmp_path_factory.mktemp("load-home")))
+        result = load_model(
+            RunOptions(model=str(smollm2_path), ctx=2048, temperature=0.0, max_tokens=4),
+            config=load_config(),
+            announce=False,
+        )
+    yield result
+    result.engine.close()
+
+
+def drive(loaded, keys: str, **options) -> list:
+    """Type `keys` into a chat on `loaded`'s engine; the user messages the history kept."""
+    from prompt_toolkit.application import create_app_session
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from llmchat.session import ChatSession
+    from llmchat.store.history import HistoryStore
+    from llmchat.ui.chat import run_interactive
+
+    session = ChatSession.start(
+        loaded.engine, sampling=loaded.sampling, model_label=loaded.model.name, history=HistoryStore.open()
+    )
+    assert session.history is not None
+    try:
+        with create_pipe_input() as pipe, create_app_session(input=pipe, output=DummyOutput()):
+            pipe.send_text(keys + "/exit\r")
+            run_interactive(session, show_stats=False, markdown=False, verbose=False, **options)
+        return [m for m in session.history.get(session.conversation_id).messages if m.role == "user"]
+    finally:
+        session.history.close()
+
+
+def test_the_interactive_chat_attaches_a_resource_and_sends_a_prompt(configured, sources, loaded, capsys):
+    """`/file mcp:...` then a message, then `/prompt mcp:... k=v`: two user messages in the
+    history, the first with the resource recorded as its attachment, the second the prompt's text."""
+    users = drive(loaded, f"/file {RESOURCE}\rWhat is it?\r/prompt mcp:everything/args-prompt city=Rome\r", mcp=sources)
+    assert [a["path"] for a in users[0].attachments] == [RESOURCE]
+    assert users[0].content.startswith(BLOCK) and users[0].typed == "What is it?"
+    assert users[1].content == "What's weather in Rome?" and users[1].attachments == []
+    assert f"{RESOURCE}: " in capsys.readouterr().err  # the token count line /file prints
+
+
+def test_chat_p_mcp_puts_the_prompt_at_the_input_line(configured, loaded):
+    """`chat -p mcp:...` on a terminal: the prompt's text waits at the input line; Enter sends it."""
+    users = drive(loaded, " and tomorrow?\r", opening="What's weather in Rome?")
+    assert [m.content for m in users] == ["What's weather in Rome? and tomorrow?"]
