@@ -414,7 +414,7 @@ class McpConnection:
             hint = ": check its token (bearer_token_env) and headers" if self._http_status in (401, 403) else ""
             message = f"{message} (HTTP {self._http_status}{hint})"
             self._http_status = None
-        if type(_root(err)).__name__ == "MCPError":  # the server answered with an error: its stderr adds nothing
+        if _answered(err):  # the server answered with an error: its stderr adds nothing
             return message
         last = self._stderr_tail()
         return f"{message}; its stderr ends: {last}" if last else message
@@ -442,6 +442,15 @@ def _malformed(err: Exception) -> str:
     if type(err).__name__ in ("ValidationError", "JSONDecodeError"):
         return "a line that is not a JSON-RPC message"
     return _describe(err)
+
+
+def _answered(err: BaseException) -> bool:
+    """Whether this is an error the server sent (not one the SDK made for a closed connection or a
+    request that timed out)."""
+    from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+    root = _root(err)
+    return type(root).__name__ == "MCPError" and getattr(root, "code", None) not in (CONNECTION_CLOSED, REQUEST_TIMEOUT)
 
 
 def _root(err: BaseException) -> BaseException:
