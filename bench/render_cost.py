@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What rendering Markdown while a reply streams costs in decode tokens/s, on SmolLM2.
 
-    python bench/render_cost.py [--rounds 7] [--max-tokens 256] [--threads 2]
+    python bench/render_cost.py [--rounds 7] [--max-tokens 256] [--threads 1] [--note TEXT]
                                 [--out bench/results/render_cost.md]
 
 One engine load; then rounds of two replies to the same prompt (greedy, so both modes decode the
@@ -122,7 +122,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)  # 2 spin against other jobs on a 2-core VM
     parser.add_argument("--out", type=Path, default=Path("bench/results/render_cost.md"))
     parser.add_argument("--note", default="", help="A line about the conditions (e.g. other jobs on the machine).")
     args = parser.parse_args()
@@ -183,8 +183,15 @@ def main() -> int:
         f"**{100 * statistics.median(shares):.2f} %** (spread {100 * min(shares):.2f}-{100 * max(shares):.2f} %), "
         f"{statistics.median([m['frames'] for m in markdown]):.0f} frames per reply.",
         f"- Same reply in every run: {same_text} ({runs[0]['tokens']} tokens; "
-        f"{runs[0]['reply'].count('```') // 2} code fence(s), "
-        f"{sum(1 for line in runs[0]['reply'].splitlines() if line.startswith('|'))} table line(s)).",
+        f"{sum(1 for line in runs[0]['reply'].splitlines() if line.startswith('```'))} fence line(s), "
+        f"{sum(1 for line in runs[0]['reply'].splitlines() if line.startswith('|'))} table line(s), "
+        f"{len(runs[0]['reply'].splitlines())} lines: an open fence is redrawn whole at each frame, the costliest case).",
+        "",
+        "The reply:",
+        "",
+        "````",
+        runs[0]["reply"],
+        "````",
         "",
         "Raw runs:",
         "",

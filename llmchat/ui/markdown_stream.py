@@ -23,7 +23,8 @@ Each frame is wrapped in the synchronized-output mode (DEC 2026), so terminals t
 it whole; others ignore it.
 
 Frames are drawn in the decode loop, so a slow frame defers the next one (`RENDER_SHARE`): drawing
-never takes more than about 4 % of the time, even on a loaded machine or with a long live block.
+takes about 2 % of the time at most, even on a loaded machine or with a long live block (a frame
+costs 1-2 ms on a quiet machine: rich's Markdown parse and, for code, pygments).
 
 The class is pure: the caller passes the clock (`now`) and writes the frames (llmchat.ui.markdown
 writes them under the live readout's lock), so tests feed it token strings and a fake clock.
@@ -40,10 +41,10 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 FRAME_INTERVAL_S = 1 / 15
-# The share of the time that drawing may take: a frame that took 3 ms waits at least 3 / 0.04 =
-# 75 ms for the next one, so a slow machine or a long live block draws less often instead of
+# The share of the time that drawing may take: a frame that took 3 ms waits at least 3 / 0.02 =
+# 150 ms for the next one, so a slow machine or a long live block draws less often instead of
 # slowing the decode (frames are drawn in the decode loop, between two tokens).
-RENDER_SHARE = 0.04
+RENDER_SHARE = 0.02
 CODE_THEME = "monokai"  # the code blocks' colours, as `history show` and the finished replies had
 SYNC_BEGIN, SYNC_END = "\x1b[?2026h", "\x1b[?2026l"
 ERASE_LINE = "\r\x1b[2K"
