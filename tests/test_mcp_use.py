@@ -260,7 +260,7 @@ def test_scripted_chat_takes_the_resource_and_the_prompt_with_its_first_message(
     assert BLOCK in prompt and "What's weather in Oslo, Viken?\n\nfirst" in prompt
 
 
-def test_a_batch_item_attaches_a_resource(cli, configured, smollm2_path, tmp_path):
+def test_a_batch_item_attaches_a_resource_and_a_prompt_opens_every_item(cli, configured, smollm2_path, tmp_path):
     """Three items with the same words: one with the resource, one without, one naming a resource
     the server does not have (an error record; the others run). A batch keeps no history: the
     resource shows in the prompt's size, which is the block's tokens larger."""
@@ -283,6 +283,18 @@ def test_a_batch_item_attaches_a_resource(cli, configured, smollm2_path, tmp_pat
     assert records["with"]["error"] is None and records["without"]["error"] is None
     grown = records["with"]["stats"]["prompt_tokens"] - records["without"]["stats"]["prompt_tokens"]
     assert grown >= 15  # `<file path="mcp:everything/...">`, the resource's sentence and `</file>`
+
+    # -p mcp:SERVER/NAME opens every item's message: the same item's prompt grows by its text.
+    single = tmp_path / "single.jsonl"
+    single.write_text(json.dumps({"id": "without", "prompt": "Say yes."}) + "\n")
+    common = ("batch", "-m", str(smollm2_path), str(single), "-n", "2", "--temperature", "0")
+    prompted = cli(*common, "-p", "mcp:everything/args-prompt", "--prompt-arg", "city=Paris")
+    assert prompted.returncode == 0, prompted.stderr
+    record = json.loads(prompted.stdout)
+    assert record["stats"]["prompt_tokens"] - records["without"]["stats"]["prompt_tokens"] >= 5
+    missing = cli(*common, "-p", "mcp:everything/args-prompt")  # nobody to ask: exit 2, nothing run
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert "needs the argument city" in missing.stderr and "Traceback" not in missing.stderr
 
 
 # --- the chat's commands and completion (the UI's own logic, the real server) -------------------

@@ -354,18 +354,25 @@ def run_batch(
     opts: RunOptions,
     config: Config,
     tools: ToolRequest | None = None,
+    prompt_args: tuple[str, ...] = (),
 ) -> tuple[int, int]:
     """The whole command; returns (items failed, items run). `parallel`: None when not given (1, or
-    over several servers each server's slots). `tools`: the tool options (llmchat.batch.tools)."""
+    over several servers each server's slots). `tools`: the tool options (llmchat.batch.tools).
+    `-p mcp:SERVER/NAME` (with `prompt_args`): the MCP prompt's text opens every item's message."""
     per_server, parallel = parallel, 1 if parallel is None else parallel
     check_arguments(input_path, output, parallel=parallel, resume=resume, progress=progress, opts=opts)
     from llmchat.structured import from_options
 
     structured = from_options(opts, config)  # a bad --schema is a usage error before the model loads
     items = parse_input(read_input(input_path))
-    from llmchat.mcp_sources import McpSources
+    from llmchat.mcp_sources import McpSources, joined
 
-    with McpSources(config, tools.mcp if tools is not None else ()) as sources:  # files: ["mcp:SERVER/URI"]
+    # files: ["mcp:SERVER/URI"], and -p mcp:SERVER/NAME (nobody to ask for a missing argument).
+    with McpSources(config, tools.mcp if tools is not None else ()) as sources:
+        opening = sources.opening(opts.saved_prompt, prompt_args, None)
+        for item in items:
+            if item.user is not None and not item.error:
+                item.user = joined(opening, item.user)
         base = Path.cwd() if input_path == "-" else Path(input_path).expanduser().resolve().parent
         attach_files(items, base, resources=sources.resource_bytes)
     output = output.expanduser() if output is not None else None

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from llmchat.commands.model_options import model_command
+from llmchat.commands.model_options import PromptArgOption, model_command
 from llmchat.commands.tool_options import (
     ApproveToolsOption,
     ChainLimitOption,
@@ -58,6 +58,7 @@ def batch(
     tool_choice: ToolChoiceOption = "auto",
     chain_limit: ChainLimitOption = DEFAULT_CHAIN_LIMIT,
     approve_tools: ApproveToolsOption = False,
+    prompt_arg: PromptArgOption = None,
     *,
     opts: RunOptions,
     env: Environment,
@@ -96,6 +97,7 @@ def batch(
             opts=opts,
             config=env.config,
             tools=tools,
+            prompt_args=tuple(prompt_arg or ()),
         )
     except KeyboardInterrupt:
         # Raised as SystemExit: Typer (standalone_mode=False) turns KeyboardInterrupt into a *returned*
