@@ -19,6 +19,7 @@ import concurrent.futures
 import logging
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -44,6 +45,7 @@ from llmchat.tools.spec import DEFAULT_TIMEOUT_S, EMPTY_OBJECT_SCHEMA, ToolFailu
 INSTALL_HINT = "MCP servers need the mcp package: pip install 'llmchat[mcp]'"
 PAGE_LIMIT = 100  # pages of one listing: a server whose cursor never ends cannot hang a listing
 CANCEL_GRACE_S = 2.0  # how long Ctrl-C waits for the cancellation to reach the server
+CONNECT_RETRY_PAUSES_S = (0.5, 1.0, 2.0)  # a refused HTTP connection at the start: tried again after each
 
 _T = TypeVar("_T")
 
@@ -132,14 +134,21 @@ class McpConnection:
         self._errlog = self._stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace"))
         self._portal = self._stack.enter_context(start_blocking_portal())
         try:
-            # read_timeout_seconds bounds the handshake (a server that never answers) and each request.
-            client = Client(
-                client_transport(self.server, self._errlog, self._heard_http_error),
-                read_timeout_seconds=self.startup_timeout_s,
-                message_handler=self._on_message,
-                client_info=Implementation(name="llmchat", version=__version__),
-            )
-            self._client = self._stack.enter_context(self._portal.wrap_async_context_manager(client))
+            for pause in (*CONNECT_RETRY_PAUSES_S, None):
+                # read_timeout_seconds bounds the handshake (a server that never answers) and each request.
+                client = Client(
+                    client_transport(self.server, self._errlog, self._heard_http_error),
+                    read_timeout_seconds=self.startup_timeout_s,
+                    message_handler=self._on_message,
+                    client_info=Implementation(name="llmchat", version=__version__),
+                )
+                try:
+                    self._client = self._stack.enter_context(self._portal.wrap_async_context_manager(client))
+                    break
+                except Exception as err:  # a URL server still starting refuses: a few more tries, as --server's
+                    if pause is None or not self.server.url or type(_root(err)).__name__ != "ConnectError":
+                        raise
+                    time.sleep(pause)
             listed = self._run(self._bounded, self._list_tools, self.startup_timeout_s)
         except (KeyboardInterrupt, SystemExit):  # Ctrl-C or SIGTERM while it starts: not its failure
             self.close()
