@@ -363,6 +363,8 @@ def test_tab_completes_mcp_resources_and_prompts(sources):
     assert found == [("mcp:everything/demo://resource/static/document/features.md", "text/markdown")]
     _, found = completer.candidates("/prompt mcp:everything/arg")
     assert [name for name, _ in found] == ["mcp:everything/args-prompt"]
+    assert ("mcp:everything/", "MCP server") in completer.candidates("/file mc")[1]  # beside local names
+    assert completer.candidates("/prompt m") == ("m", [("mcp:everything/", "MCP server")])
     _, found = completer.candidates("/file ./")  # paths complete as before
     assert all(not name.startswith("mcp:") for name, _ in found)
 

@@ -52,17 +52,20 @@ class SlashCompleter(Completer):
             if len(words) == 2 and words[0].lower() == "preset":
                 return words[1], [(p, _preset_meta(p)) for p in PRESETS if p.startswith(words[1].lower())]
         if name == "/file":
-            if rest.startswith("mcp:") or (rest and "mcp:".startswith(rest) and self._mcp_servers()):
+            if rest.startswith("mcp:"):
                 return rest, self._mcp_candidates("resources", rest)
-            return _path_candidates(rest)
+            typed, found = _path_candidates(rest)
+            if rest and "mcp:".startswith(rest):  # `m`, `mc`...: local names and the servers both
+                found += self._mcp_candidates("resources", rest)
+            return typed, found
         if name == "/prompt":
             if rest.startswith("mcp:"):
                 return rest, self._mcp_candidates("prompts", rest)
             config = self.session.config if self.session is not None else None
             names = sorted(config.prompts) if config is not None else []
             found = [(n, "saved prompt") for n in names if n.startswith(rest)]
-            if rest and "mcp:".startswith(rest) and self._mcp_servers():
-                found.append(("mcp:", "an MCP server's prompt"))
+            if rest and "mcp:".startswith(rest):
+                found += self._mcp_candidates("prompts", rest)
             return rest, found
         if name == "/model":
             if rest.startswith(("/", ".", "~")):  # a .gguf path
@@ -80,7 +83,7 @@ class SlashCompleter(Completer):
         """`mcp:` completes to `mcp:SERVER/`; `mcp:SERVER/...` to that server's resources (or
         prompts), listed once per chat (the server is started for it)."""
         server, slash, _ = typed[len("mcp:") :].partition("/")
-        if not slash:
+        if not slash or not typed.startswith("mcp:"):
             return [(f"mcp:{name}/", "MCP server") for name in self._mcp_servers() if f"mcp:{name}/".startswith(typed)]
         key = (what, server)
         if key not in self._mcp_listed:
