@@ -14,6 +14,9 @@ Example (`llmchat config path` prints where it lives):
     render = "markdown"          # markdown | plain: replies on a terminal (a pipe always gets plain text)
     think = true                 # reasoning models: thinking on/off (their template's switch)
     thinking_budget = 512        # close the thinking after this many tokens
+    compact = "auto"             # auto | off: summarise older exchanges when a turn passes the threshold
+    compact_threshold = 0.8      # ... of the context (prompt + the reply's reserve); /compact any time
+    compact_summary_tokens = 512 # the summary's cap (and at most 1/8 of the context)
 
     [sampling]                   # any of: temperature top_p top_k min_p repeat_penalty max_tokens seed
     temperature = 0.6
@@ -73,6 +76,9 @@ _TOP_LEVEL = {
     "flash_attn": object,  # true | false | "auto", checked in load_config
     "prompt_cache": bool,
     "prompt_cache_max_bytes": int,
+    "compact": str,  # auto | off, checked in load_config
+    "compact_threshold": object,  # a number in (0, 1], checked in load_config
+    "compact_summary_tokens": int,
     "render": str,
     "template": str,
     "sampling": dict,
@@ -116,6 +122,10 @@ class Config:
     flash_attn: bool | str | None = None  # True | False | "auto"
     prompt_cache: bool = True
     prompt_cache_max_bytes: int = 2 * 1024**3
+    # Compaction (llmchat.turn.compaction): on its own past the threshold, and the summary's cap.
+    compact: str = "auto"
+    compact_threshold: float = 0.8
+    compact_summary_tokens: int = 512
     render: str | None = None  # "markdown" | "plain"; None: markdown on a terminal (llmchat.ui.markdown)
     template: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
@@ -194,6 +204,13 @@ def load_config(path: Path | None = None) -> Config:
         raise ConfigError(f'config file {path}: flash_attn must be true, false or "auto"; fix or remove that line')
     if data.get("render", "markdown") not in ("markdown", "plain"):
         raise ConfigError(f'config file {path}: render must be "markdown" or "plain"; fix or remove that line')
+    if data.get("compact", "auto") not in ("auto", "off"):
+        raise ConfigError(f'config file {path}: compact must be "auto" or "off"; fix or remove that line')
+    threshold = data.get("compact_threshold", 0.8)
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
+        raise ConfigError(f"config file {path}: compact_threshold must be a number above 0 and at most 1 (0.8: 80 %)")
+    if data.get("compact_summary_tokens", 1) < 1:
+        raise ConfigError(f"config file {path}: compact_summary_tokens must be 1 or more; fix or remove that line")
     if data.get("prompt_cache_max_bytes", 0) < 0:
         raise ConfigError(f"config file {path}: prompt_cache_max_bytes must be 0 or more; fix or remove that line")
     return Config(path=path, exists=True, **data)

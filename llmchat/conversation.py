@@ -7,6 +7,12 @@ When the next prompt does not fit, the oldest whole exchanges are dropped, in on
 about 65% of the budget rather than one message at a time: the turns after a trim then extend a
 stable prefix and reuse the KV cache, instead of shifting the front of the window (and
 re-prefilling everything) on every turn.
+
+Compaction (llmchat.turn.compaction) is the other way to make room: the older exchanges are
+replaced in the model's context by a summary the model wrote (`Summary`), sent as an exchange of
+its own (the request, then the summary as the assistant's reply: templates that insist on
+alternating roles take it as they take any exchange), followed by the messages after the ones it
+stands for. The messages themselves all stay; the summary only moves the window.
 """
 
 from __future__ import annotations
@@ -22,23 +28,44 @@ if TYPE_CHECKING:
     from llmchat.store.records import StoredConversation
 
 TRIM_TARGET = 0.65
+# What the summary answers in the model's context (the summarising prompt itself is longer:
+# llmchat.turn.compaction).
+SUMMARY_REQUEST = "Summarise our conversation so far."
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A compaction's summary: it stands for the first `covers` messages in the model's context.
+    `made_at`: how many messages the conversation had when it was written; removing messages
+    below that (/undo, /branch) forgets it, as the history deletes it with them."""
+
+    text: str
+    covers: int
+    made_at: int
 
 
 @dataclass
 class Conversation:
     """System prompt plus user/assistant messages. `window_start` marks the oldest message still
-    sent to the model; earlier ones were trimmed from the context but stay in history."""
+    sent to the model; earlier ones were trimmed from the context, or summarised (`summary`), but
+    stay in history."""
 
     system: str | None = None
     messages: list[dict] = field(default_factory=list)  # {"role", "content"} and maybe "interrupted"
     window_start: int = 0
+    summary: Summary | None = None  # the latest compaction's; the window starts at or after it
 
     @classmethod
     def from_stored(cls, stored: StoredConversation) -> Conversation:
         """A conversation continued from the history store (`ask -c`, `chat --resume`, `/load`)."""
         conversation = cls(system=stored.system_prompt)
         for message in stored.messages:
-            if message.role in ("user", "assistant", "tool"):
+            count = len(conversation.messages)
+            if message.role == "summary" and message.summarised is not None and message.summarised <= count:
+                # The latest summary wins: the model's context is rebuilt from it and what follows.
+                conversation.summary = Summary(message.content, message.summarised, made_at=count)
+                conversation.window_start = message.summarised
+            elif message.role in ("user", "assistant", "tool"):
                 # A tool turn's calls and results come back as they were sent (StoredMessage.tool).
                 conversation.messages.append(message.chat_message())
                 if getattr(message, "reasoning", None):  # kept beside the reply, never sent back
@@ -48,6 +75,11 @@ class Conversation:
     def prompt_messages(self, pending_user: str | None = None, start: int | None = None) -> list[dict]:
         start = self.window_start if start is None else start
         result = [{"role": "system", "content": self.system}] if self.system else []
+        if self.summary is not None and start >= self.summary.covers:
+            result += [
+                {"role": "user", "content": SUMMARY_REQUEST},
+                {"role": "assistant", "content": self.summary.text},
+            ]
         result += [_prompt_message(m) for m in self.messages[start:]]
         if pending_user is not None:
             result.append({"role": "user", "content": pending_user})
@@ -87,6 +119,7 @@ class Conversation:
         user = self.messages[start]
         del self.messages[start:]
         self.window_start = min(self.window_start, len(self.messages))
+        self._forget_a_later_summary()
         return user
 
     def last_user_message(self) -> str | None:
@@ -101,10 +134,35 @@ class Conversation:
         starts = [i for i, message in enumerate(self.messages) if message["role"] == "user"]
         del self.messages[starts[turns] if turns < len(starts) else len(self.messages) :]
         self.window_start = min(self.window_start, len(self.messages))
+        self._forget_a_later_summary()
 
     def clear(self) -> None:
         self.messages.clear()
         self.window_start = 0
+        self.summary = None
+
+    # --- compaction (llmchat.turn.compaction) ------------------------------------------------------
+    def exchange_starts(self) -> list[int]:
+        """Where each exchange in the window begins (its user message), oldest first."""
+        return [i for i in range(self.window_start, len(self.messages)) if self.messages[i]["role"] == "user"]
+
+    def up_to(self, end: int) -> Conversation:
+        """A copy of the conversation before message `end`, window and summary included: what a
+        summary is written over (trimming the copy leaves this one as it is)."""
+        copied = [dict(message) for message in self.messages[:end]]
+        return Conversation(self.system, copied, min(self.window_start, end), self.summary)
+
+    def compact(self, text: str, covers: int) -> None:
+        """From now on the model sees `text` in place of the first `covers` messages."""
+        self.summary = Summary(text, covers, made_at=len(self.messages))
+        self.window_start = max(self.window_start, covers)
+
+    def _forget_a_later_summary(self) -> None:
+        """Messages were removed from before the point a summary was written at (it may stand for
+        them): forget it, and give the model the whole conversation again (trimmed when it must)."""
+        if self.summary is not None and self.summary.made_at > len(self.messages):
+            self.summary = None
+            self.window_start = 0
 
 
 # What a tool turn's messages carry for the template besides role and content (llmchat.tools.prompt).

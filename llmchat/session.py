@@ -41,6 +41,7 @@ from llmchat.reasoning import (
     starts_in_thinking,
     thinking_variables,
 )
+from llmchat.turn.compaction import compact_before_turn
 from llmchat.turn.observer import NullObserver, TurnObserver
 from llmchat.turn.plan import PreparedTurn, TurnScope, check_message_size, request_of
 from llmchat.turn.record import TurnResult
@@ -312,6 +313,8 @@ class ChatSession:
         the result kept (history, KV cache on disk), then the exception that stopped the reply
         raised, or the observer told."""
         observer = observer or NullObserver()
+        # Past the threshold, the older exchanges are summarised first (llmchat.turn.compaction).
+        compacted = compact_before_turn(self, user_text) if scope is None else []
         tools = (scope.tools if scope is not None else None) or self.tools
         if tools is not None and tools.active:
             from llmchat.turn.tool_loop import tool_rounds
@@ -321,6 +324,7 @@ class ChatSession:
             prepared = self.prepare(user_text, scope)
             result, stopped = self.decode(prepared, observer)
         result.attachments = tuple(attachments)
+        result.notices[:0] = compacted
         result.stats.prefix, self._prefix_note = self._prefix_note, None
         self.commit(prepared, result, record=record)
         self.sink.save_kv(result)

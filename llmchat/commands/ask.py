@@ -70,6 +70,15 @@ def ask(
         str,
         typer.Option("--overflow", help="When the conversation outgrows the context: error | drop (oldest exchanges)."),
     ] = "error",
+    compact: Annotated[
+        Optional[str],
+        typer.Option(
+            "--compact",
+            metavar="[auto|off]",
+            help="auto: when a turn would pass compact_threshold (80 %) of the context, the model summarises the older exchanges of a continued conversation (-c, --cid) first; off: only trim. Default: the config's compact, else auto.",
+            show_default=False,
+        ),
+    ] = None,
     no_history: Annotated[bool, typer.Option("--no-history", help="Do not save this exchange.")] = False,
     files: Annotated[
         Optional[list[str]],
@@ -99,10 +108,12 @@ def ask(
     from llmchat.output import StreamPrinter, write_json
     from llmchat.structured import from_options
     from llmchat.tools import options as tool_options
+    from llmchat.turn.compaction import with_mode
     from llmchat.turn.policy import INVALID_REPLY_EXIT
     from llmchat.ui.markdown import MarkdownPrinter, wants_markdown
 
     check_overflow(overflow)
+    config = with_mode(env.config, compact)  # a bad --compact: exit 2 before the load
     # A bad --render is exit 2 before the load; --json and a pipe get the model's text as it is.
     markdown = wants_markdown(render, env.config.render, env.stdout_isatty) and not json_output
     # Files first: a binary or non-UTF-8 file is refused before the model loads. MCP resources
@@ -119,7 +130,7 @@ def ask(
     tools = tool_options.tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools)
     toolset = tool_options.gather(tools, env.config)  # a bad --functions file, an unknown -T: exit 2 before the load
     with tool_options.closed_on_failure(toolset):  # MCP servers stop if the model cannot load
-        session = start_session(opts, config=env.config, overflow=overflow, with_history=not no_history)
+        session = start_session(opts, config=config, overflow=overflow, with_history=not no_history)
     try:
         session.hold_to(structured)
         if toolset is not None:

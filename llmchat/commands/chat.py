@@ -39,6 +39,15 @@ def chat(
         str,
         typer.Option("--overflow", help="When the conversation outgrows the context: drop (oldest exchanges) | error."),
     ] = "drop",
+    compact: Annotated[
+        Optional[str],
+        typer.Option(
+            "--compact",
+            metavar="[auto|off]",
+            help="auto: when a turn would pass compact_threshold (80 %) of the context, the model summarises the older exchanges first; off: only trim. Default: the config's compact, else auto. In the chat: /compact [INSTRUCTIONS].",
+            show_default=False,
+        ),
+    ] = None,
     no_history: Annotated[bool, typer.Option("--no-history", help="Do not save this conversation.")] = False,
     files: Annotated[
         Optional[list[str]],
@@ -66,9 +75,11 @@ def chat(
     from llmchat.mcp_sources import McpSources, terminal_asker
     from llmchat.structured import from_options
     from llmchat.tools import options as tool_options
+    from llmchat.turn.compaction import with_mode
     from llmchat.ui.markdown import wants_markdown
 
     check_overflow(overflow)
+    config = with_mode(env.config, compact)  # a bad --compact: exit 2 before the load
     markdown = wants_markdown(render, env.config.render, env.stdout_isatty)  # a bad --render: exit 2 before the load
     if STDIN in (files or ()):
         raise UsageError("chat reads its messages from stdin; -f - is for ask (attach a file by its path)")
@@ -81,7 +92,7 @@ def chat(
     tools = tool_options.tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools)
     toolset = tool_options.gather(tools, env.config)  # a bad --functions file, an unknown -T: exit 2 before the load
     with tool_options.closed_on_failure(toolset):  # MCP servers stop if the model cannot load
-        session = start_session(opts, config=env.config, overflow=overflow, with_history=not no_history)
+        session = start_session(opts, config=config, overflow=overflow, with_history=not no_history)
     try:
         session.hold_to(structured)
         if toolset is not None:

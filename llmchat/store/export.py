@@ -59,6 +59,12 @@ def _markdown_header(conv: StoredConversation) -> str:
 def _markdown_message(message: StoredMessage, new_model: str | None = None) -> str:
     heading = message.role.capitalize() + (f" ({new_model})" if new_model else "")
     lines = [f"## {heading}", "", f"*{message.created_at}*", ""]
+    if message.role == "summary":  # a compaction's (llmchat.turn.compaction); the messages it stands for stay
+        lines += [
+            f"> 🗜 **compacted:** the model's summary of messages 1–{message.summarised} (kept above); "
+            "from here on the model saw it in their place",
+            "",
+        ]
     if message.reasoning:
         # Marked as reasoning, quoted apart from the answer that follows.
         quoted = "\n".join(f"> {line}" if line else ">" for line in message.reasoning.splitlines())

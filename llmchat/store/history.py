@@ -232,9 +232,13 @@ class HistoryStore:
         finish_reason: str | None = None,
         stats: dict | None = None,
         sampling: dict | None = None,
+        model: str | None = None,
+        summarised: int | None = None,
     ) -> int:
-        """Append one message; returns its row id."""
-        message = NewMessage(role, content, interrupted, finish_reason, stats, sampling)
+        """Append one message; returns its row id (a summary's `summarised`: llmchat.turn.compaction)."""
+        message = NewMessage(
+            role, content, interrupted, finish_reason, stats, sampling, model=model, summarised=summarised
+        )
         return self._write(lambda db: append_messages(db, conversation_id, [message])[0])
 
     def add_turn(
@@ -302,10 +306,10 @@ class HistoryStore:
             arguments = (parent,) if end is None else (parent, end)
             for (old_id,) in db.execute(f"SELECT id FROM messages WHERE {shared} ORDER BY seq", arguments).fetchall():
                 cursor = db.execute(
-                    "INSERT INTO messages (conversation_id, seq, role, content, interrupted, finish_reason,"
-                    " stats_json, sampling_json, created_at, reasoning, tool_json, model) SELECT ?, seq, role, content,"
-                    " interrupted, finish_reason, stats_json, sampling_json, created_at, reasoning, tool_json, model"
-                    " FROM messages WHERE id = ?",
+                    "INSERT INTO messages (conversation_id, seq, role, content, interrupted, finish_reason, stats_json,"
+                    " sampling_json, created_at, reasoning, tool_json, model, summarised) SELECT ?, seq, role, content,"
+                    " interrupted, finish_reason, stats_json, sampling_json, created_at, reasoning, tool_json, model,"
+                    " summarised FROM messages WHERE id = ?",
                     (new, old_id),
                 )
                 db.execute(

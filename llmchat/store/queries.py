@@ -21,7 +21,7 @@ from llmchat.store.records import (
     utc_now,
 )
 
-ROLES = ("system", "user", "assistant", "tool")
+ROLES = ("system", "user", "assistant", "tool", "summary")  # summary: a compaction's (m008)
 PREVIEW_CHARS = 60
 
 HEADER_COLUMNS = (
@@ -29,7 +29,7 @@ HEADER_COLUMNS = (
 )
 MESSAGE_COLUMNS = (
     "id, seq, role, content, interrupted, finish_reason, stats_json, sampling_json, created_at, reasoning, tool_json,"
-    " model"
+    " model, summarised"
 )
 
 SUMMARY_SQL = """
@@ -57,6 +57,7 @@ class NewMessage:
     attachments: tuple[Attachment, ...] = ()
     tool: dict | None = None
     model: str | None = None  # the model that wrote a reply
+    summarised: int | None = None  # a summary: how many of the conversation's messages it stands for
 
 
 def append_messages(db: sqlite3.Connection, conversation_id: str, messages: list[NewMessage]) -> list[int]:
@@ -79,7 +80,8 @@ def insert_message(db: sqlite3.Connection, conversation_id: str, seq: int, messa
     content = typed_part(message.content, message.attachments)
     cursor = db.execute(
         "INSERT INTO messages (conversation_id, seq, role, content, interrupted, finish_reason,"
-        " stats_json, sampling_json, created_at, reasoning, tool_json, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " stats_json, sampling_json, created_at, reasoning, tool_json, model, summarised)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             conversation_id,
             seq,
@@ -93,6 +95,7 @@ def insert_message(db: sqlite3.Connection, conversation_id: str, seq: int, messa
             message.reasoning,
             to_json(message.tool),
             message.model,
+            message.summarised,
         ),
     )
     assert cursor.lastrowid is not None  # an INSERT always sets it
@@ -109,12 +112,16 @@ def touch(db: sqlite3.Connection, conversation_id: str, now: str | None = None) 
 
 def trailing_exchange(tail: list[tuple[int, str]]) -> list[int]:
     """Row ids of the last exchange, given the messages from the last user message on, newest
-    first: the reply, a tool turn's calls and results, and the user message they answer."""
+    first: the reply, a tool turn's calls and results, and the user message they answer. A summary
+    written after that message (a compaction: llmchat.turn.compaction) goes with it, as the
+    conversation in memory drops it (`Conversation.drop_last_exchange`)."""
+    summaries = [row_id for row_id, role in tail if role == "summary"]
+    tail = [(row_id, role) for row_id, role in tail if role != "summary"]
     if not tail:
         return []
     if tail[0][1] == "assistant" and tail[-1][1] == "user":
-        return [row_id for row_id, _ in tail]
-    return [tail[0][0]]
+        return [row_id for row_id, _ in tail] + summaries
+    return [tail[0][0]] + summaries
 
 
 def require_conversation(db: sqlite3.Connection, conversation_id: str) -> None:
@@ -252,6 +259,7 @@ def message_from_row(row: tuple) -> StoredMessage:
         reasoning,
         tool,
         model,
+        summarised,
     ) = row
     return StoredMessage(
         id=row_id,
@@ -266,4 +274,5 @@ def message_from_row(row: tuple) -> StoredMessage:
         reasoning=reasoning,
         tool=from_json(tool),
         model=model,
+        summarised=summarised,
     )

@@ -35,6 +35,9 @@ class StoredMessage:
     # `tool_call_id` and `name`, with how its call went (`approved`, `duration_s`, `error`).
     tool: dict[str, Any] | None = None
     model: str | None = None  # the model that wrote a reply (`/model` switches it); None: not recorded
+    # A compaction's summary (role `summary`, llmchat.turn.compaction): it stands for the first
+    # `summarised` messages of the conversation (summaries not counted), which are all kept too.
+    summarised: int | None = None
 
     def chat_message(self) -> dict[str, Any]:
         """The message as the model sees it again: role and content, and a tool turn's fields."""

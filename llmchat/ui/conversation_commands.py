@@ -1,5 +1,6 @@
 """Slash commands that act on the conversation and its place in the history: /clear, /undo,
-/retry, /edit, /branch, /save, /load, /history, and /show tools (the last turn's tool calls).
+/retry, /edit, /branch, /compact, /save, /load, /history, and /show tools (the last turn's tool
+calls).
 
 /undo, /retry and /edit find the last exchange as `Conversation` does (the last user message and
 everything after it), so they work the same after a plain turn, a tool turn, a turn with files
@@ -110,6 +111,38 @@ def cmd_branch(ctx: CommandContext, arg: str) -> Outcome:
         ctx.info(f"new branch of {parent} sharing turns 1..{at}; it is saved with its first reply")
     else:
         ctx.info(f"kept turns 1..{at}; the rest is dropped (history is off, so nothing else keeps it)")
+    return CONTINUE
+
+
+def cmd_compact(ctx: CommandContext, arg: str) -> Outcome:
+    """/compact [INSTRUCTIONS]: the model summarises the older exchanges, and the summary takes
+    their place in its context (llmchat.turn.compaction); the history keeps every message. A
+    Ctrl-C while it writes stops it with nothing changed."""
+    import sys
+
+    from llmchat import interrupts
+    from llmchat.turn.compaction import compact_now
+    from llmchat.ui.terminal import interrupt_once, quiet_terminal
+
+    try:
+        with interrupt_once(), quiet_terminal(sys.stdin):
+            compaction = compact_now(ctx.session, arg or None)
+    except KeyboardInterrupt:
+        interrupts.consume()
+        ctx.info("compaction interrupted; nothing changed")
+        return CONTINUE
+    except LlmchatError as err:  # the engine or a server failed while it wrote
+        ctx.error(f"error: {err}; nothing changed")
+        return CONTINUE
+    if compaction is None:
+        ctx.error("nothing to compact: the model's context holds no exchange yet")
+        return CONTINUE
+    if compaction.failure is not None:
+        ctx.error(f"{compaction.notice()}; nothing changed (the chat trims when it must, as before)")
+    else:
+        ctx.info(compaction.notice())
+    for line in compaction.notices:  # a failed save: the history is off from now on
+        ctx.error(line)
     return CONTINUE
 
 

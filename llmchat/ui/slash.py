@@ -132,6 +132,12 @@ COMMANDS: dict[str, Command] = _table(
             "a new conversation sharing turns 1..N (default: all) with this one",
             conversation.cmd_branch,
         ),
+        Command(
+            "/compact",
+            "[INSTRUCTIONS]",
+            "the model summarises the older exchanges in its context (what to keep: INSTRUCTIONS)",
+            conversation.cmd_compact,
+        ),
         Command("/save", "[NAME]", "name this conversation in the history", conversation.cmd_save),
         Command("/load", "NAME|ID", "continue a saved conversation", conversation.cmd_load),
         Command("/history", "[N]", "recent saved conversations", conversation.cmd_history),
