@@ -26,12 +26,12 @@ GEMMA_LABEL = "gemma-3-270m-q4_k_m"
 ENTER = "\r"
 
 
-def _start(model: Path, *, history: bool = True):
+def _start(model: Path, *, history: bool = True, max_tokens: int = 8):
     from llmchat.config import load_config
     from llmchat.loading import start_session
     from llmchat.options import RunOptions
 
-    options = RunOptions(model=str(model), ctx=1024, temperature=0.0, seed=1, max_tokens=8)
+    options = RunOptions(model=str(model), ctx=1024, temperature=0.0, seed=1, max_tokens=max_tokens)
     return start_session(options, config=load_config(), overflow="drop", with_history=history)
 
 
@@ -112,6 +112,47 @@ def test_a_model_that_cannot_load_leaves_the_current_one(smollm2_path, tmp_path)
         result = session.turn("Hello.")
         assert result.model == label and result.stats.generated_tokens > 0, "the next message answers, on the old model"
         assert result.stats.prefix is None
+    finally:
+        session.close()
+
+
+TOOL = '''
+from pathlib import Path
+
+
+def record_city(city: str) -> str:
+    """Record a city.
+
+    Args:
+        city: The city.
+    """
+    with open(Path(__file__).with_name("calls.txt"), "a", encoding="utf-8") as out:
+        out.write(city + "\\n")
+    return "recorded"
+'''
+
+
+def test_tools_are_offered_again_in_the_new_models_format(smollm2_path, gemma_path, tmp_path):
+    from llmchat.tools.functions import load_functions
+    from llmchat.tools.offer import ToolIO, make_offer
+
+    (tmp_path / "city_tool.py").write_text(TOOL, encoding="utf-8")
+    specs = load_functions(str(tmp_path / "city_tool.py"))
+    session = _start(smollm2_path, history=False, max_tokens=48)  # room for the whole call
+    try:
+        io = ToolIO(show_call=lambda line: None, notice=lambda line: None)
+        session.use_tools(make_offer(session, specs, io, tool_choice="record_city", approve_all=True, chain_limit=1))
+        before = session.tools
+        session.switch_model(str(gemma_path), lambda line: None)
+        after = session.tools
+        assert after is not None and after is not before
+        assert list(after.specs) == ["record_city"] and after.choice == before.choice
+        assert after.policy is before.policy, "approvals carry over"
+        # The forced first round is held to the new model's call grammar: the call parses and runs.
+        result = session.turn("Record Paris.")
+        assert [call.name for call in result.tool_calls or []] == ["record_city"]
+        assert len((tmp_path / "calls.txt").read_text().splitlines()) == 1
+        assert result.stats.prefix == SWITCHED
     finally:
         session.close()
 
