@@ -175,7 +175,7 @@ def _mcp_tools():
     return [tool("everything_get-sum", schema, "mcp:everything"), tool("fs_read.file", schema, "mcp:fs")]
 
 
-@pytest.mark.parametrize("family", [*FAMILIES, GENERIC, *(p.values[0] for p in derived_families())], ids=str)
+@pytest.mark.parametrize("family", [*(pytest.param(f, id=f.id) for f in (*FAMILIES, GENERIC)), *derived_families()])
 def test_mcp_tool_names_that_are_not_identifiers_are_held_and_parsed_back(vocab, family):
     """A hyphen or a dot in a tool's name goes through each family's grammar and parser whole."""
     tools = _mcp_tools()
