@@ -105,6 +105,7 @@ def test_a_forced_call_to_the_tool_with_the_dropped_bound(cli, everything):
         "48",  # room for the whole call (the grammar ends it) and a short answer
         "--json",
         "Give me some resource links.",
+        timeout=900,  # the server's whole tool list is a long prompt to prefill on a busy CPU
     )
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stderr.splitlines() if "everything_get-resource-links" in line]
