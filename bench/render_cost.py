@@ -139,7 +139,8 @@ def main() -> int:
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     runs: list[dict] = []
     try:
-        run_once(loaded, "plain", terminal)  # warm-up: caches, first-call costs
+        for mode in ("plain", "markdown"):  # warm-up: caches, and the first imports of rich and pygments
+            run_once(loaded, mode, terminal)
         for round_index in range(args.rounds):
             order = ("plain", "markdown") if round_index % 2 == 0 else ("markdown", "plain")
             pair = {}
