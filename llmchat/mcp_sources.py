@@ -6,8 +6,11 @@
     /file mcp:everything/demo://resource/dynamic/text/3     /prompt mcp:everything/args-prompt city=Paris
 
 SERVER is an `[mcp.SERVER]` of the config, or a server given with `--mcp` on the same command
-(named after its program: `mcp-server-everything` is `everything`). A server is started at its
-first use and stopped with the McpSources (close()); tool calls keep their own connection.
+(named after its program: `mcp-server-everything` is `everything`). A server the run's tools
+started (the ToolSet given as `shared`) is read through that same connection: one start per
+server, and one that could not start is the usage error it was (the user asked for its content).
+Any other server is started at its first use, its tools not listed, and stopped with the
+McpSources (close()).
 
 - A resource becomes an Attachment named `mcp:SERVER/URI`: its bytes (a text, or a blob's bytes)
   are checked, wrapped, counted and stored like a local file's (llmchat.attachments), and cross
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
     from llmchat.tools.mcp.catalog import PromptInfo, ResourceInfo, ResourceTemplateInfo
     from llmchat.tools.mcp.config import McpServerConfig
     from llmchat.tools.mcp.connection import McpConnection
+    from llmchat.tools.registry import ToolSet
 
 MCP_REF = "mcp:"
 
@@ -94,11 +98,19 @@ def terminal_asker(stdin: IO[str], stderr: IO[str], on_terminal: bool) -> AskArg
 class McpSources:
     """The MCP servers a run reads resources and prompts from, started on first use."""
 
-    def __init__(self, config: Any, mcp_specs: Sequence[str] = (), *, stderr: IO[str] | None = None):
+    def __init__(
+        self,
+        config: Any,
+        mcp_specs: Sequence[str] = (),
+        *,
+        stderr: IO[str] | None = None,
+        shared: ToolSet | None = None,
+    ):
         from llmchat.tools.mcp.config import parse_mcp_spec
 
         self._config = config
         self._stderr = stderr
+        self._shared = shared  # the run's tools: their servers are read through, never closed here
         self._ad_hoc: dict[str, McpServerConfig] = {}
         for spec in mcp_specs:
             server = parse_mcp_spec(spec)
@@ -125,6 +137,9 @@ class McpSources:
         """The running server NAME (started now if it is not yet)."""
         if name in self._open:
             return self._open[name]
+        running = self._shared.connection(name) if self._shared is not None else None  # McpServerDown: said
+        if running is not None:
+            return running
         from llmchat.tools.mcp.config import configured_servers
         from llmchat.tools.mcp.connection import McpConnection
 
@@ -132,7 +147,7 @@ class McpSources:
         if server is None:
             known = ", ".join(self.server_names()) or "none: add an [mcp.NAME] table to the config, or --mcp"
             raise UsageError(f"no MCP server named {name!r} (known: {known})")
-        connection = self._stack.enter_context(McpConnection(server, stderr=self._stderr))
+        connection = self._stack.enter_context(McpConnection(server, stderr=self._stderr, lists_tools=False))
         self._open[name] = connection
         return connection
 

@@ -105,6 +105,7 @@ def check_for(parts: ModelParts, structured: StructuredOutput | None, tools: Too
         chain_limit=tools.chain_limit,
         approve_all=tools.policy.approve_all,
         interactive=tools.policy.interactive,
+        source=tools.source,  # a server's changed tools are still followed
     )
     offer.policy = tools.policy  # the tools the person answered "always" for stay so
     offer.enabled = tools.enabled

@@ -125,8 +125,10 @@ def plan_tools(
         return None
     plan = BatchTools(request)
     try:
-        plan.toolsets.append(gather_tools(config, request.tools, request.functions, request.mcp))
+        plan.toolsets.append(gather_tools(config, request.tools, request.functions, request.mcp, keep_going=True))
         base = plan.toolsets[0]
+        for down in base.down.values():  # the items go on without its tools
+            notice(f"llmchat: {down}; going on without its tools")
         servers = _server_sources(config, request)
         extra = _extra_names(runnable, base, servers, config)
         if extra:

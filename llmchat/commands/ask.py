@@ -116,20 +116,22 @@ def ask(
     config = with_mode(env.config, compact)  # a bad --compact: exit 2 before the load
     # A bad --render is exit 2 before the load; --json and a pipe get the model's text as it is.
     markdown = wants_markdown(render, env.config.render, env.stdout_isatty) and not json_output
-    # Files first: a binary or non-UTF-8 file is refused before the model loads. MCP resources
-    # (-f mcp:SERVER/URI) and an MCP prompt (-p mcp:SERVER/NAME) are read now, their servers stopped.
-    with McpSources(env.config, mcp or (), stderr=env.stderr) as sources:
-        attachments = tuple(collect(files or (), resources=sources.resource_bytes))
-        asker = terminal_asker(env.stdin, env.stderr, env.stdin_isatty and env.stderr_isatty)
-        opening = sources.opening(opts.saved_prompt, prompt_arg or (), asker)
-    typed = read_prompt(
-        prompt, env, from_stdin=STDIN not in (files or ()), may_be_empty=bool(attachments) or bool(opening)
-    )
-    text = joined(opening, typed)
-    structured = from_options(opts, env.config)  # a bad schema is a usage error before the model loads
     tools = tool_options.tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools)
     toolset = tool_options.gather(tools, env.config)  # a bad --functions file, an unknown -T: exit 2 before the load
-    with tool_options.closed_on_failure(toolset):  # MCP servers stop if the model cannot load
+    with tool_options.closed_on_failure(toolset):  # MCP servers stop if anything fails before the turn
+        # Before the model loads: a binary or non-UTF-8 file is refused. MCP resources (-f
+        # mcp:SERVER/URI) and an MCP prompt (-p mcp:SERVER/NAME) are read now, through the tools'
+        # own connections where the server offers tools too.
+        with McpSources(env.config, mcp or (), stderr=env.stderr, shared=toolset) as sources:
+            attachments = tuple(collect(files or (), resources=sources.resource_bytes))
+            asker = terminal_asker(env.stdin, env.stderr, env.stdin_isatty and env.stderr_isatty)
+            opening = sources.opening(opts.saved_prompt, prompt_arg or (), asker)
+        typed = read_prompt(
+            prompt, env, from_stdin=STDIN not in (files or ()), may_be_empty=bool(attachments) or bool(opening)
+        )
+        text = joined(opening, typed)
+        tool_options.say_down(toolset)  # after -f/-p mcp:... naming one of them: exit 2
+        structured = from_options(opts, env.config)  # a bad schema is a usage error before the model loads
         session = start_session(opts, config=config, overflow=overflow, with_history=not no_history)
     try:
         session.hold_to(structured)

@@ -83,15 +83,17 @@ def chat(
     markdown = wants_markdown(render, env.config.render, env.stdout_isatty)  # a bad --render: exit 2 before the load
     if STDIN in (files or ()):
         raise UsageError("chat reads its messages from stdin; -f - is for ask (attach a file by its path)")
-    sources = McpSources(env.config, mcp or (), stderr=env.stderr)  # -f, -p, /file, /prompt mcp:SERVER/...
-    with sources:  # read before the model loads, the servers stopped (a later /file mcp:... starts one again)
-        attachments = tuple(collect(files or (), resources=sources.resource_bytes))  # a binary file: exit 2 now
-        asker = terminal_asker(env.stdin, env.stderr, env.stdin_isatty and env.stderr_isatty)
-        opening = sources.opening(opts.saved_prompt, prompt_arg or (), asker)  # goes with the first message
-    structured = from_options(opts, env.config)  # a bad --schema is a usage error before the model loads
     tools = tool_options.tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools)
     toolset = tool_options.gather(tools, env.config)  # a bad --functions file, an unknown -T: exit 2 before the load
+    # -f, -p, /file, /prompt mcp:SERVER/...: through the tools' connections where they are the same server.
+    sources = McpSources(env.config, mcp or (), stderr=env.stderr, shared=toolset)
     with tool_options.closed_on_failure(toolset):  # MCP servers stop if the model cannot load
+        with sources:  # read before the model loads, its own servers stopped (a later /file mcp:... starts one again)
+            attachments = tuple(collect(files or (), resources=sources.resource_bytes))  # a binary file: exit 2 now
+            asker = terminal_asker(env.stdin, env.stderr, env.stdin_isatty and env.stderr_isatty)
+            opening = sources.opening(opts.saved_prompt, prompt_arg or (), asker)  # goes with the first message
+        tool_options.say_down(toolset)  # after -f/-p mcp:... naming one of them: exit 2
+        structured = from_options(opts, env.config)  # a bad --schema is a usage error before the model loads
         session = start_session(opts, config=config, overflow=overflow, with_history=not no_history)
     try:
         session.hold_to(structured)

@@ -6,6 +6,13 @@ and checks every call grammar up front. A tool's schema keyword the grammar cann
 validation, and a tool whose schema is not valid JSON Schema is left out, each with a notice
 (llmchat.tools.schema_hold). The tool loop (llmchat.turn.tool_loop) runs the rounds with it, and
 the prompt (llmchat.turn.tokens) is shaped by it.
+
+An offer made with a `source` (the run's ToolSet) follows it: `refresh()`, called by the tool loop
+before a turn's first round, lists again the tools of an MCP server that sent
+notifications/tools/list_changed and offers the new list from that turn on, with one notice per
+server ("MCP server X changed its tools: +a -b"). Not between the rounds of one turn: the tools
+are rendered before the user's message, so a new list would change the prompt's prefix that the
+later rounds keep in the KV cache.
 """
 
 from __future__ import annotations
@@ -29,7 +36,17 @@ if TYPE_CHECKING:
     from llmchat.prompt.render import ResolvedTemplate
     from llmchat.tools.approval import Answer
     from llmchat.tools.families import Family
+    from llmchat.tools.registry import ToolChange
     from llmchat.tools.spec import CallRecord, ToolSpec
+
+
+class ToolSource(Protocol):
+    """Where an offer's tools come from (llmchat.tools.registry.ToolSet): a server's changed tools
+    listed again, and every tool as it is now."""
+
+    def refresh_changed(self) -> list[ToolChange]: ...
+
+    def specs(self) -> list[ToolSpec]: ...
 
 
 class ToolHost(Protocol):
@@ -73,6 +90,8 @@ class ToolOffer:
     # <|python_tag|>): they print as nothing, so the reply shows them as their text for the parser.
     markup: dict[int, bytes] = field(default_factory=dict)
     said: set[str] = field(default_factory=set)  # notices given once per session
+    source: ToolSource | None = None  # the tools followed when a server changes them (refresh)
+    engine: ChatEngine | None = None  # checks the grammars of a refreshed list
     _grammars: dict[tuple[tuple[str, ...], bool, bool], Grammar] = field(default_factory=dict, repr=False)
 
     @property
@@ -88,6 +107,35 @@ class ToolOffer:
         if line not in self.said:
             self.said.add(line)
             self.io.notice(line)
+
+    def refresh(self) -> None:
+        """Offer the source's tools as they are now, when a server said they changed: the notices
+        of what changed, and the grammars built again. A forced tool that is gone: the model chooses."""
+        source = self.source
+        changes = source.refresh_changed() if source is not None else []
+        if source is None or not changes:
+            return
+        for change in changes:
+            self.io.notice(change.notice())
+        grammar = not self.native and self.choice.mode != "none"
+        self.specs = {spec.name: spec for spec in offered_tools(source.specs(), self.notice_once, grammar=grammar)}
+        if self.choice.mode == "named" and self.choice.name not in self.specs:
+            from llmchat.tools.choice import ToolChoice
+
+            self.notice_once(f"--tool-choice {self.choice.name}: that tool is gone; the model chooses (auto)")
+            self.choice = ToolChoice("auto")
+        self._grammars.clear()
+        if self.engine is not None and self.active and not self.native:
+            self._check_grammars(self.engine)
+
+    def _check_grammars(self, engine: ChatEngine) -> None:
+        """Build every grammar the rounds use and check it against the engine's vocabulary."""
+        names = list(self.specs)
+        engine.check_grammar(self.grammar(names, False, lazy=self.family is not GENERIC))
+        if self.choice.mode in ("required", "named"):
+            forced = plan_round(self.choice, 0, names).grammar_tools
+            engine.check_grammar(self.grammar(forced, True))
+        self.markup = control_markers(engine, [g.text for g in self._grammars.values()])
 
     def listed(self) -> list[ToolSpec]:
         return list(self.specs.values())
@@ -120,16 +168,24 @@ def make_offer(
     chain_limit: int = DEFAULT_CHAIN_LIMIT,
     approve_all: bool = False,
     interactive: bool = False,
+    source: ToolSource | None = None,
 ) -> ToolOffer:
     """The tools `specs` offered to `host`'s model; every grammar is built and checked here, before
     anything is generated (what a grammar cannot hold of a tool's schema is said once). A server that renders its own
-    template gets the tools natively, and no grammar (llmchat.tools.native)."""
+    template gets the tools natively, and no grammar (llmchat.tools.native). `source`: the tools
+    to follow when a server changes them (ToolOffer.refresh)."""
     engine = host.engine
     if host.structured is not None:
         raise UsageError("tools and --schema/--format/--grammar cannot be combined; drop one of them")
     ChainGuard(chain_limit)  # --chain-limit 0: a usage error
     native_engine = engine.caps.renders_template
-    specs = offered_tools(specs, io.notice, grammar=not native_engine and tool_choice != "none")
+    said: set[str] = set()
+
+    def say(line: str) -> None:  # remembered: a refreshed list does not say it again
+        said.add(line)
+        io.notice(line)
+
+    specs = offered_tools(specs, say, grammar=not native_engine and tool_choice != "none")
     by_name = {spec.name: spec for spec in specs}
     choice = parse_tool_choice(tool_choice, list(by_name))
     if native_engine:
@@ -145,20 +201,18 @@ def make_offer(
         ApprovalPolicy(interactive=interactive, approve_all=approve_all),
         io,
         chain_limit,
+        said=said,
+        source=source,
+        engine=engine,
     )
     if offer.active and not offer.native:
-        names = list(by_name)
-        engine.check_grammar(offer.grammar(names, False, lazy=family is not GENERIC))
-        if choice.mode in ("required", "named"):
-            forced = plan_round(choice, 0, names).grammar_tools
-            engine.check_grammar(offer.grammar(forced, True))
+        offer._check_grammars(engine)
         if family is GENERIC:
             from llmchat.prompt.format_analysis import analyze
             from llmchat.tools import generic
 
             template = host.template
             io.notice(generic.notice(f"{template.name} ({template.source_detail})", analyze(template.text).missing))
-        offer.markup = control_markers(engine, [g.text for g in offer._grammars.values()])
     return offer
 
 

@@ -78,19 +78,46 @@ def tool_request(
 
 
 def gather(request: ToolRequest, config: Config) -> ToolSet | None:
-    """The chosen tools (MCP servers started), before the model loads; None when none were asked for."""
+    """The chosen tools (MCP servers started), before the model loads; None when none were asked for.
+    A server that cannot start is kept aside (say_down tells), unless --tool-choice names its tool."""
     if not request.wanted:
         return None
-    from llmchat.tools.choice import parse_tool_choice
     from llmchat.tools.registry import gather_tools
 
-    toolset = gather_tools(config, request.tools, request.functions, request.mcp)
+    toolset = gather_tools(config, request.tools, request.functions, request.mcp, keep_going=True)
     try:
-        parse_tool_choice(request.tool_choice, list(toolset.tools))  # a wrong NAME: exit 2 before the load
+        check_choice(request.tool_choice, toolset)  # a wrong NAME: exit 2 before the load
     except BaseException:
         toolset.close()
         raise
     return toolset
+
+
+def say_down(toolset: ToolSet | None) -> None:
+    """One line for each MCP server that could not start: the run goes on without its tools. Said
+    once nothing else asked of it (-f, -p mcp:SERVER/...) stopped the run."""
+    from llmchat.output import notice
+
+    for down in toolset.down.values() if toolset is not None else ():
+        notice(f"llmchat: {down}; going on without its tools")
+
+
+def check_choice(tool_choice: str, toolset: ToolSet) -> None:
+    """--tool-choice against the tools that are there: a tool of a server that did not start is
+    one line naming the server and why (the forced call cannot be made)."""
+    from llmchat.errors import UsageError
+    from llmchat.tools.choice import parse_tool_choice
+
+    try:
+        parse_tool_choice(tool_choice, list(toolset.tools))
+    except UsageError:
+        for name, down in toolset.down.items():
+            if tool_choice.startswith(f"{name}_"):
+                raise UsageError(f"--tool-choice {tool_choice}: {down}") from None
+        raise
+    if tool_choice == "required" and not toolset.tools and toolset.down:
+        servers = ", ".join(toolset.down)
+        raise UsageError(f"--tool-choice required: no tool is there to call (not started: {servers})")
 
 
 @contextmanager
@@ -135,6 +162,7 @@ def offer(session: ToolTaker, toolset: ToolSet, request: ToolRequest, *, dim: bo
             chain_limit=request.chain_limit,
             approve_all=request.approve_all,
             interactive=interactive,
+            source=toolset,  # a server that changes its tools: offered again from the next turn
         )
     )
 

@@ -4,6 +4,12 @@
 `--functions FILE.py` adds a file's public functions and `--mcp "COMMAND ARGS"` starts a server
 ad hoc. With no selection at all (`llmchat tools list` bare), every configured tool and server is
 gathered. Two tools with one name are refused, naming both sources: nothing is silently shadowed.
+
+The ToolSet owns the MCP connections it started: llmchat.mcp_sources reads resources and prompts
+through the same ones (one start per server). With `keep_going` (ask, chat, batch) a server that
+cannot start or be reached is kept in `down` with its one-line reason instead of stopping the run:
+the turn goes on with the other tools. `refresh_changed()` lists again the tools of a server that
+sent notifications/tools/list_changed, and says what changed (llmchat.tools.offer re-offers them).
 """
 
 from __future__ import annotations
@@ -18,9 +24,23 @@ from llmchat.tools.command_tools import command_tool
 from llmchat.tools.functions import load_functions
 from llmchat.tools.mcp.config import McpServerConfig, configured_servers, parse_mcp_spec
 from llmchat.tools.mcp.connection import McpConnection
+from llmchat.tools.mcp.failures import McpServerDown
 from llmchat.tools.spec import ToolSpec
 
 MCP_PREFIX = "mcp:"
+
+
+@dataclass(frozen=True)
+class ToolChange:
+    """A server's tools listed again after it said they changed: the names added and removed."""
+
+    server: str
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+
+    def notice(self) -> str:
+        changes = [f"+{name}" for name in self.added] + [f"-{name}" for name in self.removed]
+        return f"MCP server {self.server} changed its tools: {' '.join(changes) or 'the same names, new definitions'}"
 
 
 @dataclass
@@ -30,6 +50,8 @@ class ToolSet:
     tools: dict[str, ToolSpec] = field(default_factory=dict)
     _stack: ExitStack = field(default_factory=ExitStack, repr=False)
     _servers: list[McpConnection] = field(default_factory=list, repr=False)
+    # The servers that could not start or be reached, by name: the run goes on without their tools.
+    down: dict[str, McpServerDown] = field(default_factory=dict)
 
     def add(self, spec: ToolSpec) -> None:
         existing = self.tools.get(spec.name)
@@ -51,24 +73,42 @@ class ToolSet:
     def specs(self) -> list[ToolSpec]:
         return list(self.tools.values())
 
-    def start_server(self, server: McpServerConfig) -> None:
-        """Start (or reach) an MCP server, kept running until close(), and add its tools."""
-        connection = self._stack.enter_context(McpConnection(server))
+    def start_server(self, server: McpServerConfig, *, keep_going: bool = False) -> None:
+        """Start (or reach) an MCP server, kept running until close(), and add its tools.
+        `keep_going`: a server that cannot start is kept in `down`, not raised."""
+        try:
+            connection = self._stack.enter_context(McpConnection(server))
+        except McpServerDown as err:
+            if not keep_going:
+                raise
+            self.down[server.name] = err
+            return
         self._servers.append(connection)
         for spec in connection.tools:
             self.add(spec)
 
-    def refresh_changed(self) -> bool:
+    def connection(self, name: str) -> McpConnection | None:
+        """The running server NAME of this set (None: not one of its servers). McpServerDown for
+        one that could not start."""
+        if name in self.down:
+            raise self.down[name]
+        return next((server for server in self._servers if server.server.name == name), None)
+
+    def refresh_changed(self) -> list[ToolChange]:
         """List again the tools of each server that said they changed (notifications/tools/list_changed):
-        its tools are replaced by the new listing. True when something was listed again."""
-        changed = [server for server in self._servers if server.tools_changed]
-        for server in changed:
+        its tools are replaced by the new listing. Returns what changed, per server listed again."""
+        changes = []
+        for server in [server for server in self._servers if server.tools_changed]:
             source = server.server.source or f"mcp:{server.server.name}"
-            kept = {name: spec for name, spec in self.tools.items() if spec.source != source}
-            self.tools = kept
+            before = [name for name, spec in self.tools.items() if spec.source == source]
+            self.tools = {name: spec for name, spec in self.tools.items() if spec.source != source}
             for spec in server.refresh_tools():
                 self.add(spec)
-        return bool(changed)
+            after = [name for name, spec in self.tools.items() if spec.source == source]
+            added = tuple(name for name in after if name not in before)
+            removed = tuple(name for name in before if name not in after)
+            changes.append(ToolChange(server.server.name, added, removed))
+        return changes
 
 
 def gather_tools(
@@ -78,8 +118,10 @@ def gather_tools(
     mcp_specs: Sequence[str] = (),
     *,
     everything_configured: bool = False,
+    keep_going: bool = False,
 ) -> ToolSet:
-    """The ToolSet for these selections. MCP servers are started here (and stopped by close())."""
+    """The ToolSet for these selections. MCP servers are started here (and stopped by close()).
+    `keep_going`: a server that cannot start is kept in the set's `down`, the others' tools offered."""
     tool_tables: dict[str, Any] = getattr(config, "tools", None) or {}
     servers = configured_servers(config)
     wanted_tools: list[str] = []
@@ -115,7 +157,7 @@ def gather_tools(
             for spec in load_functions(file):
                 toolset.add(spec)
         for server in wanted_servers:
-            toolset.start_server(server)
+            toolset.start_server(server, keep_going=keep_going)
     except BaseException:
         toolset.close()
         raise

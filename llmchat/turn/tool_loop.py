@@ -13,7 +13,9 @@ from a plain turn is only what surrounds the decode (the offer itself: llmchat.t
 - the reply is parsed with the family's parser; each call is shown on stderr, approved or not
   (llmchat.tools.approval), run (llmchat.tools.execute) and its result goes back as a `tool`
   message. Every failure is text for the model: the turn goes on.
-The rounds extend one prompt, so each round prefills only the calls and results (KV prefix reuse).
+The rounds extend one prompt, so each round prefills only the calls and results (KV prefix reuse);
+for that reason a server's changed tool list (notifications/tools/list_changed) is offered from the
+next turn, never between two rounds (ToolOffer.refresh, before the first round).
 The chain stops when a reply calls nothing, or after `--chain-limit` rounds of calls, or at a reply
 that only repeats calls already made with the same arguments (not run twice; one notice each): the
 round after that still lists the tools (the same prefix) but runs no call.
@@ -149,7 +151,14 @@ def tool_rounds(
     """One turn with tools: rounds until a reply calls nothing (or the chain limit). Returns the
     last round's prepared turn, the turn's result (the final round's, with every call in
     `tool_calls` and the messages that carry them) and the exception that cut it, if one did:
-    the session keeps the result as it keeps any turn's."""
+    the session keeps the result as it keeps any turn's.
+
+    A server that changed its tools since the last turn has them listed again first (the offer's
+    refresh, with its notice); not between rounds, whose prompts keep the first round's prefix."""
+    offer.refresh()
+    if not offer.active:  # its last tools are gone: a turn without tools
+        plain = runner.prepare(user_text, scope)
+        return (plain, *runner.decode(plain, observer))
     names = list(offer.specs)
     guard = ChainGuard(offer.chain_limit)
     schemas = {name: spec.parameters for name, spec in offer.specs.items()}

@@ -5,7 +5,10 @@ only when a server is used: `pip install 'llmchat[mcp]'`).
   HTTP or SSE) as McpServerConfig; `server_named(config, NAME)` and `parse_mcp_spec(SPEC)` name one.
 - transports.py: the SDK transport for a server (stdio, Streamable HTTP, SSE), with its timeouts.
 - connection.py: McpConnection, one running server: tools as ToolSpecs named SERVER_TOOL, calls,
-  resources, resource templates, prompts.
+  resources, resource templates, prompts; a changed tool list seen (list_changed, or at
+  2026-07-28 a subscriptions/listen stream).
+- failures.py: McpServerDown (could not start: a chat goes on without it), McpFailure, and the
+  one-line reason for what the SDK raised.
 - results.py: every content kind of a result as text for the model (media saved under the cache).
 - catalog.py: resources and prompts as small frozen values.
 - progress.py: a call's progress notifications as one line on stderr.

@@ -2,8 +2,8 @@
 
 The SDK is asynchronous; McpConnection keeps one event loop in a background thread (anyio's
 blocking portal) so the rest of llmchat calls it like a function. Every request is bounded in time
-(the server's `timeout`, or the caller's for a tool call), and every failure is one line: a
-UsageError when the server cannot start, a ToolFailure (text for the model) when a tool call
+(the server's `timeout`, or the caller's for a tool call), and every failure is one line: an
+McpServerDown (a UsageError) when the server cannot start, a ToolFailure (text for the model) when a tool call
 fails, an McpFailure for a resource or prompt request.
 
 A server that asks the client for something only a person could give (elicitation, sampling,
@@ -25,7 +25,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from llmchat.errors import LlmchatError, UsageError
+from llmchat.errors import UsageError
 from llmchat.output import notice
 from llmchat.tools.mcp.catalog import (
     PromptInfo,
@@ -38,6 +38,7 @@ from llmchat.tools.mcp.catalog import (
     template_info,
 )
 from llmchat.tools.mcp.config import McpServerConfig, tool_name
+from llmchat.tools.mcp.failures import McpFailure, McpServerDown, ProtocolBroken, answered, describe, malformed, root
 from llmchat.tools.mcp.progress import ProgressLine
 from llmchat.tools.mcp.results import HandledResult, block_text, handle_result, resource_contents_text
 from llmchat.tools.spec import DEFAULT_TIMEOUT_S, EMPTY_OBJECT_SCHEMA, ToolFailure, ToolSpec
@@ -48,14 +49,6 @@ CANCEL_GRACE_S = 2.0  # how long Ctrl-C waits for the cancellation to reach the 
 CONNECT_RETRY_PAUSES_S = (0.5, 1.0, 2.0)  # a refused HTTP connection at the start: tried again after each
 
 _T = TypeVar("_T")
-
-
-class McpFailure(LlmchatError):
-    """A request to a running server failed (resources, prompts): one line, exit 1."""
-
-
-class _ProtocolBroken(Exception):
-    """The server sent something that is not MCP while a request was waiting for it."""
 
 
 def require_mcp() -> None:
@@ -89,8 +82,11 @@ class McpConnection:
         *,
         stderr: IO[str] | None = None,
         media_dir: Path | None = None,
+        lists_tools: bool = True,
     ):
         self.server = server
+        # False: opened for its resources and prompts only (llmchat.mcp_sources), its tools not listed.
+        self.lists_tools = lists_tools
         self.startup_timeout_s = startup_timeout_s or server.timeout_s or DEFAULT_TIMEOUT_S
         self.request_timeout_s = server.timeout_s or DEFAULT_TIMEOUT_S
         self.stderr = stderr or sys.stderr
@@ -103,6 +99,7 @@ class McpConnection:
         self._active_scope: Any = None
         self._protocol_error = ""
         self._tools_stale = False
+        self._watcher: concurrent.futures.Future[None] | None = None  # the tools' listen stream, read
         self.tools: list[ToolSpec] = []
         self.left_out: dict[str, str] = {}  # the server's tools llmchat cannot call, and why
         self._http_status: int | None = None  # the last HTTP error status the server answered with
@@ -146,10 +143,10 @@ class McpConnection:
                     self._client = self._stack.enter_context(self._portal.wrap_async_context_manager(client))
                     break
                 except Exception as err:  # a URL server still starting refuses: a few more tries, as --server's
-                    if pause is None or not self.server.url or type(_root(err)).__name__ != "ConnectError":
+                    if pause is None or not self.server.url or type(root(err)).__name__ != "ConnectError":
                         raise
                     time.sleep(pause)
-            listed = self._run(self._bounded, self._list_tools, self.startup_timeout_s)
+            listed = self._run(self._bounded, self._list_tools, self.startup_timeout_s) if self.lists_tools else []
         except (KeyboardInterrupt, SystemExit):  # Ctrl-C or SIGTERM while it starts: not its failure
             self.close()
             raise
@@ -162,8 +159,10 @@ class McpConnection:
                 detail = f"no answer within {self.startup_timeout_s:g} s"
             self.close()
             failed = "could not be reached" if self.server.url else "did not start"
-            raise UsageError(f"{self.label} ({self.server.target}) {failed}: {detail}") from None
+            raise McpServerDown(f"{self.label} ({self.server.target}) {failed}: {detail}", self.server.name) from None
         self._set_tools(listed)
+        if self.lists_tools:
+            self._watch_tools()
         return self.tools
 
     # --- tools -------------------------------------------------------------------------------
@@ -193,6 +192,33 @@ class McpConnection:
         self._output_schemas = {tool.name: tool.output_schema for tool in usable}
         self.tools = [self._spec(tool) for tool in usable]
         self._tools_stale = False
+
+    def _watch_tools(self) -> None:
+        """At the 2026-07-28 revision a server says its tools changed only on a
+        `subscriptions/listen` stream the client opens (older ones send the notification as is:
+        _on_message): open one, acknowledged before the first call, and mark the tools stale on
+        each event. A server that cannot listen keeps the tools it first listed."""
+        from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+        tools = getattr(self._client.server_capabilities, "tools", None)
+        if self._client.protocol_version not in MODERN_PROTOCOL_VERSIONS or not getattr(tools, "list_changed", None):
+            return
+        try:
+            listen = self._client.listen(tools_list_changed=True)
+            subscription = self._stack.enter_context(self._portal.wrap_async_context_manager(listen))
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:
+            return
+
+        async def drain() -> None:
+            try:
+                async for _event in subscription:  # the only events asked for: tools changed
+                    self._tools_stale = True
+            except Exception:  # the stream was lost: the tools stay as last listed
+                pass
+
+        self._watcher = self._portal.start_task_soon(drain)
 
     @property
     def tools_changed(self) -> bool:
@@ -383,7 +409,7 @@ class McpConnection:
             raise
 
     async def _bounded(self, send: Callable[[], Awaitable[_T]], timeout_s: float) -> _T:
-        """One request under a time limit; cut short, as _ProtocolBroken, when the server sends
+        """One request under a time limit; cut short, as ProtocolBroken, when the server sends
         something that is not MCP meanwhile (nothing would ever answer it)."""
         import anyio
 
@@ -395,12 +421,12 @@ class McpConnection:
                     return await send()
             finally:
                 self._active_scope = None
-        raise _ProtocolBroken(self._protocol_error or "the request was cut short")
+        raise ProtocolBroken(self._protocol_error or "the request was cut short")
 
     async def _on_message(self, message: Any) -> None:
         """Server notifications and transport errors, on the connection's loop."""
         if isinstance(message, Exception):
-            self._protocol_error = f"it sent a message that is not MCP ({_malformed(message)})"
+            self._protocol_error = f"it sent a message that is not MCP ({malformed(message)})"
             if self._active_scope is not None:
                 self._active_scope.cancel()
             return
@@ -418,12 +444,12 @@ class McpConnection:
         self._http_status = status
 
     def _failure(self, err: BaseException) -> str:
-        message = _describe(err)
+        message = describe(err)
         if self._http_status is not None:
             hint = ": check its token (bearer_token_env) and headers" if self._http_status in (401, 403) else ""
             message = f"{message} (HTTP {self._http_status}{hint})"
             self._http_status = None
-        if _answered(err):  # the server answered with an error: its stderr adds nothing
+        if answered(err):  # the server answered with an error: its stderr adds nothing
             return message
         last = self._stderr_tail()
         return f"{message}; its stderr ends: {last}" if last else message
@@ -441,46 +467,10 @@ class McpConnection:
 
     def close(self) -> None:
         self._client = None
+        if self._watcher is not None:
+            self._watcher.cancel()  # before the stream's own exit, which it would otherwise wait on
+            self._watcher = None
         try:
             self._stack.close()
         except BaseException:  # a server that already died may fail its own shutdown; it is gone either way
             pass
-
-
-def _malformed(err: Exception) -> str:
-    if type(err).__name__ in ("ValidationError", "JSONDecodeError"):
-        return "a line that is not a JSON-RPC message"
-    return _describe(err)
-
-
-def _answered(err: BaseException) -> bool:
-    """Whether this is an error the server sent (not one the SDK made for a closed connection or a
-    request that timed out)."""
-    from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
-
-    root = _root(err)
-    return type(root).__name__ == "MCPError" and getattr(root, "code", None) not in (CONNECTION_CLOSED, REQUEST_TIMEOUT)
-
-
-def _root(err: BaseException) -> BaseException:
-    """The first failure inside the exception groups the SDK's task groups wrap it in."""
-    while getattr(err, "exceptions", None):  # an ExceptionGroup (built in from Python 3.11 only)
-        err = err.exceptions[0]  # type: ignore[attr-defined]
-    return err
-
-
-def _describe(err: BaseException) -> str:
-    """A one-line reason from what the SDK raised."""
-    err = _root(err)
-    if isinstance(err, _ProtocolBroken):
-        return str(err)
-    if isinstance(err, FileNotFoundError):
-        return f"program not found ({err.filename or err})"
-    if isinstance(err, TimeoutError):
-        return "no answer in time"
-    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    if type(err).__name__ == "MCPError":
-        return first or "the server answered with an error"
-    if type(err).__name__ == "ConnectError":
-        return f"no connection ({first or 'refused'})"
-    return f"{type(err).__name__}: {first}" if first else type(err).__name__
