@@ -188,3 +188,22 @@ def test_a_piped_chat_with_no_lines_treats_an_mcp_prompt_as_a_saved_prompt(cli, 
         assert (run.returncode, run.stdout) == (0, ""), (prompt, run.stderr)
         assert "Traceback" not in run.stderr
     assert json.loads(cli("history", "list", "--json").stdout) == []
+
+
+@pytest.mark.slow
+def test_a_forced_tool_that_is_gone_leaves_the_choice_to_the_model(cli, smollm2_path, starts):
+    run = cli(
+        "chat",
+        "-m",
+        str(smollm2_path),
+        *FORCED,
+        *("-T", "mcp:changing", "--tool-choice", "changing_step_one", "--approve-tools", "--json"),
+        input="Take the first step.\nGo on.\n",
+    )
+    assert run.returncode == 0, run.stderr
+    first, second = (json.loads(line) for line in run.stdout.splitlines())
+    assert [call["name"] for call in first["tool_calls"]] == ["changing_step_one"]
+    assert second["id"] == 2  # the second turn ran, the model choosing (its words are not asserted)
+    lines = run.stderr.splitlines()
+    assert lines.count("--tool-choice changing_step_one: that tool is gone; the model chooses (auto)") == 1
+    assert lines.count("MCP server changing changed its tools: +changing_step_two -changing_step_one") == 1
