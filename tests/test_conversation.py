@@ -79,6 +79,8 @@ def test_long_scripted_chat_with_small_context_trims_and_keeps_answering(cli):
         "0",
         "--seed",
         "3",
+        "--compact",
+        "off",  # trimming as such (compaction: tests/test_compaction.py)
         "--system",
         "You are a terse assistant. SYSTEM-MARKER-42.",
         input="\n".join(messages) + "\n",
@@ -143,7 +145,19 @@ def test_trim_turn_shifts_the_kept_cache_instead_of_prefilling_it(cli):
         "\n".join(f"Tell me one fact about the number {i}. Please answer in one or two sentences." for i in range(12))
         + "\n"
     )
-    common = ("chat", "--json", "--no-history", "--ctx", "512", "--max-tokens", "48", "--temperature", "0")
+    common = (
+        "chat",
+        "--json",
+        "--no-history",
+        "--ctx",
+        "512",
+        "--max-tokens",
+        "48",
+        "--temperature",
+        "0",
+        "--compact",
+        "off",
+    )
     cached_on_trim = {}
     for flag in ("--kv-shift", "--no-kv-shift"):
         result = cli(*common, flag, input=messages)

@@ -116,6 +116,7 @@ class Compactable(Protocol):
         self, prepared: PreparedTurn, observer: TurnObserver, *, restore: bool = True
     ) -> tuple[TurnResult, BaseException | None]: ...
     def disable_history(self, err: Exception, consequence: str) -> str: ...
+    def check_message_size(self, user_text: str, budget: Budget | None = None) -> None: ...
 
 
 @dataclass
@@ -212,6 +213,7 @@ def compact_before_turn(session: Compactable, user_text: str) -> list[str]:
     if settings.mode != "auto" or not conversation.exchange_starts():
         return []
     budget = session.budget()
+    session.check_message_size(user_text, budget)  # a message that cannot fit fails now, nothing summarised
     limit = int(settings.threshold * budget.n_ctx)
     if len(session.tokenize_messages(conversation.prompt_messages(user_text))) + budget.reply_reserve <= limit:
         return []
