@@ -207,3 +207,25 @@ def test_a_forced_tool_that_is_gone_leaves_the_choice_to_the_model(cli, smollm2_
     lines = run.stderr.splitlines()
     assert lines.count("--tool-choice changing_step_one: that tool is gone; the model chooses (auto)") == 1
     assert lines.count("MCP server changing changed its tools: +changing_step_two -changing_step_one") == 1
+
+
+@pytest.mark.slow
+def test_a_batch_goes_on_without_a_dead_server(cli, smollm2_path, starts, tmp_path):
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"id": "step", "prompt": "Take the first step.", "tool_choice": "required"}) + "\n")
+    run = cli(
+        "batch",
+        str(items),
+        "-m",
+        str(smollm2_path),
+        *(option for option in FORCED if option != "--no-history"),
+        "-T",
+        "mcp:gone",
+        "-T",
+        "mcp:changing",
+        "--approve-tools",
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.splitlines().count(GONE_LINE) == 1
+    [record] = [json.loads(line) for line in run.stdout.splitlines()]
+    assert [call["name"] for call in record["tool_calls"]] == ["changing_step_one"]
