@@ -229,3 +229,22 @@ def test_a_batch_goes_on_without_a_dead_server(cli, smollm2_path, starts, tmp_pa
     assert run.stderr.splitlines().count(GONE_LINE) == 1
     [record] = [json.loads(line) for line in run.stdout.splitlines()]
     assert [call["name"] for call in record["tool_calls"]] == ["changing_step_one"]
+
+
+@pytest.mark.slow
+def test_when_a_server_removes_its_last_tool_the_next_turn_is_a_plain_one(cli, smollm2_path, starts, isolated_home):
+    config = isolated_home / "config.toml"
+    config.write_text(config.read_text().replace("env = { START_LOG", 'env = { ONE_STEP = "1", START_LOG'))
+    run = cli(
+        "chat",
+        "-m",
+        str(smollm2_path),
+        *FORCED,
+        *("-T", "mcp:changing", "--tool-choice", "required", "--approve-tools", "--json"),
+        input="Take the first step.\nGo on.\n",
+    )
+    assert run.returncode == 0, run.stderr
+    first, second = (json.loads(line) for line in run.stdout.splitlines())
+    assert [call["name"] for call in first["tool_calls"]] == ["changing_step_one"]
+    assert not second.get("tool_calls") and not second["stats"].get("rounds")  # no tool rounds
+    assert run.stderr.splitlines().count("MCP server changing changed its tools: -changing_step_one") == 1
