@@ -167,12 +167,13 @@ def grammar_reference():
 @pytest.fixture(scope="session")
 def npm_mcp_bin() -> Path:
     """The folder of `mcp-server-everything` and `mcp-server-filesystem` (npm, pinned, installed once
-    into a cache folder); the test is skipped where npm is missing."""
+    into a cache folder). Where npm is missing or the install fails, the test fails and says why: a
+    skip would let the MCP tests pass unrun."""
     from mcp_servers import install_npm_servers, npm_cache_root
 
     bin_dir, why = install_npm_servers(npm_cache_root(REAL_HOME))
     if bin_dir is None:
-        pytest.skip(why)
+        pytest.fail(why)
     return bin_dir
 
 
