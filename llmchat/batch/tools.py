@@ -131,6 +131,10 @@ def plan_tools(
             notice(f"llmchat: {down}; going on without its tools")
         servers = _server_sources(config, request)
         extra = _extra_names(runnable, base, servers, config)
+        for name in extra:  # an item names a server that did not start: its reason, not a config lookup
+            not_started = base.down.get(name[len(MCP_PREFIX) :]) if name.startswith(MCP_PREFIX) else None
+            if not_started is not None:
+                raise UsageError(f"an item names {name}, but {not_started}")
         if extra:
             plan.toolsets.append(gather_tools(config, extra))
             clashes = ToolSet()
