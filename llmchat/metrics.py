@@ -13,6 +13,9 @@
   or string, instead of ending the reply with finish_reason "loop".
 - `flash_attn`, `flash_attn_why`: the attention kernel the engine runs and why (`--flash-attn auto`
   says what it measured); null for a remote engine.
+- `threads`, `threads_why`: llama.cpp's threads at the end of the turn and why that many (the
+  usable cores, other processes busy, or a count measured faster while decoding); null for a
+  remote engine.
 - Prefill tok/s: prompt tokens actually evaluated (not those reused from the KV cache) divided by
   the prefill time (start of evaluation to the first sampled token).
 - Decode tok/s: (generated - 1) divided by the time from the first to the last token; the first
@@ -52,6 +55,8 @@ class TurnStats:
     restore_s: float = 0.0
     flash_attn: bool | None = None
     flash_attn_why: str | None = None
+    threads: int | None = None  # llama.cpp's threads at the end of the turn; None: a remote engine
+    threads_why: str | None = None  # why that many: the cores, a busy machine, a faster count measured
     # A remote engine's own measurements (llama-server's `timings`: prompt_ms, prompt_n, cache_n,
     # predicted_ms, predicted_n, predicted_per_second); None for the local engine.
     server: dict | None = None

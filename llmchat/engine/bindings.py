@@ -86,7 +86,7 @@ FUNCTIONS = (
     "llama_model_meta_key_by_index", "llama_model_meta_val_str_by_index", "llama_model_desc", "llama_model_size",
     "llama_model_n_params",
     "llama_context_default_params", "llama_init_from_model", "llama_free", "llama_n_ctx", "llama_synchronize",
-    "llama_batch_init", "llama_batch_free", "llama_decode", "llama_get_logits_ith",
+    "llama_batch_init", "llama_batch_free", "llama_decode", "llama_get_logits_ith", "llama_set_n_threads",
     "llama_vocab_n_tokens", "llama_vocab_type", "llama_vocab_get_text", "llama_vocab_get_attr",
     "llama_vocab_get_add_bos", "llama_vocab_bos", "llama_vocab_eos", "llama_vocab_is_eog", "llama_tokenize",
     "llama_token_to_piece",

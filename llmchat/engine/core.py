@@ -31,6 +31,7 @@ from llmchat.engine.model_load import (
 )
 from llmchat.engine.native import DecodeError, LoadedModel
 from llmchat.engine.prompt_pieces import PromptPiece, tokens_for_pieces
+from llmchat.engine.threads import ThreadTuner, thread_tuner
 from llmchat.errors import ModelError
 
 if TYPE_CHECKING:
@@ -69,12 +70,20 @@ class Engine:
         rows = [("engine", f"{flash}, KV {settings.kv_type}", f"{self.threads} threads, {drafting}")]
         if settings.flash_attn_why:
             rows.append(("", flash, settings.flash_attn_why))
+        rows.append(("", f"{self.threads} threads", self.tuner.why))
         return EngineInfo(
             model_path=str(self.model_path),
             rows=tuple(rows),
             flash_attn=settings.flash_attn,
             flash_attn_why=settings.flash_attn_why or None,
+            threads=self.threads,
+            threads_why=self.tuner.why,
         )
+
+    @property
+    def threads(self) -> int:
+        """The threads llama.cpp runs now (engine.threads may change them between steps)."""
+        return self.tuner.threads
 
     penalty_last_n = _PENALTY_LAST_N  # the repeat penalty's window (engine.sampler's sampler_chain)
 
@@ -95,6 +104,7 @@ class Engine:
         settings: EngineSettings,
         notices: list[str],
         drafter: CountingDrafter | None = None,
+        tuner: ThreadTuner | None = None,
     ):
         self.model = model
         self.model_path = model_path
@@ -115,7 +125,10 @@ class Engine:
         self.add_bos: bool = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self.bos_text: str = self._token_text(self.bos_id)
         self.eos_text: str = self._token_text(self.eos_id)
-        self.threads: int = model.n_threads
+        self.tuner = tuner or ThreadTuner(
+            model.n_threads, f"{model.n_threads} threads", model.n_threads, model.set_threads, fixed=True
+        )
+        model.observe_steps(self.tuner.observe)
 
     # --- loading -----------------------------------------------------------------------------
     @classmethod
@@ -133,9 +146,11 @@ class Engine:
         # The option values were checked once, before loading (llmchat.loading.validate_options).
         flash_attn = settings.flash_attn
         gpu_layers = layers_to_offload(settings)
-        threads = settings.threads or physical_cores()
+        most_threads = settings.threads or physical_cores()
+        threads = most_threads
 
         drafter: PromptLookupDrafter | DraftModelDrafter | None = None
+        draft_model: LoadedModel | None = None
         if (settings.lookup or settings.draft_model) and settings.draft_tokens >= settings.batch_size:
             # The verification batch (the last token and the drafts) must be one decode: llama.cpp
             # counts a sampling index back from the outputs of the last decode only, so a batch
@@ -175,8 +190,11 @@ class Engine:
                 notices.append(
                     f"speculative decoding: {'prompt lookup' if settings.lookup else settings.draft_model}, up to {settings.draft_tokens} drafted tokens per pass"
                 )
-            notices.append(backend_notice(gpu_layers, threads))
-            engine = cls(model, model_path, settings, notices, CountingDrafter(drafter) if drafter else None)
+            contexts = [model] if draft_model is None else [model, draft_model]
+            tuner = thread_tuner(settings.threads, model.n_threads, gpu_layers == -1, contexts)
+            notices.append(backend_notice(gpu_layers, tuner.threads))
+            notices.append(f"threads: {tuner.threads} ({tuner.why})")
+            engine = cls(model, model_path, settings, notices, CountingDrafter(drafter) if drafter else None, tuner)
             undo.pop_all()
         return engine
 

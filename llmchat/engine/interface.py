@@ -49,6 +49,8 @@ class EngineInfo:
     flash_attn: bool | None = None  # None: the server decides
     flash_attn_why: str | None = None  # how `--flash-attn auto` decided; None when set by hand
     template_detail: str = ""  # who renders the chat template, where the engine does (caps.renders_template)
+    threads: int | None = None  # llama.cpp's threads now; None: a remote engine (the server decides)
+    threads_why: str | None = None  # why that many (engine.threads)
 
 
 @dataclass(frozen=True)

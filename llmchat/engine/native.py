@@ -15,6 +15,7 @@ which costs a one-shot `ask` numpy and the library's chat formats at import
 from __future__ import annotations
 
 import ctypes
+import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Generator, Protocol, Sequence
@@ -84,6 +85,8 @@ class LoadedModel:
         self.gpu_layers = gpu_layers
         self.ctx: Any = None
         self._batch: Any = None
+        # Told each decode call's size and time (engine.threads.ThreadTuner.observe); None: nobody.
+        self._step_observer: Callable[[int, float], None] | None = None
         self.model = llama_cpp.llama_model_load_from_file(str(path).encode("utf-8"), params)
         if not self.model:
             raise ValueError(f"failed to load model from file: {path}")
@@ -146,6 +149,16 @@ class LoadedModel:
         if self.model:
             llama_cpp.llama_model_free(self.model)
             self.model = None
+
+    def set_threads(self, threads: int) -> None:
+        """Run the next decode calls on `threads` threads, prefill and decode alike."""
+        self.n_threads = threads
+        if self.ctx:
+            llama_cpp.llama_set_n_threads(self.ctx, threads, threads)
+
+    def observe_steps(self, observer: Callable[[int, float], None] | None) -> None:
+        """Tell `observer` (tokens, seconds) of every decode call from now on."""
+        self._step_observer = observer
 
     # --- what the file says ------------------------------------------------------------------------
     def metadata(self) -> dict[str, str]:
@@ -240,10 +253,13 @@ class LoadedModel:
                 batch.seq_id[i][0] = 0
                 batch.n_seq_id[i] = 1
                 batch.logits[i] = start + i >= first_needed
+            started = time.perf_counter()
             code = llama_cpp.llama_decode(self.ctx, batch)
             if code != 0:
                 self.logits_fresh = False
                 raise DecodeError(f"llama_decode returned {code}")
+            if self._step_observer is not None:
+                self._step_observer(len(chunk), time.perf_counter() - started)
             self.tokens.extend(chunk)
         self.logits_fresh = True
 

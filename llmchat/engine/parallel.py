@@ -126,6 +126,9 @@ class ParallelDecoder:
         params.kv_unified = False  # one stream per sequence: see the module docstring
         # A sliding-window cache drops old positions; a copied or trimmed prefix needs all of them.
         params.swa_full = True
+        # The count the engine's tuner (engine.threads) holds now, fixed for this batch: a step's
+        # time moves with how many streams it decodes, so it says little about the threads.
+        params.n_threads = params.n_threads_batch = self.engine.threads
         logs.recent_errors.clear()
         ctx = llama_cpp.llama_init_from_model(self._model, params)
         if not ctx:

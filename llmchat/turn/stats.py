@@ -74,6 +74,8 @@ def result_of(
         stats.restore_s = prepared.restored.seconds
     stats.flash_attn = info.flash_attn
     stats.flash_attn_why = info.flash_attn_why
+    stats.threads = info.threads
+    stats.threads_why = info.threads_why
     stats.thinking_tokens = min(thinking_tokens, outcome.generated_tokens)
     stats.answer_tokens = outcome.generated_tokens - stats.thinking_tokens
     stats.thinking_budget_hit = budget_hit
