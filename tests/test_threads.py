@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from llmchat.engine.threads import CpuReading, ThreadTuner, cgroup_quota, thread_tuner, usable_cores
+from llmchat.engine.threads import (
+    CpuReading,
+    ThreadTuner,
+    cgroup_quota,
+    thread_tuner,
+    threads_at_load,
+    usable_cores,
+)
 
 
 class SimulatedMachine:
@@ -121,9 +128,9 @@ def test_thread_tuner_keeps_a_fixed_count_and_sets_every_context():
             self.threads.append(threads)
 
     model, draft = Context(), Context()
-    tuner = thread_tuner(3, 8, False, [model, draft])
+    tuner = thread_tuner(3, 8, False, [model, draft], CpuReading.now())
     assert (tuner.threads, tuner.why) == (3, "--threads") and model.threads == draft.threads == []
-    tuner = thread_tuner(None, 4, True, [model])
+    tuner = thread_tuner(None, 4, True, [model], CpuReading.now())
     assert tuner.threads == 4 and "GPU" in tuner.why
 
 
@@ -206,3 +213,15 @@ def test_a_tried_count_that_is_plainly_slower_loses_on_its_first_step():
     tries = machine.applied.count(2)
     assert tries >= 1 and tuner.threads == 1
     assert counts.count(2) == tries  # one step each, not a warm-up and three measured
+
+
+def test_cores_other_processes_kept_busy_over_the_load_are_left_to_them():
+    if len(os.sched_getaffinity(0)) < 2 or not CpuReading.now().readable:
+        pytest.skip("needs two usable CPUs and /proc/stat")
+    now = CpuReading.now()
+    # A second ago, the machine had done 1.0 CPU-second less work, none of it this process's.
+    busy_since = CpuReading(now.wall - 1.0, now.busy_s - 1.0, now.own_s, True)
+    threads, why = threads_at_load(2, busy_since)
+    assert threads == 1 and "busy with other processes at load" in why
+    quiet_since = CpuReading(now.wall - 1.0, now.busy_s, now.own_s, True)
+    assert threads_at_load(2, quiet_since) == (2, "2 physical cores")

@@ -31,7 +31,7 @@ from llmchat.engine.model_load import (
 )
 from llmchat.engine.native import DecodeError, LoadedModel
 from llmchat.engine.prompt_pieces import PromptPiece, tokens_for_pieces
-from llmchat.engine.threads import ThreadTuner, thread_tuner
+from llmchat.engine.threads import ThreadTuner, reading_before_load, thread_tuner
 from llmchat.errors import ModelError
 
 if TYPE_CHECKING:
@@ -133,6 +133,7 @@ class Engine:
     # --- loading -----------------------------------------------------------------------------
     @classmethod
     def load(cls, model_path: Path, settings: EngineSettings) -> "Engine":
+        cpu_before = reading_before_load()
         logs.install(settings.verbose)
         notices: list[str] = []
         # `auto` picks flash attention per backend (engine.calibrate): off on the CPU, where
@@ -191,7 +192,7 @@ class Engine:
                     f"speculative decoding: {'prompt lookup' if settings.lookup else settings.draft_model}, up to {settings.draft_tokens} drafted tokens per pass"
                 )
             contexts = [model] if draft_model is None else [model, draft_model]
-            tuner = thread_tuner(settings.threads, model.n_threads, gpu_layers == -1, contexts)
+            tuner = thread_tuner(settings.threads, model.n_threads, gpu_layers == -1, contexts, cpu_before)
             notices.append(backend_notice(gpu_layers, tuner.threads))
             notices.append(f"threads: {tuner.threads} ({tuner.why})")
             engine = cls(model, model_path, settings, notices, CountingDrafter(drafter) if drafter else None, tuner)

@@ -112,14 +112,22 @@ class CpuReading:
 
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-# Taken when the engine is imported: a model load later reads the window since.
+# Taken when the engine is imported, so that a one-shot's first load reads the other processes
+# over its start and load together; a later load (`/model`) reads them over its own load.
 _AT_IMPORT = CpuReading.now()
+_FRESH_S = 10.0
 
 
-def threads_at_load(physical: int) -> tuple[int, str]:
-    """(threads, why) for a context created now: the usable cores less the busy ones."""
+def reading_before_load() -> CpuReading:
+    """What a load about to start compares its end with (engine.core reads it first thing)."""
+    return _AT_IMPORT if time.monotonic() - _AT_IMPORT.wall < _FRESH_S else CpuReading.now()
+
+
+def threads_at_load(physical: int, since: CpuReading) -> tuple[int, str]:
+    """(threads, why) for a context created now: the usable cores less those other processes
+    kept busy `since` then."""
     cores, why = usable_cores(physical, cgroup_quota())
-    others = CpuReading.now().others_since(_AT_IMPORT)
+    others = CpuReading.now().others_since(since)
     if others is None or others < _BUSY_CORE or cores == 1:
         return cores, why
     busy = min(cores - 1, max(1, round(others)))
@@ -269,10 +277,12 @@ class _Context(Protocol):
     def set_threads(self, threads: int, /) -> None: ...
 
 
-def thread_tuner(fixed: int | None, most: int, all_on_gpu: bool, contexts: Sequence[_Context]) -> ThreadTuner:
+def thread_tuner(
+    fixed: int | None, most: int, all_on_gpu: bool, contexts: Sequence[_Context], since: CpuReading
+) -> ThreadTuner:
     """The owner of the contexts' thread count (the model's and a draft model's): fixed by
-    --threads (`fixed`) or where every layer runs on a GPU; else from the cores the machine has to
-    spare now (up to `most`), then tuned while decoding."""
+    --threads (`fixed`) or where every layer runs on a GPU; else from the cores the machine had
+    to spare `since` the load began (up to `most`), then tuned while decoding."""
 
     def apply(threads: int) -> None:
         for context in contexts:
@@ -282,7 +292,7 @@ def thread_tuner(fixed: int | None, most: int, all_on_gpu: bool, contexts: Seque
         return ThreadTuner(fixed, "--threads", fixed, apply, fixed=True)
     if all_on_gpu:
         return ThreadTuner(most, f"{most} physical cores; every layer on the GPU", most, apply, fixed=True)
-    threads, why = threads_at_load(most)
+    threads, why = threads_at_load(most, since)
     if threads != most:
         apply(threads)
     return ThreadTuner(threads, why, most, apply, fixed=False)
