@@ -3,10 +3,16 @@
 Both decode the same rendered prompt greedily (repeat penalty off), with flash attention on (what
 `--lookup` runs with), the same threads, context and draft cap (16); the replies are compared and
 the script stops if they differ. Each tool drafts its own way (llmchat: n-grams of the prompt and
-reply; llama-lookup: its n-gram cache), which is what is being compared. Decode tok/s: ask's
-`decode_tok_s` ((generated - 1) / first to last token), llama-lookup's own "decoded N tokens in T
-seconds" line. Rounds alternate which goes first; the ratio (ask / llama-lookup) is a median over
-the rounds with the min-max spread.
+reply; llama-lookup: its n-gram cache), which is what is being compared. Decode tok/s counts the
+same tokens on both sides: the reply's tokens after the first (which the prompt's pass produces)
+without the end token, over the time from the first token to the end. That is ask's
+`decode_tok_s` ((generated - 1) / first to last token). llama-lookup's "decoded N tokens in T
+seconds" line counts more in N: the first token, and every token its last pass accepted, past
+the end token too (here the prompt's "light.<|im_end|>\n" was drafted and accepted, then another
+end token sampled: N = 91 where ask counts 87, 4.6% in its favour). So its figure here is
+(ask's generated - 1) / T, the same tokens over its own decode time (the replies are compared
+first); its own figure is kept in the raw lines. Rounds alternate which goes first; the ratio
+(ask / llama-lookup) is a median over the rounds with the min-max spread.
 
     python bench/lookup_vs_llama_lookup.py LLAMA_LOOKUP [--reps 5] [--tokens 256]
            [--out bench/results/lookup_vs_llama_lookup.md]
@@ -71,30 +77,33 @@ def main() -> None:
     pairs: list[tuple[float, float]] = []
     for rep in range(args.reps):
         order = ("ask", "llama-lookup") if rep % 2 == 0 else ("llama-lookup", "ask")
-        got: dict[str, tuple[float, str, str]] = {}
+        ask_record: dict[str, object] = {}
+        lookup_run: subprocess.CompletedProcess[str] | None = None
         for side in order:
             if side == "ask":
-                record = json.loads(
-                    subprocess.run(ask_argv, capture_output=True, text=True, env=env, check=True).stdout
-                )
-                stats = record["stats"]
-                got[side] = (stats["decode_tok_s"], record["reply"], f"acceptance {stats['draft_acceptance']:.0%}")
+                done = subprocess.run(ask_argv, capture_output=True, text=True, env=env, check=True)
+                ask_record = json.loads(done.stdout)
             else:
-                done = subprocess.run(lookup_argv, capture_output=True, text=True, check=True)
-                speed = DECODED.search(done.stderr)
-                accepted = ACCEPT.search(done.stderr)
-                if speed is None:
-                    sys.exit(f"llama-lookup printed no speed line: {done.stderr[-400:]}")
-                # llama-lookup prints the prompt, then the reply with its end token (and blank lines).
-                reply = done.stdout.split("<|im_start|>assistant\n", 1)[-1].split("<|im_end|>", 1)[0]
-                got[side] = (float(speed.group(3)), reply, f"acceptance {accepted.group(1) if accepted else '?'}%")
-        ours, theirs = got["ask"], got["llama-lookup"]
-        if ours[1].strip() != theirs[1].strip():
-            sys.exit(f"round {rep + 1}: the replies differ: {ours[1][:100]!r} vs {theirs[1][:100]!r}")
-        pairs.append((ours[0], theirs[0]))
+                lookup_run = subprocess.run(lookup_argv, capture_output=True, text=True, check=True)
+        assert lookup_run is not None
+        stats = ask_record["stats"]
+        assert isinstance(stats, dict)
+        speed = DECODED.search(lookup_run.stderr)
+        accepted = ACCEPT.search(lookup_run.stderr)
+        if speed is None:
+            sys.exit(f"llama-lookup printed no speed line: {lookup_run.stderr[-400:]}")
+        # llama-lookup prints the prompt, then the reply with its end token (and blank lines).
+        their_reply = lookup_run.stdout.split("<|im_start|>assistant\n", 1)[-1].split("<|im_end|>", 1)[0]
+        if str(ask_record["reply"]).strip() != their_reply.strip():
+            sys.exit(f"round {rep + 1}: the replies differ: {ask_record['reply']!r:.100} vs {their_reply!r:.100}")
+        ours = float(stats["decode_tok_s"])
+        theirs = (int(stats["generated_tokens"]) - 1) / float(speed.group(2))  # the same tokens (docstring)
+        pairs.append((ours, theirs))
         line = (
-            f"round {rep + 1} ({' first, '.join(order)} second): ask --lookup {ours[0]:.1f} tok/s ({ours[2]}), "
-            f"llama-lookup {theirs[0]:.1f} tok/s ({theirs[2]}), ratio {ours[0] / theirs[0]:.3f}, replies equal"
+            f"round {rep + 1} ({' first, '.join(order)} second): ask --lookup {ours:.1f} tok/s (acceptance "
+            f"{stats['draft_acceptance']:.0%}), llama-lookup {theirs:.1f} tok/s (acceptance "
+            f"{accepted.group(1) if accepted else '?'}%, own figure {speed.group(3)} tok/s over "
+            f"{speed.group(1)} tokens), ratio {ours / theirs:.3f}, replies equal"
         )
         raw.append(line)
         print(line, file=sys.stderr, flush=True)

@@ -281,3 +281,43 @@ def test_draft_length_doubles_after_full_acceptance_and_shrinks_after_a_miss():
         length.proposed(0, [0] * length.current)
         length.update([0] * 40)
     assert length.current == 16  # capped
+
+
+def test_prompt_lookup_index_drafts_as_a_fresh_search_at_every_step():
+    """The drafter indexes the context as it grows; at every step of a reply its draft is the one
+    a drafter that had never seen the earlier steps finds over the whole context."""
+    import random
+
+    from llmchat.engine.drafting import PromptLookupDrafter
+
+    rng = random.Random(7)
+    phrase = [rng.randrange(50) for _ in range(12)]
+    context = [rng.randrange(50) for _ in range(30)] + phrase + [rng.randrange(50) for _ in range(20)]
+    growing = PromptLookupDrafter(max_tokens=16)
+    growing.start_reply(len(context), 1.0)
+    drafts = 0
+    for token in phrase * 3 + [rng.randrange(50) for _ in range(40)]:
+        context.append(token)
+        got = growing(context)
+        fresh = PromptLookupDrafter(max_tokens=16)
+        fresh.length.current = growing.length.current  # the length it drafted at; only the search differs
+        assert got == fresh(context)
+        drafts += bool(got)
+    assert drafts > 10  # the repeated phrase was found again and again
+
+
+def test_prompt_lookup_forgets_a_context_the_next_reply_does_not_continue():
+    from llmchat.engine.drafting import PromptLookupDrafter
+
+    drafter = PromptLookupDrafter(max_tokens=16)
+    drafter.start_reply(8, 1.0)
+    assert drafter([1, 2, 3, 4, 5, 6, 1, 2, 3]) == [4, 5, 6, 1]
+    # Another conversation: 1 2 3 4 is not in it, so nothing is drafted from the old one.
+    drafter.start_reply(6, 1.0)
+    assert drafter([9, 9, 8, 7, 1, 2, 3]) == []
+    # The next turn of the same conversation keeps its index and extends it.
+    drafter.start_reply(10, 1.0)
+    assert drafter([9, 9, 8, 7, 1, 2, 3, 5, 9, 8, 7]) == [1, 2, 3, 5]
+    # Mid-reply, a context that is not the indexed one continued is indexed again from scratch:
+    # 1 2 3 is followed by 6 here, by 5 in the old context.
+    assert drafter([5, 1, 2, 3, 6, 6, 6, 6, 6, 6, 4, 1, 2, 3])[:1] == [6]
