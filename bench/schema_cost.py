@@ -1,8 +1,17 @@
 #!/usr/bin/env python3
 """What a schema costs in decode tokens/s on Gemma 3 270M (262,144-token vocabulary), in one run.
 
-    python bench/schema_cost.py [--reps 5] [--max-tokens 96] [--threads 2,1] [--temperatures 0,0.7]
-                                [--models gemma] [--llama-cpp] [--out bench/results/schema_cost_raw.md]
+    python bench/schema_cost.py [--reps 5] [--max-tokens 96] [--story-max-tokens 400] [--threads 2,1]
+                                [--temperatures 0,0.7] [--models gemma] [--workloads record,story]
+                                [--llama-cpp] [--out bench/results/schema_cost_raw.md]
+
+Two workloads (issue 31):
+- record: a short film record (title, year, director, genres, a two-sentence plot);
+- story:  `ask --schema` with one long free-text string, as users write summaries and stories:
+          {"title": string, "story": string} for "Write a long story about a fox." Each schema run
+          starts without the gate's first-byte table (engine.first_bytes), as a one-shot `ask`
+          process does; its build lands before the first token (time to first token, in the raw
+          lines), the decode figures are after it.
 
 For each thread count (one engine load each) and temperature, two modes run in alternating order,
 rep after rep, so that drift in machine load hits both alike:
@@ -34,6 +43,12 @@ from pathlib import Path
 
 SCHEMA = "title, year int, director, genres list[str] max 5, plot: two sentences"
 PROMPT = "Describe the film Alien (1979) as JSON: title, year, director, genres and a two-sentence plot."
+STORY_SCHEMA = {
+    "type": "object",
+    "properties": {"title": {"type": "string"}, "story": {"type": "string"}},
+    "required": ["title", "story"],
+}
+STORY_PROMPT = "Write a long story about a fox."
 
 
 def _busy_jiffies() -> int:
@@ -78,9 +93,13 @@ def llama_cpp_chain(engine, sampling, grammar):
 
 
 def run_once(engine, prompt, sampling, mode, grammar, max_tokens, gates):
-    """One reply; returns (decode tok/s, generated tokens, text, gate counts or None)."""
+    """One reply; returns (decode tok/s, generated tokens, text, gate counts or None, seconds to the first token)."""
+    from llmchat.engine import first_bytes
+
     engine.model.clear()  # forget the cached prompt: every run prefills it in full
+    first_bytes.forget()  # as in a new process: the gate builds its table again
     gates.clear()
+    started = time.perf_counter()
     if mode == "llama.cpp":
         times, ids = [], []
         chain = llama_cpp_chain(engine, sampling, grammar)
@@ -97,6 +116,7 @@ def run_once(engine, prompt, sampling, mode, grammar, max_tokens, gates):
         text = engine.detokenize(ids)
         n = len(ids)
         span = (times[-1] - times[0]) if n > 1 else 0.0
+        first = (times[0] - started) if times else 0.0
     else:
         from llmchat.engine.interface import GenerateRequest
 
@@ -107,8 +127,12 @@ def run_once(engine, prompt, sampling, mode, grammar, max_tokens, gates):
         outcome = generation.outcome
         n = outcome.generated_tokens
         span = (outcome.t_last_token - outcome.t_first_token) if n > 1 else 0.0
-    counts = (gates[-1].picks, gates[-1].rejections, gates[-1].full_passes) if gates and mode == "schema" else None
-    return ((n - 1) / span if span > 0 else 0.0), n, text, counts
+        first = (outcome.t_first_token - started) if outcome.t_first_token else 0.0
+    counts = None
+    if gates and mode == "schema":
+        gate = gates[-1]
+        counts = (gate.picks, gate.rejections, gate.full_passes, gate.narrow_passes)
+    return ((n - 1) / span if span > 0 else 0.0), n, text, counts, first
 
 
 def guarded(fn, fn_args: tuple, foreign_max: float, attempts: int = 3):
@@ -131,10 +155,62 @@ def spread(values: list[float]) -> str:
     return f"**{statistics.median(values):.3f}** ({min(values):.3f}-{max(values):.3f})" if values else "-"
 
 
+def measure_cell(engine, prompt, schema, grammar, max_tokens, gates, args, raw_lines, where, temperature):
+    """One table cell: free, schema (and llama.cpp) in alternating order, rep after rep; its table rows."""
+    from llmchat.sampling import SamplingParams
+    from llmchat.structured import validation_error
+
+    modes = ["free", "schema"] + (["llama.cpp"] if args.llama_cpp and temperature == 0 else [])
+    runs: dict[str, list] = {mode: [] for mode in modes}
+    for rep in range(args.reps):
+        order = modes if rep % 2 == 0 else list(reversed(modes))
+        for mode in order:
+            sampling = replace(SamplingParams(), temperature=temperature, seed=1000 + rep)
+            (tok_s, n, text, counts, first), foreign = guarded(
+                run_once, (engine, prompt, sampling, mode, grammar, max_tokens, gates), args.foreign_max
+            )
+            valid = None
+            if mode != "free":
+                try:
+                    valid = validation_error(json.loads(text), schema) is None
+                except json.JSONDecodeError:
+                    valid = False
+            runs[mode].append((tok_s, n, foreign, valid, counts))
+            picks = ""
+            if counts:
+                picks = f", picks/refusals/full/narrow passes {counts[0]}/{counts[1]}/{counts[2]}/{counts[3]}"
+            line = (
+                f"{where.replace(' | ', ' ')} rep {rep + 1} {mode:9s}: {tok_s:6.1f} tok/s, {n} tokens, "
+                f"first token {first * 1000:.0f} ms, others' load {foreign:.0%}, valid {valid}{picks}"
+            )
+            raw_lines.append(line)
+            print(line, file=sys.stderr, flush=True)
+    free = [r[0] for r in runs["free"]]
+    rows = []
+    for mode in modes[1:]:
+        speeds = [r[0] for r in runs[mode]]
+        ratios = [s / f for s, f in zip(speeds, free) if f > 0]
+        counted = [r[4] for r in runs[mode] if r[4]]
+        refusals, narrow = "-", "-"
+        if counted:
+            refusals = (
+                f"{sum(c[1] for c in counted)}/{sum(c[0] for c in counted)}, {sum(c[2] for c in counted)} full passes"
+            )
+            narrow = str(sum(c[3] for c in counted))
+        valid = sum(1 for r in runs[mode] if r[3])
+        rows.append(
+            f"| {where} | {mode} | {statistics.median(free):.1f} | {statistics.median(speeds):.1f} "
+            f"| {spread(ratios)} | {valid}/{len(runs[mode])} | {refusals} | {narrow} |"
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--max-tokens", type=int, default=96, help="the record's limit")
+    parser.add_argument("--story-max-tokens", type=int, default=400, help="the story's limit")
+    parser.add_argument("--workloads", default="record,story", help="record, story or both (comma-separated)")
     parser.add_argument("--threads", default="2,1", help="thread counts, one engine load each")
     parser.add_argument("--temperatures", default="0,0.7")
     parser.add_argument("--models", default="gemma", help="gemma, smollm2 or both (comma-separated)")
@@ -147,11 +223,19 @@ def main() -> None:
 
     from llmchat.engine import Engine, EngineSettings, grammar_gate
     from llmchat.engine.grammar import Grammar, schema_to_gbnf
-    from llmchat.sampling import SamplingParams
-    from llmchat.structured import concise_to_schema, validation_error
+    from llmchat.structured import concise_to_schema
 
-    schema = concise_to_schema(SCHEMA)
-    grammar = Grammar(schema_to_gbnf(schema), "bench")
+    workloads = {}
+    for workload in args.workloads.split(","):
+        workload = workload.strip()
+        if workload == "record":
+            schema = concise_to_schema(SCHEMA)
+            workloads[workload] = (schema, Grammar(schema_to_gbnf(schema), "bench"), PROMPT, args.max_tokens)
+        elif workload == "story":
+            grammar = Grammar(schema_to_gbnf(STORY_SCHEMA), "bench")
+            workloads[workload] = (STORY_SCHEMA, grammar, STORY_PROMPT, args.story_max_tokens)
+        else:
+            parser.error(f"--workloads: unknown workload {workload!r} (record, story)")
     gates: list = []
     original_free = grammar_gate.GrammarGate._free
 
@@ -174,57 +258,30 @@ def main() -> None:
     temperatures = [float(t) for t in args.temperatures.split(",")]
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_before = os.getloadavg()[0]
-    rows, raw_lines = [], []
+    rows: list[list[str]] = []
+    raw_lines: list[str] = []
     for name in args.models.split(","):
         label, path = model_path(name.strip())
         for threads in threads_list:
             engine = Engine.load(path, EngineSettings(n_ctx=1024, threads=threads))
             try:
-                prompt = chat_prompt(engine, PROMPT)
                 fa = "on" if engine.settings.flash_attn else "off"
-                for temperature in temperatures:
-                    modes = ["free", "schema"] + (["llama.cpp"] if args.llama_cpp and temperature == 0 else [])
-                    runs: dict[str, list] = {mode: [] for mode in modes}
-                    for rep in range(args.reps):
-                        order = modes if rep % 2 == 0 else list(reversed(modes))
-                        for mode in order:
-                            sampling = replace(SamplingParams(), temperature=temperature, seed=1000 + rep)
-                            (tok_s, n, text, counts), foreign = guarded(
-                                run_once,
-                                (engine, prompt, sampling, mode, grammar, args.max_tokens, gates),
-                                args.foreign_max,
-                            )
-                            valid = None
-                            if mode != "free":
-                                try:
-                                    valid = validation_error(json.loads(text), schema) is None
-                                except json.JSONDecodeError:
-                                    valid = False
-                            runs[mode].append((tok_s, n, foreign, valid, counts))
-                            picks = (
-                                f", picks/refusals/full passes {counts[0]}/{counts[1]}/{counts[2]}" if counts else ""
-                            )
-                            line = (
-                                f"{label} threads {threads} T={temperature} rep {rep + 1} {mode:9s}: {tok_s:6.1f} tok/s, "
-                                f"{n} tokens, others' load {foreign:.0%}, valid {valid}{picks}"
-                            )
-                            raw_lines.append(line)
-                            print(line, file=sys.stderr, flush=True)
-                    free = [r[0] for r in runs["free"]]
-                    for mode in modes[1:]:
-                        speeds = [r[0] for r in runs[mode]]
-                        ratios = [s / f for s, f in zip(speeds, free) if f > 0]
-                        counted = [r[4] for r in runs[mode] if r[4]]
-                        refusals = (
-                            f"{sum(c[1] for c in counted)}/{sum(c[0] for c in counted)}, "
-                            f"{sum(c[2] for c in counted)} full passes"
-                            if counted
-                            else "-"
-                        )
-                        valid = sum(1 for r in runs[mode] if r[3])
+                for workload, (schema, grammar, prompt_text, max_tokens) in workloads.items():
+                    prompt = chat_prompt(engine, prompt_text)
+                    for temperature in temperatures:
                         rows.append(
-                            f"| {label} | {threads} | {fa} | {temperature} | {mode} | {statistics.median(free):.1f} "
-                            f"| {statistics.median(speeds):.1f} | {spread(ratios)} | {valid}/{len(runs[mode])} | {refusals} |"
+                            measure_cell(
+                                engine,
+                                prompt,
+                                schema,
+                                grammar,
+                                max_tokens,
+                                gates,
+                                args,
+                                raw_lines,
+                                f"{label} | {threads} | {fa} | {workload} | {temperature}",
+                                temperature,
+                            )
                         )
             finally:
                 engine.close()
@@ -234,13 +291,14 @@ def main() -> None:
         "",
         f"Run {started}, one process, {args.reps} alternating reps per cell, max {args.max_tokens} tokens. "
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs; load average {load_before:.1f} before, "
-        f"{os.getloadavg()[0]:.1f} after. Schema: `{SCHEMA}`.",
+        f"{os.getloadavg()[0]:.1f} after. Record: `{SCHEMA}`; story: `{json.dumps(STORY_SCHEMA)}`, "
+        f"max {args.story_max_tokens} tokens.",
         "Ratio: median over reps of (tok/s with the schema) / (tok/s free) of the same rep, min-max in brackets.",
         "",
-        "| model | threads | flash attention | T | grammar | free tok/s | with schema tok/s | ratio | valid "
-        "| refusals / picks |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-        *rows,
+        "| model | threads | flash attention | workload | T | grammar | free tok/s | with schema tok/s | ratio "
+        "| valid | refusals / picks | narrow passes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *[row for cell in rows for row in cell],
         "",
         "Raw runs:",
         "",
@@ -251,7 +309,7 @@ def main() -> None:
     ]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines))
-    print("\n".join(lines[: 8 + len(rows)]))
+    print("\n".join(lines[: 8 + sum(len(cell) for cell in rows)]))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,14 @@ Why it is built this way:
   the best allowed of all), and a refusal costs about 1 ms on Gemma 3 instead of a 40-60 ms pass.
   At temperature > 0 the pick is then among the allowed top candidates, which hold nearly all of
   the probability top-k/top-p/min-p keep. Measured cost: bench/results/schema_cost.md.
+- Before the top candidates, the gate asks the grammar about one token per byte
+  (engine.first_bytes): where the grammar accepts only a few first bytes (structure: after `{ `
+  only a quote, inside a key only its next letter), every token starting with them is filtered
+  and the pick made among all the allowed ones, exactly as a full pass would, in well under a
+  millisecond (`narrow_passes`). Those are the places where none of the top candidates was
+  allowed and a 40-60 ms full pass used to follow, once or more in every reply under a schema.
+  Where a full pass is still needed (none of the top candidates allowed, many bytes possible),
+  it too skips the tokens whose first byte is refused.
 - Under a grammar a detected loop is steered out of (engine.loop_exit): the gate picks the tokens
   that close the repeating list or string once the grammar allows them.
 - The gate can start late (`start_after`): a thinking model writes its reasoning freely and is held
@@ -36,11 +44,16 @@ from llmchat.engine.loop_exit import PATIENCE, JsonNesting
 from llmchat.errors import UsageError
 
 if TYPE_CHECKING:
+    from llmchat.engine.first_bytes import FirstBytes
     from llmchat.engine.grammar import Grammar
     from llmchat.engine.loop_exit import LoopExit
 
 # On a refusal, how many of the best candidates are filtered before the whole vocabulary is.
 TOP_CANDIDATES = 256
+# On a refusal, up to how many tokens whose first byte the grammar may accept are filtered at once,
+# before (and instead of) the best candidates: all of the grammar's choices, for a few hundred checks.
+NARROW_CANDIDATES = 4096
+_NOT_BUILT = object()
 
 
 def check_grammar(grammar: Grammar, vocab: Any) -> None:
@@ -96,6 +109,10 @@ class GrammarGate:
                 raise UsageError(f"{grammar.source}: llama.cpp refused the grammar")
             undo.callback(llama_cpp.llama_sampler_free, self.grammar)
             self._start(llama_cpp, start_after, greedy, loop_exit, feed_trigger)
+            from llmchat.engine.first_bytes import grammar_traits
+
+            names_tokens, self._wide_negation = grammar_traits(grammar.text)
+            self._heads_usable = not names_tokens  # a grammar that names tokens holds ids, not text
             undo.pop_all()
         if loop_exit is not None:
             loop_exit.gate = self
@@ -112,8 +129,15 @@ class GrammarGate:
         self.greedy = greedy
         self._seen = ""  # text sampled so far, while waiting for `start_after`
         self.rejections = 0  # picks the grammar refused
+        self.narrow_passes = 0  # refusals settled among the few tokens whose first byte the grammar accepts
         self.full_passes = 0  # refusals where no top candidate was allowed: a full-vocabulary pass
         self.picks = 0
+        self._heads_table: object = _NOT_BUILT  # engine.first_bytes' table, built at the first refusal
+        self._heads_usable = False
+        self._wide_negation = False
+        self._ends = False  # whether the grammar can end here (at the last refusal)
+        self._probes: Any = None  # the table's one-byte tokens, then an end-of-generation one
+        self._trusted: Any = None  # per probe: whether its refusal speaks for every token with its byte
         import numpy
 
         self._np = numpy
@@ -183,39 +207,118 @@ class GrammarGate:
         if not self.greedy:
             ctypes.memmove(cur.data, self._saved, nbytes)
         cur.size, cur.selected, cur.sorted = size, -1, False
+        heads = self._allowed_heads()
+        if heads is not None and heads[1] <= NARROW_CANDIDATES:
+            if self._pick_among(cur_p, size, self._rows_starting_with(cur_p, size, heads[0])):
+                self.narrow_passes += 1
+                return
         if self._pick_among_top(cur_p, size):
             return
         self.full_passes += 1
-        cur.size, cur.selected, cur.sorted = size, -1, False
+        if heads is not None and self._pick_among(cur_p, size, self._rows_starting_with(cur_p, size, heads[0])):
+            return
         llama.llama_sampler_apply(self.grammar, cur_p)
         llama.llama_sampler_apply(self.inner, cur_p)
 
+    def _rows(self, cur_p: Any, size: int) -> Any:
+        """The candidates as an (id, logit bits, p bits) int32 array over llama.cpp's memory."""
+        data = ctypes.cast(cur_p.contents.data, ctypes.POINTER(ctypes.c_int32))
+        return self._np.ctypeslib.as_array(data, shape=(size, 3))
+
     def _pick_among_top(self, cur_p: Any, size: int) -> bool:
         """Filter only the best `TOP_CANDIDATES` (and any tied with the last of them) by the
-        grammar and pick among those allowed; False, with the candidates as they were, when none is.
-
-        The kept candidates stay in their original (token id) order at the front of the array, so
-        that a greedy pick breaks ties as it would over the whole vocabulary."""
+        grammar and pick among those allowed; False, with the candidates as they were, when none is."""
         np = self._np
         if size <= TOP_CANDIDATES:
             return False
-        cur = cur_p.contents
-        rows = np.ctypeslib.as_array(ctypes.cast(cur.data, ctypes.POINTER(ctypes.c_int32)), shape=(size, 3))
-        logits = rows[:, 1].view(np.float32)
+        logits = self._rows(cur_p, size)[:, 1].view(np.float32)
         edge = np.partition(logits, size - TOP_CANDIDATES)[size - TOP_CANDIDATES]
         best = np.flatnonzero(logits >= edge)
         if len(best) > 4 * TOP_CANDIDATES:  # a flat distribution: no short list to try
             return False
-        n = len(best)
+        return self._pick_among(cur_p, size, best)
+
+    def _pick_among(self, cur_p: Any, size: int, at: Any) -> bool:
+        """Filter the candidates at rows `at` (ascending) by the grammar and pick among those
+        allowed; False, with the candidates as they were, when none is.
+
+        The kept candidates stay in their original (token id) order at the front of the array, so
+        that a greedy pick breaks ties as it would over the whole vocabulary."""
+        np = self._np
+        n = len(at)
+        if n == 0:
+            return False
+        cur = cur_p.contents
+        rows = self._rows(cur_p, size)
         front = rows[:n].copy()
-        rows[:n] = rows[best]
+        rows[:n] = rows[at]
         cur.size, cur.selected, cur.sorted = n, -1, False
         self._llama.llama_sampler_apply(self.grammar, cur_p)
-        if not np.isfinite(logits[:n]).any():
-            rows[:n] = front  # restore: the caller passes over the whole vocabulary
+        if not np.isfinite(rows[:n, 1].view(np.float32)).any():
+            rows[:n] = front  # restore: the caller passes over more of the vocabulary
+            cur.size, cur.selected, cur.sorted = size, -1, False
             return False
         self._llama.llama_sampler_apply(self.inner, cur_p)
         return True
+
+    # --- skipping tokens by their first byte (engine.first_bytes) -----------------------------------
+    def _allowed_heads(self) -> tuple[Any, int] | None:
+        """Which first bytes the grammar may accept here (a mask over 1 + byte; index 0 is an
+        empty text) and how many tokens start with them; None where the table cannot tell."""
+        table = self._first_bytes()
+        if table is None:
+            return None
+        np = self._np
+        from llmchat.engine.first_bytes import apply
+
+        logits = apply(self._llama, self.grammar, self._probes)
+        refused = ~np.isfinite(logits[:-1]) & self._trusted
+        heads = np.ones(257, dtype=bool)
+        heads[0] = False  # llama.cpp refuses an empty text (end-of-generation tokens aside)
+        heads[table.probe_bytes[refused].astype(np.int64) + 1] = False
+        self._ends = bool(np.isfinite(logits[-1]))  # the grammar can end here
+        return heads, int(np.diff(table.bounds)[heads].sum())
+
+    def _rows_starting_with(self, cur_p: Any, size: int, heads: Any) -> Any:
+        """The rows of the candidates whose first byte is in `heads`, and the end-of-generation
+        tokens where the grammar can end, ascending."""
+        np = self._np
+        table = self._first_bytes()
+        assert table is not None
+        kept = np.flatnonzero(heads)
+        if len(kept) < 32:  # a few bytes: their tokens, from the table's groups
+            groups = [table.by_byte[table.bounds[b] : table.bounds[b + 1]] for b in kept]
+            ids = np.sort(np.concatenate([*groups, np.empty(0, dtype=np.int32)]))
+        else:
+            ids = np.flatnonzero(heads[table.first + 1]).astype(np.int32)
+        if self._ends:
+            ids = np.union1d(ids, table.end_tokens(self._llama, self.vocab))
+        ids_here = self._rows(cur_p, size)[:, 0]
+        if size == table.n_vocab and bool((ids_here[ids] == ids).all()):
+            return ids  # the usual case: candidate i is token i
+        where = np.full(table.n_vocab, -1, dtype=np.int64)
+        where[ids_here] = np.arange(size)
+        at = where[ids]
+        return np.sort(at[at >= 0])
+
+    def _first_bytes(self) -> FirstBytes | None:
+        if self._heads_table is _NOT_BUILT:
+            table = None
+            if self._heads_usable:
+                from llmchat.engine.first_bytes import first_bytes
+
+                table = first_bytes(self._llama, self.vocab, int(self._llama.llama_vocab_n_tokens(self.vocab)))
+            if table is not None:
+                np = self._np
+                self._probes = np.append(table.probe_ids, np.int32(max(table.eos, 0)))
+                bytes_ = table.probe_bytes
+                # Beyond ASCII, a refused byte speaks for its tokens only without a negated class
+                # that holds a non-ASCII character (engine.first_bytes).
+                self._trusted = (bytes_ < 0x80) | (table.sound[bytes_] & (not self._wide_negation))
+                if table.eos < 0:
+                    table = None  # where the grammar can end is not known: no byte is skipped
+            self._heads_table = table
+        return self._heads_table  # type: ignore[return-value]
 
     # --- steering out of a loop (engine.loop_exit) ------------------------------------------------
     def _close_loop(self, cur: Any, picked: int | None) -> bool:
