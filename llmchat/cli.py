@@ -9,9 +9,10 @@ annotations at run time.)
 """
 
 import errno
+import importlib
 import os
 import sys
-from typing import Optional, TextIO
+from typing import Any, Callable, Optional, TextIO
 
 import typer
 
@@ -21,22 +22,6 @@ except ImportError:  # pragma: no cover - older Typer
     import click  # type: ignore[no-redef,unused-ignore]
 
 from llmchat import interrupts
-from llmchat.commands import (
-    ask,
-    batch,
-    bench,
-    cache,
-    chat,
-    config,
-    history,
-    info,
-    mcp,
-    models,
-    prompts,
-    schema,
-    template,
-    tools,
-)
 from llmchat.env import Environment, current_environment
 from llmchat.errors import ExitCode, LlmchatError
 
@@ -50,85 +35,94 @@ _APP_SETTINGS: dict = dict(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-app = typer.Typer(
-    name="llmchat",
-    help="Chat with local GGUF models through llama.cpp: streaming replies with live TTFT and tokens/s.",
-    **_APP_SETTINGS,
-)
-# The top-level commands: registered on `app`, and the one being run also on an app of its own
-# (`_app_for`).
-TOP_COMMANDS: dict = {
-    "ask": (ask.ask, {"epilog": EXIT_CODES_HELP}),
-    "chat": (chat.chat, {"epilog": EXIT_CODES_HELP}),
+# The top-level commands, as (module in llmchat.commands, function, settings): registered on the
+# full app, and the one being run also on an app of its own (`_app_for`). A command's module is
+# imported only when the command is registered: a one-shot `ask` imports none of the others.
+TOP_COMMANDS: dict[str, tuple[str, str, dict]] = {
+    "ask": ("ask", "ask", {"epilog": EXIT_CODES_HELP}),
+    "chat": ("chat", "chat", {"epilog": EXIT_CODES_HELP}),
     "batch": (
-        batch.batch,
+        "batch",
+        "batch",
         {"epilog": "Exit codes: 0 every item ok, 1 some item failed, 2 usage, 3 model, 130 interrupted."},
     ),
-    "info": (info.info, {"help": "Show a model's architecture, KV-cache size and memory needs."}),
-    "bench": (bench.bench, {}),
+    "info": ("info", "info", {"help": "Show a model's architecture, KV-cache size and memory needs."}),
+    "bench": ("bench", "bench", {}),
 }
-for _name, (_function, _settings) in TOP_COMMANDS.items():
-    app.command(_name, **_settings)(_function)
-
-template_app = typer.Typer(
-    no_args_is_help=True, help="List, inspect, render chat templates, and parse a model's output with one."
+# The command groups: name, help, and each subcommand's name and function in the group's module.
+GROUPS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
+    (
+        "template",
+        "List, inspect, render chat templates, and parse a model's output with one.",
+        (("list", "list_templates"), ("show", "show"), ("render", "render"), ("parse", "parse")),
+    ),
+    (
+        "history",
+        "Saved conversations: list, show, search, export, rm, fork.",
+        (
+            ("list", "list_command"),
+            ("show", "show_command"),
+            ("search", "search_command"),
+            ("export", "export_command"),
+            ("rm", "rm_command"),
+            ("fork", "fork_command"),
+        ),
+    ),
+    (
+        "models",
+        "Every GGUF on this machine (HF cache, Ollama, LM Studio, folders): list, show, pull, rm, alias.",
+        (
+            ("list", "list_command"),
+            ("show", "show_command"),
+            ("pull", "pull_command"),
+            ("rm", "rm_command"),
+            ("alias", "alias_command"),
+        ),
+    ),
+    ("config", "The config file.", (("path", "config_path"), ("show", "config_show"))),
+    ("cache", "The KV cache on disk: list, clear.", (("list", "list_command"), ("clear", "clear_command"))),
+    (
+        "prompts",
+        "Saved prompts ([prompts.NAME] in the config): list, show.",
+        (("list", "list_command"), ("show", "show_command")),
+    ),
+    ("schema", "Structured output: see what a --schema holds the model to.", (("show", "show"),)),
+    ("tools", "Tools the model can call: functions, commands, MCP servers.", (("list", "list_command"),)),
+    (
+        "mcp",
+        "MCP servers without a model: list, tools, resources, prompts, call.",
+        (
+            ("list", "list_command"),
+            ("tools", "tools_command"),
+            ("resources", "resources_command"),
+            ("prompts", "prompts_command"),
+            ("call", "call_command"),
+        ),
+    ),
 )
-template_app.command("list")(template.list_templates)
-template_app.command("show")(template.show)
-template_app.command("render")(template.render)
-template_app.command("parse")(template.parse)
-app.add_typer(template_app, name="template")
 
-history_app = typer.Typer(no_args_is_help=True, help="Saved conversations: list, show, search, export, rm, fork.")
-history_app.command("list")(history.list_command)
-history_app.command("show")(history.show_command)
-history_app.command("search")(history.search_command)
-history_app.command("export")(history.export_command)
-history_app.command("rm")(history.rm_command)
-history_app.command("fork")(history.fork_command)
-app.add_typer(history_app, name="history")
 
-models_app = typer.Typer(
-    no_args_is_help=True,
-    help="Every GGUF on this machine (HF cache, Ollama, LM Studio, folders): list, show, pull, rm, alias.",
-)
-models_app.command("list")(models.list_command)
-models_app.command("show")(models.show_command)
-models_app.command("pull")(models.pull_command)
-models_app.command("rm")(models.rm_command)
-models_app.command("alias")(models.alias_command)
-app.add_typer(models_app, name="models")
+def _command(module: str, function: str) -> Callable[..., Any]:
+    return getattr(importlib.import_module(f"llmchat.commands.{module}"), function)
 
-config_app = typer.Typer(no_args_is_help=True, help="The config file.")
-config_app.command("path")(config.config_path)
-config_app.command("show")(config.config_show)
-app.add_typer(config_app, name="config")
 
-cache_app = typer.Typer(no_args_is_help=True, help="The KV cache on disk: list, clear.")
-cache_app.command("list")(cache.list_command)
-cache_app.command("clear")(cache.clear_command)
-app.add_typer(cache_app, name="cache")
-
-prompts_app = typer.Typer(no_args_is_help=True, help="Saved prompts ([prompts.NAME] in the config): list, show.")
-prompts_app.command("list")(prompts.list_command)
-prompts_app.command("show")(prompts.show_command)
-app.add_typer(prompts_app, name="prompts")
-
-schema_app = typer.Typer(no_args_is_help=True, help="Structured output: see what a --schema holds the model to.")
-schema_app.command("show")(schema.show)
-app.add_typer(schema_app, name="schema")
-
-tools_app = typer.Typer(no_args_is_help=True, help="Tools the model can call: functions, commands, MCP servers.")
-tools_app.command("list")(tools.list_command)
-app.add_typer(tools_app, name="tools")
-
-mcp_app = typer.Typer(no_args_is_help=True, help="MCP servers without a model: list, tools, resources, prompts, call.")
-mcp_app.command("list")(mcp.list_command)
-mcp_app.command("tools")(mcp.tools_command)
-mcp_app.command("resources")(mcp.resources_command)
-mcp_app.command("prompts")(mcp.prompts_command)
-mcp_app.command("call")(mcp.call_command)
-app.add_typer(mcp_app, name="mcp")
+def _full_app() -> typer.Typer:
+    """The whole command line: every command and group (for `llmchat --help`, the groups, and a
+    bare `llmchat`)."""
+    app = typer.Typer(
+        name="llmchat",
+        help="Chat with local GGUF models through llama.cpp: streaming replies with live TTFT and tokens/s.",
+        **_APP_SETTINGS,
+    )
+    app.callback(invoke_without_command=True, epilog=EXIT_CODES_HELP)(_root)
+    for name, (module, function, settings) in TOP_COMMANDS.items():
+        app.command(name, **settings)(_command(module, function))
+    for group, help_text, commands in GROUPS:
+        group_app = typer.Typer(no_args_is_help=True, help=help_text)
+        for name, function in commands:
+            group_app.command(name)(_command(group, function))
+        app.add_typer(group_app, name=group)
+    return app
 
 
 def _print_version(value: bool) -> None:
@@ -145,7 +139,6 @@ def _print_version(value: bool) -> None:
     raise typer.Exit()
 
 
-@app.callback(invoke_without_command=True, epilog=EXIT_CODES_HELP)
 def _root(
     ctx: typer.Context,
     version: Optional[bool] = typer.Option(
@@ -160,7 +153,7 @@ def _root(
     if ctx.invoked_subcommand is None:
         env = current_environment()
         if env.stdin_isatty and env.stdout_isatty:
-            ctx.invoke(chat.chat)
+            ctx.invoke(_command("chat", "chat"))
         else:
             typer.echo(ctx.get_help(), file=env.stdout)
 
@@ -214,11 +207,11 @@ def _app_for(args: list) -> tuple[typer.Typer, list, str]:
     thirty commands, paid by every one-shot `ask` (bench/results/oneshot_vs_completion.md). The
     command's usage, help and errors read the same either way ("llmchat ask")."""
     if args and args[0] in TOP_COMMANDS:
-        function, settings = TOP_COMMANDS[args[0]]
+        module, function, settings = TOP_COMMANDS[args[0]]
         alone = typer.Typer(add_completion=False, **_APP_SETTINGS)
-        alone.command(args[0], **settings)(function)
+        alone.command(args[0], **settings)(_command(module, function))
         return alone, args[1:], f"llmchat {args[0]}"
-    return app, args, "llmchat"
+    return _full_app(), args, "llmchat"
 
 
 def main(argv: Optional[list] = None, env: Optional[Environment] = None) -> None:

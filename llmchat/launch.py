@@ -5,12 +5,16 @@ Ctrl-C during it used to print a traceback from llmchat's imports. Here the hand
 `llmchat.interrupts` are installed before any of that, so an interrupt at any moment from now on
 ends in one line and exit 130 (143 for SIGTERM). Before this module runs, Python's own start-up
 handles the signal: the process is killed by it.
+
+The process's `hashlib` is also set up here, before anything imports it: CPython's own hash
+functions instead of OpenSSL's (see `_hashlib_without_openssl`).
 """
 
 import sys
 
 
 def main() -> None:
+    _hashlib_without_openssl()
     from llmchat import interrupts
 
     interrupts.install()
@@ -35,6 +39,24 @@ def main() -> None:
         if done.code in (130, interrupts.TERMINATED_EXIT):
             _exit_now(int(done.code))
         raise
+
+
+def _hashlib_without_openssl() -> None:
+    """Import `hashlib` with OpenSSL's `_hashlib` hidden, so it takes CPython's own md5, sha1,
+    sha2, sha3 and blake2 (the same digests). Loading OpenSSL's libcrypto costs 3.5-4 MiB of
+    resident memory, a quarter of what llmchat adds to a one-shot `ask` (peak RSS against
+    llama-completion's, bench/oneshot_vs_completion.py), and nothing in the process needs it:
+    Jinja imports hashlib only for a bytecode cache llmchat does not use, and llmchat's own
+    digests are SHA-256 cache keys and attachment checksums. Lost: OpenSSL's extra algorithms in
+    `hashlib.new`, `pbkdf2_hmac` and `scrypt`, which nothing here calls. `_hashlib` is visible
+    again afterwards: `hmac` or `ssl` load OpenSSL themselves where an MCP connection needs them."""
+    if "hashlib" in sys.modules:
+        return
+    sys.modules["_hashlib"] = None  # type: ignore[assignment]  # None: "import _hashlib" fails
+    try:
+        import hashlib  # noqa: F401
+    finally:
+        del sys.modules["_hashlib"]
 
 
 def _exit_now(code: int) -> None:

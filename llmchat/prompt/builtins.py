@@ -132,23 +132,27 @@ def _builtin_from_text(name: str, path: str, text: str) -> BuiltinTemplate:
 
 
 def _template_files() -> list[tuple[str, str, str]]:
-    """(name, path for display, text) of every built-in, from the installed package data or,
-    in a source checkout that is not installed, from the repository's templates/ folder."""
-    try:
-        from importlib import resources
+    """(name, path for display, text) of every built-in, from the installed package data's
+    folder or, in a source checkout that is not installed, from the repository's templates/
+    folder. The folder is found from the package's import spec, not through importlib.resources,
+    which imports zipfile and its readers: 0.4 MiB of a one-shot `ask`'s peak memory
+    (bench/oneshot_vs_completion.py), for package data that pip always installs as files."""
+    import importlib.util
 
-        root = resources.files("llmchat.templates")
-        found = [
-            (entry.name[: -len(".jinja")], str(entry), entry.read_text(encoding="utf-8"))
-            for entry in root.iterdir()
-            if entry.name.endswith(".jinja")
-        ]
+    try:
+        spec = importlib.util.find_spec("llmchat.templates")
+    except (ImportError, ValueError):
+        spec = None
+    folders = [Path(location) for location in (spec.submodule_search_locations or ())] if spec else []
+    folders.append(Path(__file__).resolve().parents[2] / "templates")
+    for folder in folders:
+        try:
+            found = [(p.stem, str(p), p.read_text(encoding="utf-8")) for p in folder.glob("*.jinja")]
+        except OSError:
+            continue
         if found:
             return found
-    except (ImportError, OSError, TypeError, ValueError):
-        pass
-    folder = Path(__file__).resolve().parents[2] / "templates"
-    return [(p.stem, str(p), p.read_text(encoding="utf-8")) for p in folder.glob("*.jinja")]
+    return []
 
 
 @functools.lru_cache(maxsize=1)

@@ -63,6 +63,12 @@ class ToolHost(Protocol):
     def structured(self) -> object | None: ...
 
 
+class ToolTaker(ToolHost, Protocol):
+    """A session that takes an offer for its following turns."""
+
+    def use_tools(self, offer: ToolOffer | None) -> None: ...
+
+
 @dataclass
 class ToolIO:
     """Where the loop talks to the person: a call before it runs, notices (stderr), the approval

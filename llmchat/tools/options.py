@@ -17,26 +17,19 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from llmchat import interrupts
 from llmchat.defaults import DEFAULT_CHAIN_LIMIT
-from llmchat.tools.offer import ToolHost
 
 if TYPE_CHECKING:
     from llmchat.config import Config
     from llmchat.tools.approval import Answer
-    from llmchat.tools.offer import ToolOffer
+    from llmchat.tools.offer import ToolTaker
     from llmchat.tools.registry import ToolSet
     from llmchat.tools.spec import CallRecord
 
 RESULT_PREVIEW_LINES = 3  # of a tool's result, shown after its call in the chat
-
-
-class ToolTaker(ToolHost, Protocol):
-    """A session that takes an offer for its following turns."""
-
-    def use_tools(self, offer: ToolOffer | None) -> None: ...
 
 
 @dataclass(frozen=True)
