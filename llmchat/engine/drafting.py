@@ -137,6 +137,7 @@ class DraftModelDrafter:
         self.penalty_last_n = penalty_last_n
         self.repeat_penalty = 1.0
         self._n_vocab = draft.n_vocab
+        self._context_length = 0  # the context of the last call, which the draft cache then held
 
     def start_reply(self, prompt_length: int, repeat_penalty: float) -> None:
         del prompt_length  # the penalty window spans the prompt too (see the class docstring)
@@ -146,17 +147,24 @@ class DraftModelDrafter:
     def __call__(self, input_ids: Sequence[int], /) -> list[int]:
         np = self._np
         draft = self.draft
-        ids = [int(t) for t in input_ids]
+        ids = list(input_ids)
         self.length.update(ids)
         k = self.length.current
         if not ids or len(ids) + k >= draft.n_ctx:
             return []
-        # Reuse the longest cached prefix; at least one token is evaluated, for fresh logits.
-        common = 0
-        for old, new in zip(draft.tokens, ids[:-1]):
+        # Reuse the longest cached prefix; at least one token is evaluated, for fresh logits. Within
+        # a reply the cache holds the previous call's context, which this one continues: that part
+        # is compared in one C-level list comparison (0.6 ms at 32,000 tokens, on a busy machine),
+        # and only what follows it token by token (a Python loop over all of it took 2.2 ms there).
+        cached = draft.tokens
+        common = min(self._context_length, len(cached), len(ids) - 1)
+        if cached[:common] != ids[:common]:
+            common = 0
+        for old, new in zip(cached[common:], ids[common:-1]):
             if old != new:
                 break
             common += 1
+        self._context_length = len(ids)
         if not draft.keep(common):
             draft.clear()  # a cache that cannot drop a suffix (recurrent): start over
             common = 0
