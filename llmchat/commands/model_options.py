@@ -53,7 +53,12 @@ _ENGINE_OPTIONS = {
     ],
     "threads": Annotated[
         Optional[int],
-        typer.Option("--threads", "-t", help="CPU threads. Default: the physical cores.", rich_help_panel=ENGINE),
+        typer.Option(
+            "--threads",
+            "-t",
+            help="CPU threads, fixed. Default: the cores the machine has to spare, tuned while decoding.",
+            rich_help_panel=ENGINE,
+        ),
     ],
     "batch_size": Annotated[
         int, typer.Option("--batch-size", help="Prompt tokens evaluated per llama.cpp batch.", rich_help_panel=ENGINE)
