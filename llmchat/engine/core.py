@@ -67,7 +67,7 @@ class Engine:
         settings = self.settings
         drafting = "prompt lookup" if settings.lookup else ("draft model" if settings.draft_model else "no drafting")
         flash = f"flash attention {'on' if settings.flash_attn else 'off'}"
-        rows = [("engine", f"{flash}, KV {settings.kv_type}", f"{self.threads} threads, {drafting}")]
+        rows = [("engine", f"{flash}, KV {settings.kv_type}", drafting)]
         if settings.flash_attn_why:
             rows.append(("", flash, settings.flash_attn_why))
         rows.append(("", f"{self.threads} threads", self.tuner.why))
@@ -103,8 +103,8 @@ class Engine:
         model_path: Path,
         settings: EngineSettings,
         notices: list[str],
-        drafter: CountingDrafter | None = None,
-        tuner: ThreadTuner | None = None,
+        drafter: CountingDrafter | None,
+        tuner: ThreadTuner,
     ):
         self.model = model
         self.model_path = model_path
@@ -125,10 +125,8 @@ class Engine:
         self.add_bos: bool = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self.bos_text: str = self._token_text(self.bos_id)
         self.eos_text: str = self._token_text(self.eos_id)
-        self.tuner = tuner or ThreadTuner(
-            model.n_threads, f"{model.n_threads} threads", model.n_threads, model.set_threads, fixed=True
-        )
-        model.observe_steps(self.tuner.observe)
+        self.tuner = tuner  # the owner of the thread count
+        model.observe_steps(tuner.observe)
 
     # --- loading -----------------------------------------------------------------------------
     @classmethod
@@ -147,8 +145,7 @@ class Engine:
         # The option values were checked once, before loading (llmchat.loading.validate_options).
         flash_attn = settings.flash_attn
         gpu_layers = layers_to_offload(settings)
-        most_threads = settings.threads or physical_cores()
-        threads = most_threads
+        threads = settings.threads or physical_cores()  # at most; engine.threads may run fewer
 
         drafter: PromptLookupDrafter | DraftModelDrafter | None = None
         draft_model: LoadedModel | None = None
