@@ -55,6 +55,13 @@ def test_first_byte_table_matches_llama_cpp_pieces(model_path):
             n = llama_cpp.llama_token_to_piece(vocab, token, buffer, 512, 0, True)
             assert table.first[token] == (buffer.raw[0] if n > 0 else -1), token
         assert first_bytes.first_bytes(llama_cpp, vocab, n_vocab) is table  # built once per vocabulary
+        ended = llama_cpp.llama_sampler_init_grammar(vocab, b'root ::= ""', b"root")
+        everything = numpy.arange(n_vocab, dtype=numpy.int32)
+        try:  # a grammar complete from the start keeps exactly the end-of-generation tokens
+            ends = everything[numpy.isfinite(first_bytes.apply(llama_cpp, ended, everything))]
+        finally:
+            llama_cpp.llama_sampler_free(ended)
+        assert len(ends) > 0 and numpy.array_equal(table.end_tokens(llama_cpp, vocab), ends)
         for token, byte in zip(table.probe_ids.tolist(), table.probe_bytes.tolist()):
             n = llama_cpp.llama_token_to_piece(vocab, token, buffer, 512, 0, True)
             assert buffer.raw[:n] == bytes([byte])

@@ -17,7 +17,7 @@ Where that reasoning does not hold, a byte is never skipped:
 - a grammar that names tokens (`<[id]>`, `<|tok|>`, `!<...>`): there a token is held by its id,
   not its text, and no byte is skipped at all (`usable` is False).
 End-of-generation tokens are refused by llama.cpp only where the grammar cannot end; they are
-always passed to it when it can.
+always passed to it when it can (`end_tokens`).
 
 The table is built once per vocabulary in a process, from one `llama_detokenize` call over every
 token with a separator token between them (10-20 ms on Gemma 3), instead of 262,144 calls.
@@ -54,15 +54,25 @@ class FirstBytes:
     _end_tokens: numpy.ndarray | None = field(default=None, repr=False)
 
     def end_tokens(self, llama: Any, vocab: Any) -> numpy.ndarray:
-        """Every end-of-generation token (found once, by a grammar that is complete from the start)."""
+        """Every end-of-generation token, found once: among the tokens llama.cpp can mark so (the
+        end, end-of-turn and fill-in-the-middle ids, and tokens whose text is on its list, each
+        starting with `<`, `[` or `_`), those a grammar complete from the start keeps."""
         if self._end_tokens is None:
+            named = [llama.llama_vocab_eos(vocab), llama.llama_vocab_eot(vocab)]
+            named += [
+                llama.llama_vocab_fim_pad(vocab),
+                llama.llama_vocab_fim_rep(vocab),
+                llama.llama_vocab_fim_sep(vocab),
+            ]
+            marked = numpy.isin(self.first, numpy.frombuffer(b"<[_", dtype=numpy.uint8))
+            marked[[token for token in named if 0 <= token < self.n_vocab]] = True
+            candidates = numpy.flatnonzero(marked).astype(numpy.int32)
             ended = llama.llama_sampler_init_grammar(vocab, _ENDED, b"root")
             try:
-                everything = numpy.arange(self.n_vocab, dtype=numpy.int32)
-                logits = apply(llama, ended, everything)
+                logits = apply(llama, ended, candidates)
             finally:
                 llama.llama_sampler_free(ended)
-            self._end_tokens = everything[numpy.isfinite(logits)]
+            self._end_tokens = candidates[numpy.isfinite(logits)]
         return self._end_tokens
 
 
