@@ -43,6 +43,7 @@ PROMPT = (
 )
 DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
 ACCEPT = re.compile(r"accept\s+=\s+([\d.]+)%")
+COUNTS = re.compile(r"n_(predict|drafted|accept)\s+=\s+(\d+)")
 
 
 def main() -> None:
@@ -99,11 +100,17 @@ def main() -> None:
         ours = float(stats["decode_tok_s"])
         theirs = (int(stats["generated_tokens"]) - 1) / float(speed.group(2))  # the same tokens (docstring)
         pairs.append((ours, theirs))
+        # Decode passes after the prompt's, which load does not change: each yields its accepted drafts
+        # and one sampled token. ask does not count an end token it stopped at: it came from a pass too.
+        ended = 1 if stats["finish_reason"] == "stop" else 0
+        ask_passes = int(stats["generated_tokens"]) + ended - 1 - int(stats["draft_accepted"])
+        counts = {name: int(value) for name, value in COUNTS.findall(lookup_run.stderr)}
+        their_passes = counts.get("predict", 0) - 1 - counts.get("accept", 0)
         line = (
             f"round {rep + 1} ({' first, '.join(order)} second): ask --lookup {ours:.1f} tok/s (acceptance "
-            f"{stats['draft_acceptance']:.0%}), llama-lookup {theirs:.1f} tok/s (acceptance "
-            f"{accepted.group(1) if accepted else '?'}%, own figure {speed.group(3)} tok/s over "
-            f"{speed.group(1)} tokens), ratio {ours / theirs:.3f}, replies equal"
+            f"{stats['draft_acceptance']:.0%}, {ask_passes} passes), llama-lookup {theirs:.1f} tok/s (acceptance "
+            f"{accepted.group(1) if accepted else '?'}%, {their_passes} passes, {counts.get('drafted', 0)} drafted; "
+            f"own figure {speed.group(3)} tok/s over {speed.group(1)} tokens), ratio {ours / theirs:.3f}, replies equal"
         )
         raw.append(line)
         print(line, file=sys.stderr, flush=True)
