@@ -105,15 +105,33 @@ def _non_ascii(body: str) -> bool:
     return any(ord(ch) >= 0x80 for ch in body) or re.search(r"\\(x[89a-fA-F]|[uU])", body) is not None
 
 
+class Candidates:
+    """A llama.cpp candidate array of fixed token ids, for asking a sampler about them again and
+    again without building the array each time (the gate's probes, at every refusal)."""
+
+    def __init__(self, llama: Any, ids: numpy.ndarray):
+        self._llama = llama
+        size = len(ids)
+        self._data = (llama.llama_token_data * size)()
+        rows = numpy.ctypeslib.as_array(ctypes.cast(self._data, ctypes.POINTER(ctypes.c_int32)), shape=(size, 3))
+        rows[:, 0] = ids
+        self.logits = rows[:, 1].view(numpy.float32)
+        self._array = llama.llama_token_data_array(self._data, size, -1, False)
+        self._ref = ctypes.byref(self._array)
+
+    def allowed(self, sampler: Any) -> numpy.ndarray:
+        """Which of the ids `sampler` (a grammar) leaves a finite logit, from logits 0."""
+        self.logits[:] = 0.0
+        self._array.selected, self._array.sorted = -1, False
+        self._llama.llama_sampler_apply(sampler, self._ref)
+        return numpy.isfinite(self.logits)
+
+
 def apply(llama: Any, sampler: Any, ids: numpy.ndarray) -> numpy.ndarray:
-    """`sampler` applied to the candidates `ids` (logits 0): the logits it leaves (-inf: refused)."""
-    size = len(ids)
-    data = (llama.llama_token_data * size)()
-    rows = numpy.ctypeslib.as_array(ctypes.cast(data, ctypes.POINTER(ctypes.c_int32)), shape=(size, 3))
-    rows[:, 0] = ids
-    array = llama.llama_token_data_array(data, size, -1, False)
-    llama.llama_sampler_apply(sampler, ctypes.byref(array))
-    return rows[:, 1].view(numpy.float32).copy()
+    """`sampler` applied once to the candidates `ids` (logits 0): the logits it leaves (-inf: refused)."""
+    candidates = Candidates(llama, ids)
+    candidates.allowed(sampler)
+    return candidates.logits.copy()
 
 
 def first_bytes(llama: Any, vocab: Any, n_vocab: int) -> FirstBytes | None:

@@ -137,6 +137,9 @@ class GrammarGate:
         self._wide_negation = False
         self._ends = False  # whether the grammar can end here (at the last refusal)
         self._probes: Any = None  # the table's one-byte tokens, then an end-of-generation one
+        self._probe_heads: Any = None
+        self._head_sizes: Any = None
+        self._no_heads: Any = None
         self._trusted: Any = None  # per probe: whether its refusal speaks for every token with its byte
         import numpy
 
@@ -268,16 +271,11 @@ class GrammarGate:
         table = self._first_bytes()
         if table is None:
             return None
-        np = self._np
-        from llmchat.engine.first_bytes import apply
-
-        logits = apply(self._llama, self.grammar, self._probes)
-        refused = ~np.isfinite(logits[:-1]) & self._trusted
-        heads = np.ones(257, dtype=bool)
-        heads[0] = False  # llama.cpp refuses an empty text (end-of-generation tokens aside)
-        heads[table.probe_bytes[refused].astype(np.int64) + 1] = False
-        self._ends = bool(np.isfinite(logits[-1]))  # the grammar can end here
-        return heads, int(np.diff(table.bounds)[heads].sum())
+        allowed = self._probes.allowed(self.grammar)
+        heads = self._no_heads.copy()
+        heads[self._probe_heads[~allowed[:-1] & self._trusted]] = False
+        self._ends = bool(allowed[-1])  # the grammar can end here
+        return heads, int(self._head_sizes[heads].sum())
 
     def _rows_starting_with(self, cur_p: Any, size: int, heads: Any) -> Any:
         """The rows of the candidates whose first byte is in `heads`, and the end-of-generation
@@ -310,8 +308,14 @@ class GrammarGate:
                 table = first_bytes(self._llama, self.vocab, int(self._llama.llama_vocab_n_tokens(self.vocab)))
             if table is not None:
                 np = self._np
-                self._probes = np.append(table.probe_ids, np.int32(max(table.eos, 0)))
+                from llmchat.engine.first_bytes import Candidates
+
+                self._probes = Candidates(self._llama, np.append(table.probe_ids, np.int32(max(table.eos, 0))))
                 bytes_ = table.probe_bytes
+                self._probe_heads = bytes_.astype(np.int64) + 1  # a byte's place in a mask over 1 + byte
+                self._head_sizes = np.diff(table.bounds)  # how many tokens start with each
+                self._no_heads = np.ones(257, dtype=bool)
+                self._no_heads[0] = False  # llama.cpp refuses an empty text (end-of-generation tokens aside)
                 # Beyond ASCII, a refused byte speaks for its tokens only without a negated class
                 # that holds a non-ASCII character (engine.first_bytes).
                 self._trusted = (bytes_ < 0x80) | (table.sound[bytes_] & (not self._wide_negation))
