@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -50,6 +49,14 @@ _FIRST_RETRY = 32
 _LAST_RETRY = 1024
 # How often other processes' CPU use is read while decoding.
 _READ_EVERY_S = 0.5
+
+
+def _median(values: Sequence[float]) -> float:
+    """The median of a few step times (`statistics` would import `fractions` and `decimal`, about
+    half a MiB, into every one-shot)."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def cgroup_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
@@ -183,7 +190,7 @@ class ThreadTuner:
         if self._trial is not None and len(self._recent) >= _BASELINE_STEPS:
             # Threads that spin on a busy core can take a step 100 times as long: a tried count
             # that is plainly slower loses at once, warm-up step or not.
-            if seconds > statistics.median(self._recent) * _PLAINLY_SLOWER:
+            if seconds > _median(self._recent) * _PLAINLY_SLOWER:
                 self._trial_costs = [seconds]
                 self._skip = 0
                 self._end_trial()
@@ -200,7 +207,7 @@ class ThreadTuner:
         self._since_settled += 1
         if len(self._recent) < _BASELINE_STEPS:
             return
-        current = statistics.median(self._recent)
+        current = _median(self._recent)
         if self._baseline is None:
             self._baseline = current
         if (
@@ -243,8 +250,8 @@ class ThreadTuner:
     def _end_trial(self) -> None:
         tried, settled = self._trial, self._settled
         assert tried is not None
-        trial_cost = statistics.median(self._trial_costs)
-        current = statistics.median(self._recent) if len(self._recent) >= _BASELINE_STEPS else None
+        trial_cost = _median(self._trial_costs)
+        current = _median(self._recent) if len(self._recent) >= _BASELINE_STEPS else None
         self._trial = None
         self._recent.clear()
         self._skip = 1
