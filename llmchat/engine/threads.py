@@ -156,12 +156,11 @@ class ThreadTuner:
         read_cpu: Callable[[], CpuReading] = CpuReading.now,
         clock: Callable[[], float] = time.monotonic,
     ):
-        self.threads = threads
+        self.threads = threads  # the count kept: what the stats report (a try may run another)
         self.why = why
         self._most = most
         self._apply = apply
         self._fixed = fixed
-        self._settled = threads  # the count in use outside a trial
         self._trial: int | None = None  # the count being tried
         self._trial_costs: list[float] = []
         self._skip = 1  # steps not measured: the first after any change of count
@@ -184,8 +183,8 @@ class ThreadTuner:
             # A prefill chunk: its time per token grows with depth and is not comparable with a
             # decode step's, so only other processes' load is read here. A count tried from here
             # is judged by the decode steps that follow.
-            if self._trial is None and self._settled > 1 and self._others_busier():
-                self._start_trial(self._settled - 1)
+            if self._trial is None and self.threads > 1 and self._others_busier():
+                self._start_trial(self.threads - 1)
             return
         if self._trial is not None and len(self._recent) >= _BASELINE_STEPS:
             # Threads that spin on a busy core can take a step 100 times as long: a tried count
@@ -211,18 +210,18 @@ class ThreadTuner:
         if self._baseline is None:
             self._baseline = current
         if (
-            self._settled > 1
+            self.threads > 1
             and self._since_settled >= self._fewer_after
             and (current > self._baseline * _SLOWDOWN or self._others_busier())
         ):
-            self._start_trial(self._settled - 1)
-        elif self._settled < self._most and (self._others_left() or self._since_settled >= self._retry_after):
-            self._start_trial(self._settled + 1)
+            self._start_trial(self.threads - 1)
+        elif self.threads < self._most and (self._others_left() or self._since_settled >= self._retry_after):
+            self._start_trial(self.threads + 1)
 
     def _others_busier(self) -> bool:
         """Other processes busy on more cores than this count leaves them."""
         others = self._others()
-        return others is not None and others >= (self._most - self._settled) + _BUSY_CORE
+        return others is not None and others >= (self._most - self.threads) + _BUSY_CORE
 
     def _others_left(self) -> bool:
         """Other processes, busy on the cores this count leaves them at the last reading, no
@@ -230,7 +229,7 @@ class ThreadTuner:
         others = self._others()
         if others is None:
             return False
-        quiet = others <= (self._most - self._settled) - _BUSY_CORE
+        quiet = others <= (self._most - self.threads) - _BUSY_CORE
         left, self._others_quiet = quiet and not self._others_quiet, quiet
         return left
 
@@ -248,7 +247,7 @@ class ThreadTuner:
         self._set(threads)
 
     def _end_trial(self) -> None:
-        tried, settled = self._trial, self._settled
+        tried, settled = self._trial, self.threads
         assert tried is not None
         trial_cost = _median(self._trial_costs)
         current = _median(self._recent) if len(self._recent) >= _BASELINE_STEPS else None
@@ -259,7 +258,7 @@ class ThreadTuner:
         if current is None or trial_cost < current * _BETTER:
             # Without decode steps at the settled count to compare with, a count tried because
             # other processes got busy is kept: one more is tried again later.
-            self._settled, self._baseline = tried, None
+            self.threads, self._baseline = tried, None
             self._retry_after, self._fewer_after = _FIRST_RETRY, 0
             self.why = f"{tried} of {self._most} cores: " + (
                 "other processes got busy"
@@ -276,7 +275,6 @@ class ThreadTuner:
                 self._fewer_after = min(_LAST_RETRY, max(_FIRST_RETRY, self._fewer_after * 2))
 
     def _set(self, threads: int) -> None:
-        self.threads = threads
         self._apply(threads)
 
 
