@@ -24,7 +24,6 @@ than the room left in the context.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import os
 import sys
@@ -139,6 +138,8 @@ def collect(
         expanded = os.path.expanduser(spec)
         path = Path(expanded) if os.path.isabs(expanded) else root / expanded
         if any(char in spec for char in GLOB_CHARS) and not path.exists():
+            import glob  # only for a pattern
+
             matches = sorted(Path(m) for m in glob.glob(str(path), recursive=True))
             if not matches:
                 raise UsageError(f"no file matches {spec}; check the pattern")

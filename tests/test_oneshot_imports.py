@@ -5,7 +5,8 @@ measured against `llama-completion`'s peak RSS (bench/oneshot_vs_completion.py).
 the cuts: the other commands' modules (llmchat.cli builds the invoked command alone), OpenSSL
 (llmchat.launch gives hashlib CPython's own hash functions), importlib.resources with zipfile
 (the built-in templates are read from their folder) and the tool machinery when no tool is asked
-for. They check imported module names, which do not depend on the machine or its load.
+for, and standard-library modules a plain one-shot does not use (statistics, glob, shlex).
+They check imported module names, which do not depend on the machine or its load.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ def test_one_shot_ask_imports_no_other_command_nor_openssl_nor_the_tools(smollm2
     assert "_hashlib" not in loaded  # OpenSSL's libcrypto: 3.5 MiB resident
     assert not {"zipfile", "importlib.resources"} & loaded
     assert not {"llmchat.tools.offer", "llmchat.tools.native", "llmchat.tools.families"} & loaded
+    # No statistics (with fractions and decimal: the thread tuner keeps its own median), and glob
+    # and shlex only for a file pattern and an MCP command line.
+    assert not {"statistics", "fractions", "decimal", "glob", "shlex"} & loaded
 
 
 def test_the_full_command_line_still_lists_every_command_and_group():

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,6 +157,8 @@ def parse_mcp_spec(spec: str) -> McpServerConfig:
         name = named.group(1) if named else server_name_for_url(url)
         return McpServerConfig(name=name, url=url, transport=_transport_for(url), source=f"--mcp {url}")
     try:
+        import shlex  # only for a command line
+
         words = shlex.split(spec)
     except ValueError as err:
         raise UsageError(f'--mcp {spec!r}: {err}; quote it as one argument, e.g. --mcp "mcp-server-time"') from None
