@@ -108,12 +108,17 @@ def ask(
     from llmchat.output import StreamPrinter, write_json
     from llmchat.structured import from_options
     from llmchat.tools import options as tool_options
-    from llmchat.turn.compaction import with_mode
     from llmchat.turn.policy import INVALID_REPLY_EXIT
     from llmchat.ui.markdown import MarkdownPrinter, wants_markdown
 
     check_overflow(overflow)
-    config = with_mode(env.config, compact)  # a bad --compact: exit 2 before the load
+    config = env.config
+    if compact is not None:  # a bad --compact: exit 2 before the load
+        # Imported here only: without --compact, the turn's modules it pulls in load on another
+        # thread while llama.cpp loads the model (llmchat.loading), 40 ms off a one-shot's TTFT.
+        from llmchat.turn.compaction import with_mode
+
+        config = with_mode(config, compact)
     # A bad --render is exit 2 before the load; --json and a pipe get the model's text as it is.
     markdown = wants_markdown(render, env.config.render, env.stdout_isatty) and not json_output
     tools = tool_options.tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools)
