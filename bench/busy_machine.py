@@ -13,7 +13,7 @@ quiet and busy and rotate which side goes first. Decode tok/s: ask's `decode_tok
 1) / first to last token), llama-completion's own "eval time" line (its decode steps). Ratios are
 medians over rounds of llmchat / llama-completion in the same round, with the min-max spread.
 
-    python bench/busy_machine.py LLAMA_COMPLETION [--reps 5] [--tokens 256]
+    python bench/busy_machine.py LLAMA_COMPLETION [--reps 5] [--tokens 256] [--conditions quiet,busy]
            [--out bench/results/busy_machine.md]
 """
 
@@ -60,8 +60,12 @@ def main() -> None:
     parser.add_argument("completion", type=Path, help="llama.cpp's llama-completion binary")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--conditions", default="quiet,busy", help="quiet, busy or both (comma-separated)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "busy_machine.md")
     args = parser.parse_args()
+    conditions = [c for c in ("quiet", "busy") if c in args.conditions.split(",")]
+    if not conditions:
+        parser.error("--conditions takes quiet, busy or both")
 
     from llmchat.engine import physical_cores
     from llmchat.models.resolve import bundled_default_model
@@ -103,12 +107,14 @@ def main() -> None:
 
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_before = os.getloadavg()[0]
-    rates: dict[str, dict[str, list[float]]] = {c: {s: [] for s in sides} for c in ("quiet", "busy")}
-    ratios: dict[str, dict[str, list[float]]] = {c: {"ask": [], "ask -t N": []} for c in ("quiet", "busy")}
+    rates: dict[str, dict[str, list[float]]] = {c: {s: [] for s in sides} for c in conditions}
+    ratios: dict[str, dict[str, list[float]]] = {
+        c: {"ask": [], "ask -t N": [], "ask / ask -t N": []} for c in conditions
+    }
     raw: list[str] = []
     order = list(sides)
     for rep in range(args.reps):
-        for condition in ("quiet", "busy") if rep % 2 == 0 else ("busy", "quiet"):
+        for condition in conditions if rep % 2 == 0 else conditions[::-1]:
             hog = None
             if condition == "busy":
                 hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -122,8 +128,9 @@ def main() -> None:
                     hog.wait()
             for side, (rate, _, _) in got.items():
                 rates[condition][side].append(rate)
-            for side in ratios[condition]:
+            for side in ("ask", "ask -t N"):
                 ratios[condition][side].append(got[side][0] / got["llama-completion"][0])
+            ratios[condition]["ask / ask -t N"].append(got["ask"][0] / got["ask -t N"][0])
             line = f"round {rep + 1} {condition} ({', '.join(turn)}): " + "; ".join(
                 f"{side} {got[side][0]:.1f} tok/s, {got[side][1]} tokens, threads {got[side][2]}" for side in order
             )
@@ -138,12 +145,13 @@ def main() -> None:
         f"(ask's auto); ctx {CTX}, batch {BATCH}, up to {args.tokens} tokens greedy, repeat penalty off; "
         f"{args.reps} rounds of each condition, alternating; busy: one unpinned `while True: pass` process",
     ]
-    for condition in ("quiet", "busy"):
+    for condition in conditions:
         medians = ", ".join(f"{side} {statistics.median(rates[condition][side]):.1f}" for side in order)
         summary.append(f"{condition}: decode tok/s medians: {medians}")
         summary.append(
             f"{condition}: ask / llama-completion {spread(ratios[condition]['ask'])}; "
-            f"ask -t N / llama-completion {spread(ratios[condition]['ask -t N'])}"
+            f"ask -t N / llama-completion {spread(ratios[condition]['ask -t N'])}; "
+            f"ask / ask -t N (what the tuner changes) {spread(ratios[condition]['ask / ask -t N'])}"
         )
     print("\n".join(summary))
     write_report(
