@@ -48,9 +48,9 @@ def test_one_shot_ask_imports_no_other_command_nor_openssl_nor_the_tools(smollm2
     assert "_hashlib" not in loaded  # OpenSSL's libcrypto: 3.5 MiB resident
     assert not {"zipfile", "importlib.resources"} & loaded
     assert not {"llmchat.tools.offer", "llmchat.tools.native", "llmchat.tools.families"} & loaded
-    # No statistics (with fractions and decimal: the thread tuner keeps its own median), and glob
-    # and shlex only for a file pattern and an MCP command line.
-    assert not {"statistics", "fractions", "decimal", "glob", "shlex"} & loaded
+    # No statistics (with fractions and decimal: the thread tuner keeps its own median), glob and
+    # shlex only for a file pattern and an MCP command line, and MCP's configuration only for MCP.
+    assert not {"statistics", "fractions", "decimal", "glob", "shlex", "llmchat.tools.mcp.config"} & loaded
 
 
 def test_the_full_command_line_still_lists_every_command_and_group():
