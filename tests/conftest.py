@@ -133,6 +133,23 @@ def cli():
 
 
 @pytest.fixture
+def freed_gates(monkeypatch) -> list:
+    """The grammar gates (llmchat.engine.grammar_gate) llama.cpp frees during the test, in order,
+    so that a test can read a gate's counts after its reply."""
+    from llmchat.engine import grammar_gate
+
+    gates: list = []
+    original_free = grammar_gate.GrammarGate._free
+
+    def keep(self, smpl):
+        gates.append(self)
+        original_free(self, smpl)
+
+    monkeypatch.setattr(grammar_gate.GrammarGate, "_free", keep)
+    return gates
+
+
+@pytest.fixture
 def grammar_reference():
     """The greedy reply that llama.cpp's own grammar sampler gives (it filters the whole vocabulary
     at every token): `grammar_reference(engine, prompt, gbnf, limit)` -> token ids, up to an end

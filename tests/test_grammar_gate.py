@@ -14,19 +14,12 @@ from llmchat.structured import concise_to_schema
 MOVIE = "title, year int, genres list[str]"
 
 
-def test_top_candidates_settle_refusals_and_greedy_equals_llama_cpp(gemma_path, monkeypatch, grammar_reference):
-    from llmchat.engine import Engine, EngineSettings, grammar_gate
+def test_top_candidates_settle_refusals_and_greedy_equals_llama_cpp(gemma_path, freed_gates, grammar_reference):
+    from llmchat.engine import Engine, EngineSettings
     from llmchat.engine.grammar import Grammar, schema_to_gbnf
     from llmchat.sampling import SamplingParams
 
-    gates = []
-    original_free = grammar_gate.GrammarGate._free
-
-    def keep(self, smpl):
-        gates.append(self)
-        original_free(self, smpl)
-
-    monkeypatch.setattr(grammar_gate.GrammarGate, "_free", keep)
+    gates = freed_gates
     schema = concise_to_schema(MOVIE)
     grammar = Grammar(schema_to_gbnf(schema), "test")
     # Penalty 1.0 and no loop stop: the reference chain is llama.cpp's grammar sampler and greedy only.

@@ -121,20 +121,13 @@ def _rows(gate, heads, everything):
     return everything[gate._rows_starting_with(ctypes.pointer(array), size, heads)]
 
 
-def test_greedy_story_under_a_schema_equals_llama_cpp_and_is_valid(model_path, monkeypatch, grammar_reference):
-    from llmchat.engine import Engine, EngineSettings, grammar_gate
+def test_greedy_story_under_a_schema_equals_llama_cpp_and_is_valid(model_path, freed_gates, grammar_reference):
+    from llmchat.engine import Engine, EngineSettings
     from llmchat.engine.grammar import Grammar, schema_to_gbnf
     from llmchat.sampling import SamplingParams
     from llmchat.structured import validation_error
 
-    gates = []
-    original_free = grammar_gate.GrammarGate._free
-
-    def keep(self, smpl):
-        gates.append(self)
-        original_free(self, smpl)
-
-    monkeypatch.setattr(grammar_gate.GrammarGate, "_free", keep)
+    gates = freed_gates
     grammar = Grammar(schema_to_gbnf(STORY), "test")
     sampling = replace(SamplingParams(), temperature=0.0, seed=1, repeat_penalty=1.0, stop_loops=False)
     engine = Engine.load(model_path, EngineSettings(n_ctx=1024))

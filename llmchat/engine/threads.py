@@ -246,7 +246,7 @@ class ThreadTuner:
 
     def _start_trial(self, threads: int) -> None:
         self._trial, self._trial_costs, self._skip = threads, [], 1
-        self._set(threads)
+        self._apply(threads)
 
     def _end_trial(self) -> None:
         tried, settled = self._trial, self.threads
@@ -269,15 +269,12 @@ class ThreadTuner:
             )
             self.changes += 1
         else:
-            self._set(settled)
+            self._apply(settled)
             if tried > settled:
                 self._retry_after = min(_LAST_RETRY, self._retry_after * 2)
             else:  # the slowdown was the machine's, not the threads': settle on it, and wait longer
                 self._baseline = None
                 self._fewer_after = min(_LAST_RETRY, max(_FIRST_RETRY, self._fewer_after * 2))
-
-    def _set(self, threads: int) -> None:
-        self._apply(threads)
 
 
 class _Context(Protocol):
