@@ -1,5 +1,6 @@
-"""Everything llama.cpp allocates is freed on every path: each step of a load made to fail in
-turn, a close whose first free fails, a sampler chain whose grammar cannot start.
+"""Everything llama.cpp allocates is freed on every path, and nothing twice: each step of a load
+made to fail in turn, a close whose first free fails, a sampler chain whose grammar cannot start, a
+signal landing right after a free.
 
 The failures are injected by wrapping llama.cpp's bindings in this process (the real functions
 still run); each test then checks that every model, context, batch and sampler made was freed,
@@ -24,6 +25,7 @@ class Ledger:
     PAIRS = {
         "llama_model_load_from_file": "llama_model_free",
         "llama_init_from_model": "llama_free",
+        "llama_batch_init": "llama_batch_free",
         "llama_sampler_chain_init": "llama_sampler_free",
         "llama_sampler_init_grammar": "llama_sampler_free",
     }
@@ -32,6 +34,7 @@ class Ledger:
         self.made: Counter[tuple[str, int]] = Counter()
         self.freed: Counter[tuple[str, int]] = Counter()
         self.fail: dict[str, int] = {}  # name -> which call fails (1: the first)
+        self.signal: dict[str, int] = {}  # name -> after which call a SIGTERM "lands" (1: the first)
         self.calls: Counter[str] = Counter()
         for make, free in self.PAIRS.items():
             self._wrap(monkeypatch, make, lambda result, args, free=free: self._made(free, result))
@@ -45,8 +48,15 @@ class Ledger:
             self.calls[name] += 1
             if self.fail.get(name) == self.calls[name]:
                 raise RuntimeError(f"{name} failed (injected)")
+            if name in self.PAIRS.values() and self._freed_already(name, args[0]):
+                self._freed(name, args[0])  # counted for assert_all_freed, not freed again: a crash
+                return None
             result = real(*args)
             after(result, args)
+            if self.signal.get(name) == self.calls[name]:
+                # What SIGTERM's handler raises (llmchat.interrupts), where Python may run it: at
+                # the first bytecode after the native call returned.
+                raise SystemExit(143)
             return result
 
         monkeypatch.setattr(llama_cpp, name, wrapper)
@@ -56,6 +66,16 @@ class Ledger:
         if name not in self.PAIRS and name not in self.PAIRS.values():
             self._wrap(monkeypatch, name, lambda result, args: None)
         self.fail[name] = call
+
+    def signal_after(self, monkeypatch, name: str, call: int = 1) -> None:
+        """Let a SIGTERM's SystemExit be raised right after the `call`th call of `name` returns."""
+        if name not in self.PAIRS and name not in self.PAIRS.values():
+            self._wrap(monkeypatch, name, lambda result, args: None)
+        self.signal[name] = call
+
+    def _freed_already(self, free: str, pointer) -> bool:
+        key = (free, _address(pointer)) if pointer else None
+        return key is not None and key in self.made and self.freed[key] >= self.made[key]
 
     def _made(self, free: str, pointer) -> None:
         if pointer:
@@ -78,6 +98,8 @@ class Ledger:
 def _address(pointer) -> int:
     import ctypes
 
+    if isinstance(pointer, llama_cpp.llama_batch):  # passed by value: known by its token array
+        pointer = pointer.token
     return pointer if isinstance(pointer, int) else ctypes.cast(pointer, ctypes.c_void_p).value or 0
 
 
@@ -121,6 +143,18 @@ def test_a_batch_is_freed_with_its_model(smollm2_path, ledger, monkeypatch):
     model.close()
     model.close()  # a second close frees nothing twice
     assert len(batches) == 1
+    ledger.assert_all_freed()
+
+
+@pytest.mark.parametrize("free", ["llama_batch_free", "llama_free"])
+def test_a_signal_right_after_a_free_in_close_frees_nothing_twice(smollm2_path, ledger, monkeypatch, free):
+    """A SIGTERM's handler runs between bytecodes: right after a free returned, before its field was
+    cleared. The cleanup it starts closes again, and must not free that handle a second time."""
+    model = _open(smollm2_path)
+    ledger.signal_after(monkeypatch, free)
+    with pytest.raises(SystemExit):
+        model.close()
+    model.close()
     ledger.assert_all_freed()
 
 
@@ -220,3 +254,23 @@ def test_a_chain_that_started_is_freed_whole(engine, ledger):
     chain = _chain(engine, Grammar('root ::= "yes" | "no"', "--grammar test.gbnf"))
     llama_cpp.llama_sampler_free(chain)  # frees the gate, which frees its inner chain and the grammar
     ledger.assert_all_freed()
+
+
+# --- the parallel decoder (batch --parallel): its context and each slot's chain -----------------------
+@pytest.mark.parametrize("call", [1, 2, 3])
+def test_a_signal_right_after_a_slots_chain_is_freed_frees_nothing_twice(engine, ledger, monkeypatch, call):
+    """CI caught `batch -P 3` ended by SIGTERM exiting -11 instead of 143: the signal landed right
+    after a finished slot's chain was freed, and the decoder's cleanup freed it again."""
+    from llmchat.engine.interface import GenerateRequest, QueuedRequest
+    from llmchat.engine.parallel import ParallelDecoder
+    from llmchat.sampling import SamplingParams
+
+    greedy = SamplingParams(temperature=0.0)
+    prompts = [engine.tokenize(f"Count to {n}:", special=False) for n in (3, 4, 5, 6)]
+    requests = [QueuedRequest(i, GenerateRequest(p, greedy, max_tokens=4)) for i, p in enumerate(prompts)]
+    finished: list = []
+    ledger.signal_after(monkeypatch, "llama_sampler_free", call)
+    with pytest.raises(SystemExit):
+        ParallelDecoder(engine, 2, 64).run(iter(requests), finished.append)
+    assert len(finished) >= call - 1  # it landed as slots finished, not before the first reply
+    ledger.assert_all_freed()  # the context and every slot's chain, each once

@@ -140,15 +140,17 @@ class LoadedModel:
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
 
     def close(self) -> None:
-        if self._batch is not None:
-            llama_cpp.llama_batch_free(self._batch)
-            self._batch = None
-        if self.ctx:
-            llama_cpp.llama_free(self.ctx)
-            self.ctx = None
-        if self.model:
-            llama_cpp.llama_model_free(self.model)
-            self.model = None
+        # Each handle leaves its field before it is freed: a signal landing between a free and the
+        # field's clearing would otherwise leave a freed handle for the next close() to free again.
+        batch, self._batch = self._batch, None
+        if batch is not None:
+            llama_cpp.llama_batch_free(batch)
+        ctx, self.ctx = self.ctx, None
+        if ctx:
+            llama_cpp.llama_free(ctx)
+        model, self.model = self.model, None
+        if model:
+            llama_cpp.llama_model_free(model)
 
     def set_threads(self, threads: int) -> None:
         """Run the next decode calls on `threads` threads, prefill and decode alike."""

@@ -141,21 +141,24 @@ class ParallelDecoder:
         self._mem = llama_cpp.llama_get_memory(ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, self.n_seq)
 
+    # Each handle leaves its field before it is freed. A signal's handler runs between bytecodes,
+    # so a SIGTERM landing right after a free but before the field was cleared left a freed
+    # handle behind, and the cleanup it started freed it again: a crash (exit -11) instead of 143.
+    # Cleared first, the worst a signal can do is leak a handle the exit reclaims anyway.
     def _close(self, slots: list[_Slot]) -> None:
         for slot in slots:
             self._free_sampler(slot)
-        if self._batch is not None:
-            llama_cpp.llama_batch_free(self._batch)
-            self._batch = None
-        if self._ctx is not None:
-            llama_cpp.llama_free(self._ctx)
-            self._ctx = None
-            self._mem = None
+        batch, self._batch = self._batch, None
+        if batch is not None:
+            llama_cpp.llama_batch_free(batch)
+        ctx, self._ctx, self._mem = self._ctx, None, None
+        if ctx is not None:
+            llama_cpp.llama_free(ctx)
 
     def _free_sampler(self, slot: _Slot) -> None:
-        if slot.sampler is not None:
-            llama_cpp.llama_sampler_free(slot.sampler)
-            slot.sampler = None
+        sampler, slot.sampler = slot.sampler, None
+        if sampler is not None:
+            llama_cpp.llama_sampler_free(sampler)
 
     def _make_sampler(self, state: SequenceState, prompt: Sequence[int]):
         """The chain `Engine.generate` samples through, so that one item samples as it would alone;
