@@ -56,6 +56,7 @@ LAYERS: dict[str, int] = {
     "session": 7,
     "model_switch": 7,
     "branches": 7,
+    "engine_settings": 6,
     "loading": 7,
     "batch": 8,
     "ui": 8,

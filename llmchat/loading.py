@@ -7,14 +7,21 @@ one-time notices are printed (bundled default model, context above the trained l
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Iterator, cast
 
 from llmchat import paths
 from llmchat.config import Config
-from llmchat.defaults import DEFAULT_MAX_CTX
-from llmchat.errors import UsageError
+from llmchat.engine_settings import (
+    FLASH_ATTN_CHOICES,
+    check_flash_attn_for_kv,
+    checked_metadata,
+    engine_settings,
+    trained_context,
+)
+from llmchat.errors import LlmchatError, UsageError
 from llmchat.models.resolve import ResolvedModel, resolve_model
 from llmchat.options import RunOptions
 from llmchat.output import is_tty, notice
@@ -102,29 +109,51 @@ def check_template_choice(choice: str | None) -> None:
     raise UsageError(f"unknown template {choice!r}: not a file and not a built-in ({names})")
 
 
-FLASH_ATTN_CHOICES = ("auto", "on", "off")
+@contextmanager
+def loading_ahead(opts: RunOptions, config: Config) -> Iterator[None]:
+    """Begin llama.cpp's load of the model and its context now, on a thread of its own
+    (llmchat.engine.load_ahead), so that the rest of the start-up (the option checks, the modules
+    the turn imports, MCP servers, reading stdin) runs beside the load instead of before it; the
+    `start_session` inside this block takes the loaded model when its settings are the ones
+    asked for here. A start-up stopped before that (a bad option, Ctrl-C) cancels the load and
+    frees what it made.
+
+    Nothing here reports a problem: a bad option or model is left for `load_model` to meet in
+    its usual order and say in its usual words; the load is then simply not begun ahead. Nor is
+    it begun for --verbose (llama.cpp's log would interleave with the start-up's own lines) or
+    for drafting (two models, opened in their order by `Engine.load`)."""
+    try:
+        _begin_loading_ahead(opts, config)
+        yield
+    finally:
+        # Also after a Ctrl-C in the middle of beginning it; nothing to do once `Engine.load` took
+        # it, and nothing to import where none was begun (a remote server's run).
+        load_ahead = sys.modules.get("llmchat.engine.load_ahead")
+        if load_ahead is not None:
+            load_ahead.cancel()
 
 
-def flash_attn_choice(opts: RunOptions, config: Config) -> tuple[str, str]:
-    """auto | on | off, and where it came from: the flags, then the config, then auto."""
-    if opts.no_flash_attn:
-        return "off", "set by --no-flash-attn"
-    if opts.flash_attn is not None:
-        return opts.flash_attn, f"set by --flash-attn {opts.flash_attn}"
-    if config.flash_attn is not None and config.flash_attn != "auto":
-        return ("on" if config.flash_attn else "off"), f"set in the config ({config.path})"
-    return "auto", ""
+def _begin_loading_ahead(opts: RunOptions, config: Config) -> None:
+    if opts.verbose or opts.lookup or opts.draft_model is not None:
+        return
+    try:
+        validate_options(opts)
+        check_flash_attn_for_kv(opts, config)
+        if server_specs(opts, config):
+            return
+        model = resolve_model(opts.model, config)
+        settings = engine_settings(opts, config, model, checked_metadata(model.path))
+        from llmchat.engine import load_ahead
+
+        load_ahead.begin(model.path, settings)  # --device gpu on a CPU-only build: a UsageError
+    except LlmchatError:
+        return
 
 
 def load_model(opts: RunOptions, *, config: Config, n_ctx_override: int | None = None, announce: bool = True) -> Loaded:
     validate_options(opts)
     check_template_choice(opts.template)
-    fa_choice, fa_source = flash_attn_choice(opts, config)
-    if opts.kv_type != "f16" and fa_choice == "off":
-        raise UsageError(
-            f"--kv-type {opts.kv_type} needs flash attention (a quantized V cache), but the config file "
-            f"{config.path} sets flash_attn = false; pass --flash-attn on or use --kv-type f16"
-        )
+    check_flash_attn_for_kv(opts, config)
     servers = server_specs(opts, config)
     if servers:
         if n_ctx_override is not None:  # `bench`: it sizes and times a local llama.cpp context
@@ -134,58 +163,16 @@ def load_model(opts: RunOptions, *, config: Config, n_ctx_override: int | None =
     if model.how == "default" and announce:
         notice(f"model: {model.name} (the bundled default; choose another with -m)")
 
-    from llmchat.gguf.header_cache import read_metadata_cached
-    from llmchat.gguf.loadable import check_loadable
-
-    metadata = read_metadata_cached(model.path)
-    check_loadable(metadata, model.path)
+    metadata = checked_metadata(model.path)
     if opts.draft_model is not None:
         # The draft model reaches llama.cpp too, which aborts the process on some malformed files.
-        check_loadable(read_metadata_cached(opts.draft_model), opts.draft_model)
-    arch = metadata.scalars.get("general.architecture", "")
-    trained_ctx = int(metadata.scalars.get(f"{arch}.context_length", 0) or 0)
-
-    # The header is read once per load, here: the engine gets the context size already decided.
-    n_ctx = n_ctx_override or opts.ctx or model.ctx or min(trained_ctx or DEFAULT_MAX_CTX, DEFAULT_MAX_CTX)
-    if n_ctx and trained_ctx and n_ctx > trained_ctx:
+        checked_metadata(opts.draft_model)
+    trained_ctx = trained_context(metadata)
+    settings = engine_settings(opts, config, model, metadata, n_ctx_override)
+    if settings.n_ctx and trained_ctx and settings.n_ctx > trained_ctx:
         notice(
-            f"warning: --ctx {n_ctx} is above the {trained_ctx} tokens this model was trained on; expect worse answers past that"
+            f"warning: --ctx {settings.n_ctx} is above the {trained_ctx} tokens this model was trained on; expect worse answers past that"
         )
-
-    from llmchat.engine import EngineSettings as Settings
-
-    if fa_choice == "auto":
-        from llmchat.engine.calibrate import choose
-
-        picked = choose(
-            model.path,
-            kv_type=opts.kv_type,
-            device=opts.device,
-            gpu_layers=opts.gpu_layers,
-            drafting=opts.lookup or opts.draft_model is not None,
-            batched=opts.parallel > 1,
-            threads=opts.threads,
-            folder=paths.flash_attn_dir(),
-        )
-        flash_attn, fa_why = picked.flash_attn, picked.why
-    else:
-        flash_attn, fa_why = fa_choice == "on", fa_source
-    settings = Settings(
-        n_ctx=n_ctx,
-        threads=opts.threads,
-        batch_size=opts.batch_size,
-        device=opts.device,
-        gpu_layers=opts.gpu_layers,
-        flash_attn=flash_attn,
-        flash_attn_why=fa_why,
-        kv_type=opts.kv_type,
-        mmap=opts.mmap,
-        mlock=opts.mlock,
-        verbose=opts.verbose,
-        lookup=opts.lookup,
-        kv_shift=opts.kv_shift,
-        draft_model=opts.draft_model,
-    )
     engine = _load_with_spinner(model, settings)
     if opts.verbose:
         for line in engine.notices:

@@ -101,43 +101,48 @@ def ask(
     env: Environment,
 ) -> None:
     """One prompt, one streamed reply on stdout."""
-    from llmchat.attachments import STDIN, check_room, collect
-    from llmchat.commands.turns import check_overflow, continue_conversation, run_turn
-    from llmchat.loading import start_session
-    from llmchat.mcp_sources import McpSources, joined, terminal_asker
-    from llmchat.output import StreamPrinter, write_json
-    from llmchat.structured import from_options
-    from llmchat.tools import options as tool_options
-    from llmchat.turn.policy import INVALID_REPLY_EXIT
-    from llmchat.ui.markdown import MarkdownPrinter, wants_markdown
+    from llmchat.loading import loading_ahead, start_session
 
-    check_overflow(overflow)
     config = env.config
-    if compact is not None:  # a bad --compact: exit 2 before the load
-        # Imported here only: without --compact, the turn's modules it pulls in load on another
-        # thread while llama.cpp loads the model (llmchat.loading), 40 ms off a one-shot's TTFT.
-        from llmchat.turn.compaction import with_mode
+    # From here llama.cpp loads the model on another thread while this command's imports and
+    # checks run, MCP servers start and stdin is read; `start_session` takes it
+    # (llmchat.loading.loading_ahead). A check that fails cancels it.
+    with loading_ahead(opts, config):
+        from llmchat.attachments import STDIN, check_room, collect
+        from llmchat.commands.turns import check_overflow, continue_conversation, run_turn
+        from llmchat.mcp_sources import McpSources, joined, terminal_asker
+        from llmchat.output import StreamPrinter, write_json
+        from llmchat.structured import from_options
+        from llmchat.tools import options as tool_options
+        from llmchat.turn.policy import INVALID_REPLY_EXIT
+        from llmchat.ui.markdown import MarkdownPrinter, wants_markdown
 
-        config = with_mode(config, compact)
-    # A bad --render is exit 2 before the load; --json and a pipe get the model's text as it is.
-    markdown = wants_markdown(render, env.config.render, env.stdout_isatty) and not json_output
-    tools = tool_options.tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools)
-    toolset = tool_options.gather(tools, env.config)  # a bad --functions file, an unknown -T: exit 2 before the load
-    with tool_options.closed_on_failure(toolset):  # MCP servers stop if anything fails before the turn
-        # Before the model loads: a binary or non-UTF-8 file is refused. MCP resources (-f
-        # mcp:SERVER/URI) and an MCP prompt (-p mcp:SERVER/NAME) are read now, through the tools'
-        # own connections where the server offers tools too.
-        with McpSources(env.config, mcp or (), stderr=env.stderr, shared=toolset) as sources:
-            attachments = tuple(collect(files or (), resources=sources.resource_bytes))
-            asker = terminal_asker(env.stdin, env.stderr, env.stdin_isatty and env.stderr_isatty)
-            opening = sources.opening(opts.saved_prompt, prompt_arg or (), asker)
-        typed = read_prompt(
-            prompt, env, from_stdin=STDIN not in (files or ()), may_be_empty=bool(attachments) or bool(opening)
-        )
-        text = joined(opening, typed)
-        tool_options.say_down(toolset)  # after -f/-p mcp:... naming one of them: exit 2
-        structured = from_options(opts, env.config)  # a bad schema is a usage error before the model loads
-        session = start_session(opts, config=config, overflow=overflow, with_history=not no_history)
+        check_overflow(overflow)
+        if compact is not None:  # a bad --compact: exit 2
+            # Imported here only: without --compact, the turn's modules it pulls in load on another
+            # thread while llama.cpp loads the model (llmchat.loading), 40 ms off a one-shot's TTFT.
+            from llmchat.turn.compaction import with_mode
+
+            config = with_mode(config, compact)
+        # A bad --render is exit 2 (the load cancelled); --json and a pipe get the model's text as it is.
+        markdown = wants_markdown(render, env.config.render, env.stdout_isatty) and not json_output
+        tools = tool_options.tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools)
+        toolset = tool_options.gather(tools, env.config)  # a bad --functions file, an unknown -T: exit 2
+        with tool_options.closed_on_failure(toolset):  # MCP servers stop if anything fails before the turn
+            # Before the model is used: a binary or non-UTF-8 file is refused. MCP resources (-f
+            # mcp:SERVER/URI) and an MCP prompt (-p mcp:SERVER/NAME) are read now, through the tools'
+            # own connections where the server offers tools too.
+            with McpSources(env.config, mcp or (), stderr=env.stderr, shared=toolset) as sources:
+                attachments = tuple(collect(files or (), resources=sources.resource_bytes))
+                asker = terminal_asker(env.stdin, env.stderr, env.stdin_isatty and env.stderr_isatty)
+                opening = sources.opening(opts.saved_prompt, prompt_arg or (), asker)
+            typed = read_prompt(
+                prompt, env, from_stdin=STDIN not in (files or ()), may_be_empty=bool(attachments) or bool(opening)
+            )
+            text = joined(opening, typed)
+            tool_options.say_down(toolset)  # after -f/-p mcp:... naming one of them: exit 2
+            structured = from_options(opts, env.config)  # a bad schema is a usage error (exit 2)
+            session = start_session(opts, config=config, overflow=overflow, with_history=not no_history)
     try:
         session.hold_to(structured)
         if toolset is not None:

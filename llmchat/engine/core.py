@@ -15,17 +15,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generator, Iterator, Sequence
 
-from llmchat.engine import logs
+from llmchat.engine import load_ahead, logs
 from llmchat.engine.bindings import llama_cpp
 from llmchat.engine.drafting import CountingDrafter, DraftModelDrafter, PromptLookupDrafter
 from llmchat.engine.driver import SequenceState, common_prefix
 from llmchat.engine.grammar import Grammar
 from llmchat.engine.interface import EngineCaps, EngineInfo, GenerateRequest, prompt_ids
 from llmchat.engine.model_load import (
-    KV_TYPES,
     EngineSettings,
     backend_notice,
     layers_to_offload,
+    open_arguments,
     open_model,
     physical_cores,
 )
@@ -145,7 +145,7 @@ class Engine:
         # The option values were checked once, before loading (llmchat.loading.validate_options).
         flash_attn = settings.flash_attn
         gpu_layers = layers_to_offload(settings)
-        threads = settings.threads or physical_cores()  # at most; engine.threads may run fewer
+        threads = settings.threads or physical_cores()  # at most; engine.threads may run fewer (open_arguments)
 
         drafter: PromptLookupDrafter | DraftModelDrafter | None = None
         draft_model: LoadedModel | None = None
@@ -169,17 +169,11 @@ class Engine:
                 )
                 undo.callback(draft_model.close)
                 drafter = DraftModelDrafter(draft_model, settings.draft_tokens, penalty_last_n=_PENALTY_LAST_N)
-            model = open_model(
-                model_path,
-                threads=threads,
-                gpu_layers=gpu_layers,
-                settings=settings,
-                flash_attn=flash_attn,
-                kv_type=KV_TYPES[settings.kv_type],
-                # Verification samples at the last sampled token and each drafted one: only those
-                # positions need logits (one row of n_vocab floats each).
-                output_window=settings.draft_tokens + 1 if drafter else 1,
-            )
+            # Verification samples at the last sampled token and each drafted one: only those
+            # positions need logits (one row of n_vocab floats each).
+            arguments = open_arguments(settings, output_window=settings.draft_tokens + 1 if drafter else 1)
+            # A load begun ahead with these very arguments (a one-shot `ask`) is taken, not repeated.
+            model = load_ahead.take(model_path, arguments) or open_model(model_path, **arguments)
             undo.callback(model.close)
             notices.append(f"flash attention {'on' if flash_attn else 'off'}, KV cache {settings.kv_type}")
             if settings.flash_attn_why:

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterator
 
 from llmchat import interrupts
 from llmchat.defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_CTX
@@ -103,6 +106,20 @@ def layers_to_offload(settings: EngineSettings) -> int:
     return -1 if can_offload else 0
 
 
+def open_arguments(settings: EngineSettings, *, output_window: int = 1) -> dict[str, Any]:
+    """What `open_model` is given for the main model under `settings` (beside its path): how many
+    threads, how many layers on the GPU, the KV type. One place, so that a load begun ahead
+    (engine.load_ahead) and `Engine.load` agree on what they open."""
+    return {
+        "threads": settings.threads or physical_cores(),  # at most; engine.threads may run fewer
+        "gpu_layers": layers_to_offload(settings),
+        "settings": settings,
+        "flash_attn": settings.flash_attn,
+        "kv_type": KV_TYPES[settings.kv_type],
+        "output_window": output_window,
+    }
+
+
 def open_model(
     model_path: Path,
     *,
@@ -155,7 +172,22 @@ def _keep_loading(progress: float, user_data: ctypes.c_void_p) -> bool:
     """llama.cpp's load progress callback: returning false aborts the load. A Ctrl-C or SIGTERM
     during the load lands in one of llama.cpp's callbacks and is only recorded there
     (llmchat.interrupts); this is how it stops the load at once instead of after it."""
-    return not interrupts.pending()
+    return not interrupts.pending() and not _stopping.is_set()
+
+
+# Set while a load on another thread (engine.load_ahead) is being cancelled: that load stops at its
+# next progress callback, as for a signal.
+_stopping = threading.Event()
+
+
+@contextmanager
+def loads_stopped() -> Iterator[None]:
+    """Within this block, any load in flight stops at its next progress callback."""
+    _stopping.set()
+    try:
+        yield
+    finally:
+        _stopping.clear()
 
 
 _KEEP_LOADING = llama_cpp.llama_progress_callback(_keep_loading)  # module-level: ctypes keeps it alive

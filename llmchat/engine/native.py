@@ -37,6 +37,13 @@ class Drafter(Protocol):
     def __call__(self, ids: Sequence[int], /) -> list[int]: ...
 
 
+def ensure_backend() -> None:
+    """llama.cpp's backend initialisation, once per process, before the first load."""
+    if not _backend["ready"]:
+        llama_cpp.llama_backend_init()
+        _backend["ready"] = True
+
+
 class LoadedModel:
     """A GGUF model, one context for sequence 0, and the tokens its KV cache holds.
 
@@ -61,9 +68,7 @@ class LoadedModel:
         output_window: int = 1,
         vocab_only: bool = False,
     ):
-        if not _backend["ready"]:
-            llama_cpp.llama_backend_init()
-            _backend["ready"] = True
+        ensure_backend()
         self.path = path
         self.output_window = max(1, output_window)
         params = llama_cpp.llama_model_default_params()

@@ -1,0 +1,94 @@
+"""A model load begun ahead of `Engine.load`, on a thread of its own.
+
+A one-shot `ask` knows which model it will open long before it opens it: after the options are
+parsed, the rest of its start-up is Python (the option checks, the modules the turn uses, MCP
+servers, reading stdin), and llama.cpp's load of the model and its context waited for all of it.
+llama.cpp loads in C with the GIL released, so on a second core the two can run side by side:
+`begin` starts `open_model` on another thread with the arguments `Engine.load` will give it, and
+`Engine.load` takes the result when its own arguments are the same (`take`).
+
+This module owns the one load in flight. Whoever begins one makes sure it ends: `take` hands the
+model over, `cancel` stops the load at its next progress callback (engine.model_load.loads_stopped)
+and frees whatever it made. The process never exits with the thread inside llama.cpp, where a
+teardown of the interpreter would meet it in one of its Python callbacks.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from llmchat.engine import logs
+from llmchat.engine.model_load import EngineSettings, loads_stopped, open_arguments, open_model
+from llmchat.engine.native import LoadedModel, ensure_backend
+
+
+class _Load:
+    """`open_model(path, **arguments)` on its own thread; its model, or None if it failed."""
+
+    def __init__(self, path: Path, arguments: dict[str, Any]):
+        self.path = path
+        self.arguments = arguments
+        self.model: LoadedModel | None = None
+        self._thread = threading.Thread(target=self._run, name="llmchat-load-ahead", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.model = open_model(self.path, **self.arguments)
+        except BaseException:  # noqa: BLE001 - `Engine.load` opens it again and says why it fails
+            self.model = None
+
+    def wait(self) -> None:
+        """Until the thread is done. A signal while waiting (a Ctrl-C) is raised once it is: the
+        load stops at its next callback, since `interrupts.pending()` stops every load."""
+        interrupted: BaseException | None = None
+        while self._thread.is_alive():
+            try:
+                self._thread.join()
+            except BaseException as error:  # noqa: BLE001 - raised below, after the join
+                interrupted = interrupted or error
+        if interrupted is not None:
+            raise interrupted
+
+
+_state: dict[str, _Load | None] = {"load": None}
+
+
+def begin(path: Path, settings: EngineSettings) -> None:
+    """Start opening the model at `path` as `Engine.load` would under `settings` (no drafting)."""
+    cancel()  # one load in flight at most
+    arguments = open_arguments(settings)
+    logs.install(settings.verbose)  # before llama.cpp says anything: its log never reaches stdout
+    ensure_backend()  # here, once, rather than on the new thread beside anything else
+    _state["load"] = _Load(path, arguments)
+
+
+def take(path: Path, arguments: dict[str, Any]) -> LoadedModel | None:
+    """The model begun ahead, when it is `path` opened with these very `arguments`: it is the
+    caller's from now on. None when there is none, it failed (the caller opens the file itself
+    and meets the error), or it is another (then cancelled)."""
+    load = _state["load"]
+    if load is None:
+        return None
+    if load.path != path or load.arguments != arguments:
+        cancel()
+        return None
+    load.wait()  # interrupted: the load stays in flight, for the caller's cleanup to cancel
+    _state["load"] = None
+    return load.model
+
+
+def cancel() -> None:
+    """Stop the load in flight, if any, and free what it made."""
+    load = _state["load"]
+    if load is None:
+        return
+    try:
+        with loads_stopped():
+            load.wait()  # raises only once the thread is done
+    finally:
+        _state["load"] = None
+        if load.model is not None:
+            load.model.close()
