@@ -69,10 +69,10 @@ def read_metadata_cached(path: Path) -> GGUFMetadata:
     if found is None:
         return read_metadata(path)  # it says what is wrong with the path
     real, key = found
-    remembered = _read_in_this_process.get((str(path), tuple(key)))
+    entry = paths.cache_dir() / "headers" / (hashlib.sha256(str(real).encode()).hexdigest()[:32] + ".json")
+    remembered = _read_in_this_process.get((str(entry), str(path), tuple(key)))
     if remembered is not None:  # a one-shot asks twice: to load ahead, then to load (llmchat.loading)
         return remembered
-    entry = paths.cache_dir() / "headers" / (hashlib.sha256(str(real).encode()).hexdigest()[:32] + ".json")
     meta = None
     try:
         data = json.loads(entry.read_bytes())
@@ -83,12 +83,12 @@ def read_metadata_cached(path: Path) -> GGUFMetadata:
     if meta is None:
         meta = read_metadata(path)
         _write(entry, {"version": CACHE_VERSION, "key": key, "header": _to_json(meta)})
-    _read_in_this_process[(str(path), tuple(key))] = meta
+    _read_in_this_process[(str(entry), str(path), tuple(key))] = meta
     return meta
 
 
-# The headers read by this process, by path and file key (the same file, unchanged since).
-_read_in_this_process: dict[tuple[str, tuple[Any, ...]], GGUFMetadata] = {}
+# The headers read by this process, by cache entry, path and file key (the same file, unchanged).
+_read_in_this_process: dict[tuple[str, str, tuple[Any, ...]], GGUFMetadata] = {}
 
 
 def _to_json(meta: GGUFMetadata) -> dict[str, Any]:
