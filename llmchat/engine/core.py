@@ -145,7 +145,7 @@ class Engine:
         # The option values were checked once, before loading (llmchat.loading.validate_options).
         flash_attn = settings.flash_attn
         gpu_layers = layers_to_offload(settings)
-        threads = settings.threads or physical_cores()  # at most; engine.threads may run fewer (open_arguments)
+        threads = settings.threads or physical_cores()  # at most; engine.threads may run fewer
 
         drafter: PromptLookupDrafter | DraftModelDrafter | None = None
         draft_model: LoadedModel | None = None
