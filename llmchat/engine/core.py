@@ -24,10 +24,8 @@ from llmchat.engine.interface import EngineCaps, EngineInfo, GenerateRequest, pr
 from llmchat.engine.model_load import (
     EngineSettings,
     backend_notice,
-    layers_to_offload,
     open_arguments,
     open_model,
-    physical_cores,
 )
 from llmchat.engine.native import DecodeError, LoadedModel
 from llmchat.engine.prompt_pieces import PromptPiece, tokens_for_pieces
@@ -144,9 +142,6 @@ class Engine:
         # kernel that splits the cache across threads and rounds differently; see README.)
         # The option values were checked once, before loading (llmchat.loading.validate_options).
         flash_attn = settings.flash_attn
-        gpu_layers = layers_to_offload(settings)
-        threads = settings.threads or physical_cores()  # at most; engine.threads may run fewer
-
         drafter: PromptLookupDrafter | DraftModelDrafter | None = None
         draft_model: LoadedModel | None = None
         if (settings.lookup or settings.draft_model) and settings.draft_tokens >= settings.batch_size:
@@ -154,6 +149,8 @@ class Engine:
             # counts a sampling index back from the outputs of the last decode only, so a batch
             # split in two would sample from a row it no longer has (GGML_ASSERT, abort).
             settings = replace(settings, draft_tokens=max(1, settings.batch_size - 1))
+        arguments = open_arguments(settings)
+        gpu_layers, threads = arguments["gpu_layers"], arguments["threads"]  # threads at most: the tuner may run fewer
         # Every model opened here is freed if a later step fails (a Ctrl-C too), until the engine owns them.
         with ExitStack() as undo:
             if settings.lookup:
@@ -171,7 +168,7 @@ class Engine:
                 drafter = DraftModelDrafter(draft_model, settings.draft_tokens, penalty_last_n=_PENALTY_LAST_N)
             # Verification samples at the last sampled token and each drafted one: only those
             # positions need logits (one row of n_vocab floats each).
-            arguments = open_arguments(settings, output_window=settings.draft_tokens + 1 if drafter else 1)
+            arguments["output_window"] = settings.draft_tokens + 1 if drafter else 1
             # A load begun ahead with these very arguments (a one-shot `ask`) is taken, not repeated.
             model = load_ahead.take(model_path, arguments) or open_model(model_path, **arguments)
             undo.callback(model.close)

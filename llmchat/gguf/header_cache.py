@@ -63,6 +63,10 @@ def _write(entry: Path, record: dict[str, Any]) -> None:
         pass  # a read-only cache folder costs the next run a read, nothing else
 
 
+# The headers read by this process, by cache entry, path and file key (the same file, unchanged).
+_read_in_this_process: dict[tuple[str, str, tuple[Any, ...]], GGUFMetadata] = {}
+
+
 def read_metadata_cached(path: Path) -> GGUFMetadata:
     """`read_metadata(path)`, from the cache when the file is the one read before. Raises ModelError."""
     found = _file_key(path)
@@ -85,10 +89,6 @@ def read_metadata_cached(path: Path) -> GGUFMetadata:
         _write(entry, {"version": CACHE_VERSION, "key": key, "header": _to_json(meta)})
     _read_in_this_process[(str(entry), str(path), tuple(key))] = meta
     return meta
-
-
-# The headers read by this process, by cache entry, path and file key (the same file, unchanged).
-_read_in_this_process: dict[tuple[str, str, tuple[Any, ...]], GGUFMetadata] = {}
 
 
 def _to_json(meta: GGUFMetadata) -> dict[str, Any]:
