@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 
 import pytest
 
@@ -25,6 +26,36 @@ THREAD = "llmchat-load-ahead"
 @pytest.fixture
 def ledger(monkeypatch) -> Ledger:
     return Ledger(monkeypatch)
+
+
+@pytest.fixture
+def load_began(monkeypatch) -> list[float]:
+    """The monotonic time at which each `llama_model_load_from_file` call began."""
+    times: list[float] = []
+    real = llama_cpp.llama_model_load_from_file
+
+    def recorded(*args):
+        times.append(time.monotonic())
+        return real(*args)
+
+    monkeypatch.setattr(llama_cpp, "llama_model_load_from_file", recorded)
+    return times
+
+
+@pytest.fixture
+def busy_readings(monkeypatch) -> list:
+    """The CPU reading each thread count was chosen `since` (engine.threads.thread_tuner)."""
+    from llmchat.engine import core
+
+    readings: list = []
+    real = core.thread_tuner
+
+    def recorded(fixed, most, all_on_gpu, contexts, since):
+        readings.append(since)
+        return real(fixed, most, all_on_gpu, contexts, since)
+
+    monkeypatch.setattr(core, "thread_tuner", recorded)
+    return readings
 
 
 @pytest.fixture
@@ -70,6 +101,19 @@ def test_a_one_shot_opens_its_model_once_on_the_load_ahead_thread(isolated_home,
     assert load_threads == [THREAD]  # begun ahead and taken: not opened a second time
     ledger.assert_all_freed()
     assert _no_load_thread_left()
+
+
+def test_a_one_shot_reads_other_processes_over_the_load_begun_ahead(
+    isolated_home, smollm2_path, load_began, busy_readings
+):
+    # The busy-machine check compares the CPU use at the end of the load with a reading taken as
+    # it began: one taken before this command (when a module was imported) or after the load
+    # ahead already ran would not see the load at all, and a busy machine would go unnoticed.
+    started = time.monotonic()
+    code, _, err = _ask("-m", str(smollm2_path), "Say hello.")
+    assert code == 0, err
+    assert len(load_began) == 1 and len(busy_readings) == 1
+    assert started <= busy_readings[0].wall <= load_began[0]
 
 
 def test_verbose_opens_the_model_in_order_on_the_main_thread(isolated_home, smollm2_path, load_threads):

@@ -191,6 +191,36 @@ def test_the_engine_runs_the_count_its_tuner_holds(smollm2_path):
         engine.close()
 
 
+def test_a_load_reads_other_processes_from_where_it_begins(smollm2_path, monkeypatch):
+    """Without a load begun ahead, `Engine.load` takes its own reading first: the window it
+    compares the end of the load with covers the load, and not time before it."""
+    import time
+
+    from llmchat.engine import core
+    from llmchat.engine.bindings import llama_cpp
+    from llmchat.engine.model_load import EngineSettings
+
+    load_began: list[float] = []
+    readings: list[CpuReading] = []
+    real_load, real_tuner = llama_cpp.llama_model_load_from_file, core.thread_tuner
+
+    def recorded_load(*args):
+        load_began.append(time.monotonic())
+        return real_load(*args)
+
+    def recorded_tuner(fixed, most, all_on_gpu, contexts, since):
+        readings.append(since)
+        return real_tuner(fixed, most, all_on_gpu, contexts, since)
+
+    monkeypatch.setattr(llama_cpp, "llama_model_load_from_file", recorded_load)
+    monkeypatch.setattr(core, "thread_tuner", recorded_tuner)
+    started = time.monotonic()
+    engine = core.Engine.load(smollm2_path, EngineSettings(n_ctx=256, flash_attn=False))
+    engine.close()
+    assert len(load_began) == 1 and len(readings) == 1
+    assert started <= readings[0].wall <= load_began[0]
+
+
 def test_the_record_and_verbose_say_how_many_threads_and_why(smollm2_path, cli):
     fixed = cli("ask", "-m", str(smollm2_path), "--json", "-n", "4", "--threads", "1", "--verbose", "Hi")
     assert fixed.returncode == 0, fixed.stderr

@@ -29,7 +29,7 @@ from llmchat.engine.model_load import (
 )
 from llmchat.engine.native import DecodeError, LoadedModel
 from llmchat.engine.prompt_pieces import PromptPiece, tokens_for_pieces
-from llmchat.engine.threads import ThreadTuner, reading_before_load, thread_tuner
+from llmchat.engine.threads import CpuReading, ThreadTuner, thread_tuner
 from llmchat.errors import ModelError
 
 if TYPE_CHECKING:
@@ -129,7 +129,9 @@ class Engine:
     # --- loading -----------------------------------------------------------------------------
     @classmethod
     def load(cls, model_path: Path, settings: EngineSettings) -> "Engine":
-        cpu_before = reading_before_load()
+        # Other processes' CPU use is read over the load (engine.threads): from here, or from
+        # where a load begun ahead began.
+        cpu_before = CpuReading.now()
         logs.install(settings.verbose)
         notices: list[str] = []
         # `auto` picks flash attention per backend (engine.calibrate): off on the CPU, where
@@ -170,7 +172,11 @@ class Engine:
             # positions need logits (one row of n_vocab floats each).
             arguments["output_window"] = settings.draft_tokens + 1 if drafter else 1
             # A load begun ahead with these very arguments (a one-shot `ask`) is taken, not repeated.
-            model = load_ahead.take(model_path, arguments) or open_model(model_path, **arguments)
+            taken = load_ahead.take(model_path, arguments)
+            if taken is None:
+                model = open_model(model_path, **arguments)
+            else:
+                model, cpu_before = taken
             undo.callback(model.close)
             notices.append(f"flash attention {'on' if flash_attn else 'off'}, KV cache {settings.kv_type}")
             if settings.flash_attn_why:

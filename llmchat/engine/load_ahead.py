@@ -22,14 +22,16 @@ from typing import Any
 from llmchat.engine import logs
 from llmchat.engine.model_load import EngineSettings, loads_stopped, open_arguments, open_model
 from llmchat.engine.native import LoadedModel, ensure_backend
+from llmchat.engine.threads import CpuReading
 
 
 class _Load:
     """`open_model(path, **arguments)` on its own thread; its model, or None if it failed."""
 
-    def __init__(self, path: Path, arguments: dict[str, Any]):
+    def __init__(self, path: Path, arguments: dict[str, Any], cpu_before: CpuReading):
         self.path = path
         self.arguments = arguments
+        self.cpu_before = cpu_before
         self.model: LoadedModel | None = None
         self._thread = threading.Thread(target=self._run, name="llmchat-load-ahead", daemon=True)
         self._thread.start()
@@ -59,16 +61,20 @@ _state: dict[str, _Load | None] = {"load": None}
 def begin(path: Path, settings: EngineSettings) -> None:
     """Start opening the model at `path` as `Engine.load` would under `settings` (no drafting)."""
     cancel()  # one load in flight at most
+    # The machine's CPU use as the load begins: `Engine.load` chooses the thread count from what
+    # other processes kept busy over the load (engine.threads), and this is where it begins.
+    cpu_before = CpuReading.now()
     arguments = open_arguments(settings)
     logs.install(settings.verbose)  # before llama.cpp says anything: its log never reaches stdout
     ensure_backend()  # here, once, rather than on the new thread beside anything else
-    _state["load"] = _Load(path, arguments)
+    _state["load"] = _Load(path, arguments, cpu_before)
 
 
-def take(path: Path, arguments: dict[str, Any]) -> LoadedModel | None:
+def take(path: Path, arguments: dict[str, Any]) -> tuple[LoadedModel, CpuReading] | None:
     """The model begun ahead, when it is `path` opened with these very `arguments`: it is the
-    caller's from now on. None when there is none, it failed (the caller opens the file itself
-    and meets the error), or it is another (then cancelled)."""
+    caller's from now on; with the CPU reading taken as its load began. None when there is none,
+    it failed (the caller opens the file itself and meets the error), or it is another (then
+    cancelled)."""
     load = _state["load"]
     if load is None:
         return None
@@ -77,7 +83,7 @@ def take(path: Path, arguments: dict[str, Any]) -> LoadedModel | None:
         return None
     load.wait()  # interrupted: the load stays in flight, for the caller's cleanup to cancel
     _state["load"] = None
-    return load.model
+    return None if load.model is None else (load.model, load.cpu_before)
 
 
 def cancel() -> None:

@@ -121,20 +121,12 @@ class CpuReading:
 
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-# Taken when the engine is imported, so that a one-shot's first load reads the other processes
-# over its start and load together; a later load (`/model`) reads them over its own load.
-_AT_IMPORT = CpuReading.now()
-_FRESH_S = 10.0
-
-
-def reading_before_load() -> CpuReading:
-    """What a load about to start compares its end with (engine.core reads it first thing)."""
-    return _AT_IMPORT if time.monotonic() - _AT_IMPORT.wall < _FRESH_S else CpuReading.now()
 
 
 def threads_at_load(physical: int, since: CpuReading) -> tuple[int, str]:
     """(threads, why) for a context created now: the usable cores less those other processes
-    kept busy `since` then."""
+    kept busy `since` then (the reading taken as the load began: engine.load_ahead's `begin`, or
+    `Engine.load` when nothing was begun ahead)."""
     cores, why = usable_cores(physical, cgroup_quota())
     others = CpuReading.now().others_since(since)
     if others is None or others < _BUSY_CORE or cores == 1:
