@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, cast
 
@@ -25,7 +25,7 @@ from llmchat.errors import LlmchatError, UsageError
 from llmchat.models.resolve import ResolvedModel, resolve_model
 from llmchat.options import RunOptions
 from llmchat.output import is_tty, notice
-from llmchat.sampling import SamplingParams, build_sampling, preset_values
+from llmchat.sampling import SamplingParams, build_sampling, model_defaults, preset_values
 from llmchat.saved_prompts import sampling_layers
 
 if TYPE_CHECKING:
@@ -50,6 +50,8 @@ class Loaded:
     sampling: SamplingParams
     trained_ctx: int
     base_model: bool = False  # no instruct finetune, no chat template: replies continue the text
+    # The model's own recommended sampling (its `general.sampling.*` keys), for `/model NAME`.
+    recommended_sampling: dict[str, Any] = field(default_factory=dict)
 
 
 def validate_options(opts: RunOptions) -> None:
@@ -192,9 +194,8 @@ def load_model(opts: RunOptions, *, config: Config, n_ctx_override: int | None =
     from llmchat.models.kind import kind_of
 
     base_model = kind_of(metadata, [model.name]).is_base
-    return Loaded(
-        config=config, model=model, engine=engine, sampling=sampling, trained_ctx=trained_ctx, base_model=base_model
-    )
+    recommended = model_defaults(metadata.scalars)
+    return Loaded(config, model, engine, sampling, trained_ctx, base_model, recommended_sampling=recommended)
 
 
 def _prepare_while_loading() -> None:
@@ -315,10 +316,11 @@ def model_loader(opts: RunOptions, config: Config) -> ModelLoader:
         if server_specs(switched, config):
             raise UsageError(f"{name} names a configured server; /model switches between local models")
         loaded = load_model(switched, config=config, announce=False)
-        notices = [f"warning: {loaded.model.name} is a base model: its replies continue your text"]
+        base = [f"warning: {loaded.model.name} is a base model: its replies continue your text"]
+        notices = base if loaded.base_model else []
         kv_store = open_kv_store(loaded.engine, config) if disk_cache and opts.prompt_cache else None
         return SwitchedModel(
-            loaded.engine, loaded.model.name, loaded.model.template, kv_store, notices if loaded.base_model else []
+            loaded.engine, loaded.model.name, loaded.model.template, kv_store, notices, loaded.recommended_sampling
         )
 
     return load
@@ -464,7 +466,7 @@ def load_remote(opts: RunOptions, config: Config, specs: list[ServerSpec]) -> Lo
         stop_loops=opts.loop_stop,
         prompt_layers=sampling_layers(opts.saved_prompt, config),
     )
-    return Loaded(config=config, model=model, engine=engine, sampling=sampling, trained_ctx=0)
+    return Loaded(config, model, engine, sampling, trained_ctx=0, recommended_sampling=model_defaults(engine.metadata))
 
 
 def server_rendered_template(detail: str) -> ResolvedTemplate:

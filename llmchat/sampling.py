@@ -12,6 +12,7 @@ preset, a chosen preset beats the model's own `general.sampling.*` defaults, and
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Mapping, Sequence
 
@@ -116,16 +117,52 @@ def preset_values(name: str) -> dict[str, Any]:
     return dict(PRESETS[name])
 
 
+def _as_written(value: Any) -> Any:
+    """A float32 from a GGUF file as its author wrote it: 0.9, not 0.8999999761581421 (the
+    shortest decimal that is the same float32), for /show and the history."""
+    if not isinstance(value, float) or not math.isfinite(value):
+        return value
+    try:
+        single = struct.pack("<f", value)
+    except OverflowError:
+        return value
+    if struct.unpack("<f", single)[0] != value:
+        return value  # not a float32: keep it as it is
+    for digits in range(1, 10):
+        shortest = float(f"{value:.{digits}g}")
+        if struct.pack("<f", shortest) == single:
+            return shortest
+    return value
+
+
 def model_defaults(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """The model author's recommended sampling, from `general.sampling.*` GGUF keys."""
     found = {}
     for key, name in MODEL_SAMPLING_KEYS.items():
         if key in metadata:
             try:
-                found[name] = _check(name, metadata[key])
+                found[name] = _check(name, _as_written(metadata[key]))
             except (UsageError, ValueError, TypeError):
                 continue  # a bad value in a model file is ignored, not fatal
     return found
+
+
+def with_model_defaults(params: SamplingParams, recommended: Mapping[str, Any]) -> SamplingParams:
+    """`/model NAME`: the new model's recommended sampling (`model_defaults` of its metadata) in
+    place of the old model's. Only values that came from the old model or from our defaults move;
+    whatever the user chose (a flag, the config, a preset, `-p NAME`, `/prompt NAME`, `/set`) beats
+    a model's recommendation in `build_sampling`, and so it stays."""
+    ours = {name: getattr(SamplingParams(), name) for name in SETTABLE} | preset_values(DEFAULT_PRESET)
+    values: dict[str, Any] = {}
+    sources = dict(params.sources)
+    for name in SETTABLE:
+        if params.source_of(name) not in ("default", "model"):
+            continue
+        if name in recommended:
+            values[name], sources[name] = _check(name, recommended[name]), "model"
+        else:
+            values[name], sources[name] = ours[name], "default"
+    return replace(params, **values, sources=sources)
 
 
 def build_sampling(

@@ -41,6 +41,7 @@ from llmchat.reasoning import (
     starts_in_thinking,
     thinking_variables,
 )
+from llmchat.sampling import with_model_defaults
 from llmchat.turn.compaction import compact_before_turn
 from llmchat.turn.observer import NullObserver, TurnObserver
 from llmchat.turn.plan import PreparedTurn, TurnScope, check_message_size, request_of
@@ -207,6 +208,7 @@ class ChatSession:
         self.engine, self.template, self.facts, self.model_label = new.engine, parts.template, parts.facts, new.label
         self.reasoning_format, self._markup, self._close_ids = parts.reasoning_format, parts.markup, parts.close_ids
         self.tools, self.conversation, self._prefix_note = tools, as_text(self.conversation), SWITCHED
+        self.sampling = with_model_defaults(self.sampling, new.recommended_sampling)  # the user's own stay
         self.sink.use_kv_store(new.kv_store)
         self.configure_reasoning(self.reasoning, say)
         for line in new.notices:

@@ -116,6 +116,75 @@ def test_a_model_that_cannot_load_leaves_the_current_one(smollm2_path, tmp_path)
         session.close()
 
 
+def test_the_new_models_recommended_sampling_replaces_the_old_ones(smollm2_path, isolated_home, tmp_path):
+    """The old model's `general.sampling.*` values give way to the new model's (or to ours where it
+    recommends none); a flag, the config, `-p NAME` and `/set` stay. Seen in /show, in the line
+    /model prints, and in the sampling the next reply is decoded with."""
+    from io import StringIO
+
+    from gguf_copies import with_recommended_sampling
+    from rich.console import Console
+
+    from llmchat.options import RunOptions
+    from llmchat.ui import slash
+    from llmchat.ui.context import CommandContext
+
+    first = with_recommended_sampling(smollm2_path, tmp_path / "first.gguf", temp=0.25, top_k=7, min_p=0.2)
+    second = with_recommended_sampling(smollm2_path, tmp_path / "second.gguf", temp=0.9, top_k=3)
+    isolated_home.mkdir(parents=True, exist_ok=True)
+    (isolated_home / "config.toml").write_text(
+        '[sampling]\nrepeat_penalty = 1.3\n\n[prompts.terse]\nsystem = "Be terse."\ntop_p = 0.6\n'
+    )
+    options = RunOptions(model=str(first), ctx=1024, seed=1, max_tokens=4, saved_prompt="terse")
+    session = _start_with(options)
+    try:
+        out, said = StringIO(), []
+        ctx = CommandContext(session=session, out=Console(file=out, width=200), error=said.append, info=said.append)
+
+        def shown(name: str) -> tuple[object, str]:
+            return getattr(session.sampling, name), session.sampling.source_of(name)
+
+        assert shown("temperature") == (0.25, "model") and shown("top_k") == (7, "model")
+        slash.dispatch("/set min_p 0.1", ctx)
+        slash.dispatch("/model " + str(second), ctx)
+        assert any(
+            line.startswith("sampling for second: ") and "temperature 0.25 -> 0.9 (model)" in line for line in said
+        ), said
+        assert shown("temperature") == (0.9, "model") and shown("top_k") == (3, "model")
+        assert shown("min_p") == (0.1, "/set")
+        assert shown("top_p") == (0.6, "prompt terse") and shown("repeat_penalty") == (1.3, "config")
+        assert (shown("seed"), shown("max_tokens")) == ((1, "flag"), (4, "flag"))
+
+        slash.dispatch("/show", ctx)
+        table = out.getvalue()
+        assert re.search(r"temperature\s+0\.9\s+model", table) and re.search(r"top_k\s+3\s+model", table), table
+
+        used = []
+        real_generate = session.engine.generate
+
+        def watched(request):
+            used.append(request.sampling)
+            return real_generate(request)
+
+        session.engine.generate = watched
+        session.turn("Hello.")
+        assert [(s.temperature, s.top_k, s.min_p, s.top_p) for s in used] == [(0.9, 3, 0.1, 0.6)]
+
+        # Back to a model that recommends nothing: its values are ours again.
+        session.switch_model(str(smollm2_path), lambda line: None)
+        assert shown("temperature") == (0.7, "default") and shown("top_k") == (40, "default")
+        assert shown("min_p") == (0.1, "/set") and shown("top_p") == (0.6, "prompt terse")
+    finally:
+        session.close()
+
+
+def _start_with(options):
+    from llmchat.config import load_config
+    from llmchat.loading import start_session
+
+    return start_session(options, config=load_config(), overflow="drop", with_history=False)
+
+
 TOOL = '''
 from pathlib import Path
 

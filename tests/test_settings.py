@@ -26,6 +26,30 @@ def test_layers_flag_beats_preset_beats_model_beats_default():
     assert params.temperature == 0.0 and params.source_of("temperature") == "flag"
 
 
+def test_a_models_float32_values_read_as_written():
+    import struct
+
+    as_stored = struct.unpack("<f", struct.pack("<f", 0.9))[0]  # 0.8999999761581421
+    params = build_sampling(model_metadata={"general.sampling.temp": as_stored, "general.sampling.top_p": 0.95})
+    assert (params.temperature, params.top_p) == (0.9, 0.95)
+
+
+def test_another_models_defaults_move_only_what_the_user_did_not_set():
+    from llmchat.sampling import with_model_defaults
+
+    old = build_sampling(
+        model_metadata={"general.sampling.temp": 0.3, "general.sampling.top_k": 20, "general.sampling.min_p": 0.1},
+        config_values={"top_p": 0.8},
+    )
+    old = with_setting(old, "min_p", "0.2")
+    new = with_model_defaults(old, {"temperature": 1.0, "repeat_penalty": 1.2})
+    assert (new.temperature, new.source_of("temperature")) == (1.0, "model")
+    assert (new.repeat_penalty, new.source_of("repeat_penalty")) == (1.2, "model")
+    assert (new.top_k, new.source_of("top_k")) == (PRESETS["balanced"]["top_k"], "default"), "the old model's goes"
+    assert (new.min_p, new.source_of("min_p")) == (0.2, "/set")
+    assert (new.top_p, new.source_of("top_p")) == (0.8, "config")
+
+
 def test_presets_follow_the_table():
     assert 0.1 <= PRESETS["precise"]["temperature"] <= 0.3 and PRESETS["precise"]["top_k"] <= 20
     assert 0.7 <= PRESETS["creative"]["temperature"] <= 1.2 and PRESETS["creative"]["top_p"] >= 0.95

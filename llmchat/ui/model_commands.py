@@ -3,7 +3,8 @@
 `/model NAME` switches the model in the same conversation (`ChatSession.switch_model`, which owns
 the swap: llmchat.model_switch). NAME is what `-m` takes: a name `llmchat models list` shows, an
 alias, a store name or a .gguf path. A model that cannot load leaves the chat on the current one,
-with one line saying why. `/model` alone says which model answers; `/models` lists the ones that
+with one line saying why. The new model's recommended sampling (`general.sampling.*`) replaces the
+old one's where the user set nothing, and one line says which values moved. `/model` alone says which model answers; `/models` lists the ones that
 can.
 """
 
@@ -14,11 +15,13 @@ from typing import TYPE_CHECKING
 
 from llmchat import interrupts
 from llmchat.errors import LlmchatError
+from llmchat.sampling import SETTABLE
 from llmchat.ui.context import CONTINUE, CommandContext, Outcome
 
 if TYPE_CHECKING:
     from llmchat.config import Config
     from llmchat.models.catalogue import Entry
+    from llmchat.sampling import SamplingParams
     from llmchat.session import ChatSession
 
 
@@ -27,7 +30,7 @@ def cmd_model(ctx: CommandContext, arg: str) -> Outcome:
     if not arg:
         ctx.out.print(current_model(session), markup=False, highlight=False)
         return CONTINUE
-    was = session.model_label
+    was, sampling = session.model_label, session.sampling
     try:
         session.switch_model(arg, ctx.error)
     except LlmchatError as err:
@@ -40,7 +43,20 @@ def cmd_model(ctx: CommandContext, arg: str) -> Outcome:
     turns = sum(1 for message in session.conversation.messages if message["role"] == "user")
     count = f"{turns} turn" + ("" if turns == 1 else "s")
     ctx.info(f"{current_model(session)}; the conversation goes on ({count}, its prompt built anew)")
+    changed = sampling_changes(sampling, session.sampling)
+    if changed:
+        ctx.info(f"sampling for {session.model_label}: {changed}; what you set yourself stays (/show)")
     return CONTINUE
+
+
+def sampling_changes(before: SamplingParams, after: SamplingParams) -> str:
+    """`temperature 0.3 -> 0.6 (model), top_k 20 -> 40 (default)`: the values a switch moved to
+    the new model's recommendation, or back to ours where it recommends none."""
+    return ", ".join(
+        f"{name} {getattr(before, name)} -> {getattr(after, name)} ({after.source_of(name)})"
+        for name in SETTABLE
+        if getattr(before, name) != getattr(after, name)
+    )
 
 
 def current_model(session: ChatSession) -> str:
