@@ -234,3 +234,23 @@ def test_no_think_closes_the_upstream_r1_block_before_the_reply(cli, smollm2_pat
     local, remote = both(cli, smollm2_path, server, "--template", str(UPSTREAM_R1), "--no-think", "-n", "24", "Hi!")
     assert local["reasoning"] == "" and local["reply"].strip(), local
     assert_same(local, remote)
+
+
+def test_tokens_that_end_inside_a_character_are_counted_on_the_server(cli, server, tmp_path):
+    """llama-server streams nothing for a token that ends inside a UTF-8 character (the token that
+    completes it brings the whole character), so those ids never come; they were sampled all the
+    same, and count as they do locally. No token of SmolLM2's vocabulary holds the whole of U+1D518
+    (4 bytes), so a grammar that allows nothing else forces at least 2 tokens per character, on
+    any CPU; the server's own count (its end token included) says how many it sampled."""
+    grammar = tmp_path / "fraktur.gbnf"
+    grammar.write_text('root ::= "\U0001d518\U0001d518\U0001d518\U0001d518"\n', encoding="utf-8")
+    run = cli(
+        "ask", "--server", server.url, "--json", "--no-history", "--temp", "0", "--seed", "1", "-n", "32",
+        "--grammar", str(grammar), "Write four letters.",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    record = json.loads(run.stdout)
+    assert (record["reply"], record["finish_reason"]) == ("\U0001d518" * 4, "stop")
+    stats = record["stats"]
+    assert stats["generated_tokens"] >= 8, stats
+    assert stats["generated_tokens"] == stats["server"]["predicted_n"] - 1, stats

@@ -125,6 +125,10 @@ class SequenceState:
                 return Step(self._shown(self.reply.force(forced, now), now), forced, dropped=True)
         return Step(self._shown(self.reply.add(token, now, piece), now))
 
+    def on_unsent(self, count: int) -> None:
+        """`count` tokens the source sampled and never sent (see `ReplyAssembler.count_unsent`)."""
+        self.reply.count_unsent(count)
+
     def steer(self, now: float) -> Step:
         """Between two tokens, once the caller has seen the last one's text: the steering may force
         tokens in now (a thinking budget spent). The source evaluates them before sampling on."""

@@ -138,6 +138,13 @@ class ReplyAssembler:
             self._end("length")
         return text
 
+    def count_unsent(self, count: int) -> None:
+        """Tokens the source sampled but never sent: llama-server streams nothing for a token that
+        ends inside a UTF-8 character, and the token that completes it brings the whole character's
+        text. They count toward the reply and its limit like any other; their ids are unknown."""
+        if not self.done:
+            self.outcome.generated_tokens += count
+
     def force(self, tokens: Sequence[int], now: float) -> str:
         """Tokens put into the reply by the caller, not sampled: counted, decoded and checked like
         sampled ones (the limit may end the reply here)."""

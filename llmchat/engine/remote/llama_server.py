@@ -297,6 +297,7 @@ class ServerGeneration:
         self._held: int | None = None  # a token streamed without text: an end token, or held back
         self._ids_complete = True  # every sampled token came with its id (see `_reply_ids`)
         self._received = 0  # token ids received in the current request
+        self._unsent = 0  # tokens the current request sampled whose ids never came (see `_event`)
         self._dropped = False  # the last token was an end token replaced by a thinking block's close
         self._final_seen = False  # the current request's last event (`stop`) has arrived
 
@@ -346,7 +347,7 @@ class ServerGeneration:
                 prompt = self.prompt + self._reply_ids()
                 limit = state.limit - outcome.generated_tokens
                 restart = False
-                self._received = 0
+                self._received = self._unsent = 0
                 self._final_seen = False
                 events = engine.client.stream_events("/completion", self.payload(prompt, limit, grammar))
                 try:
@@ -416,8 +417,13 @@ class ServerGeneration:
             yield from self._token(held, b"", now)
         self._received += len(tokens)
         predicted = event.get("tokens_predicted")
-        if isinstance(predicted, int) and predicted > self._received:
-            self._ids_complete = False  # a token ended inside a character: its id never came
+        if isinstance(predicted, int) and predicted > self._received + self._unsent:
+            # Tokens that ended inside a character: their ids never came, but they were sampled
+            # (before this event's token, which completes the character), and count as locally.
+            unsent = predicted - self._received - self._unsent
+            self._unsent += unsent
+            self._ids_complete = False
+            self.state.on_unsent(unsent)
         for index, token in enumerate(tokens):
             last = index == len(tokens) - 1
             if last and not text and not final and token not in engine.end_tokens:
