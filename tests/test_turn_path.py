@@ -189,18 +189,25 @@ def test_loop_detector_counts_whole_periods():
 def test_a_looping_reply_is_stopped_with_a_notice(cli, smollm2_path):
     """A greedy reply that copies the prompt's run of "cat" ends as a loop, once. (SmolLM2 loops
     on this prompt with flash attention on or off, at any thread count and batch size tried: a
-    prompt that merely invites a long reply loops on one CPU kind and ends on another.)"""
+    prompt that merely invites a long reply loops on one CPU kind and ends on another.)
+
+    With --no-loop-stop, the same greedy reply capped at the tokens the loop stop let through
+    runs to the cap: those tokens held no end of the reply, and nothing else may end it there.
+    (Uncapped, the loop ends by itself on some CPUs: on an AMD Zen 4 after 255 tokens.) One fixed
+    thread count, so that both runs compute the same tokens whatever else the machine runs."""
     prompt = "Repeat the word cat forever: " + " ".join(["cat"] * 16)
-    result = cli(
-        "ask", "--json", "-m", str(smollm2_path), "--temperature", "0", "--no-history", "--max-tokens", "1500", prompt
-    )  # fmt: skip
+    greedy = ("ask", "--json", "-m", str(smollm2_path), "--temperature", "0", "--no-history", "--threads", "1")
+    result = cli(*greedy, "--max-tokens", "1500", prompt)
     assert result.returncode == 0, result.stderr
     record = json.loads(result.stdout)
     assert record["finish_reason"] == "loop", record["stats"]
-    assert record["stats"]["generated_tokens"] < 1500
+    looped = record["stats"]["generated_tokens"]
+    assert looped < 1500
     assert result.stderr.count("kept repeating itself") == 1
-    off = cli(
-        "ask", "--json", "-m", str(smollm2_path), "--temperature", "0", "--no-history", "--max-tokens", "300",
-        "--no-loop-stop", prompt,
-    )  # fmt: skip
-    assert json.loads(off.stdout)["finish_reason"] == "length"
+    off = cli(*greedy, "--max-tokens", str(looped), "--no-loop-stop", prompt)
+    assert off.returncode == 0, off.stderr
+    capped = json.loads(off.stdout)
+    # At the cap's token the loop stop would have fired (it wins over the cap): "length" says it was off.
+    assert (capped["finish_reason"], capped["stats"]["generated_tokens"]) == ("length", looped), capped["stats"]
+    assert capped["reply"] == record["reply"]
+    assert "kept repeating itself" not in off.stderr
