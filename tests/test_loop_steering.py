@@ -79,7 +79,9 @@ def test_a_loop_under_a_schema_is_steered_out_and_without_one_it_stops(cli, gemm
     assert steered.returncode == 0, steered.stderr
     record = record_of(steered)
     assert record["finish_reason"] == "stop" and record["error"] is None
-    assert record["stats"]["loop_steered"] == 1
+    # At least once: on some CPU kinds the note string falls into a second loop, steered out of
+    # the same way (as in the parallel test below).
+    assert record["stats"]["loop_steered"] >= 1
     assert validation_error(record["parsed"], WORDS_SCHEMA) is None
     # The list was closed after a whole item, and the model went on to write the next field.
     assert len(record["parsed"]["words"]) > 8 and set(record["parsed"]["words"]) == {"cat", "dog"}
