@@ -19,7 +19,8 @@ from the typed words (llmchat.store), and rebuilds the message with `compose`.
 
 Refused with one line (exit 2), before anything is sent or saved: a binary file (a NUL byte in its
 first 8 KiB), a file that is not UTF-8 (the first bad byte's offset is named), and a file bigger
-than the room left in the context.
+than the room the turn can make in the context (llmchat.turn.room, which counts what trimming and
+compaction would free).
 """
 
 from __future__ import annotations
@@ -28,15 +29,14 @@ import hashlib
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
 from llmchat.errors import UsageError
 from llmchat.mcp_sources import MCP_REF
 from llmchat.store.attachment_records import Attachment, prefix
 
 if TYPE_CHECKING:
-    from llmchat.conversation import Budget, Conversation
-    from llmchat.engine.interface import ChatEngine, Prompt
+    from llmchat.engine.interface import ChatEngine
 
 BINARY_SNIFF_BYTES = 8192  # as git and grep do: a NUL byte near the start means binary
 # A hard bound on what is read at all: a file this big needs millions of tokens, more than any
@@ -176,24 +176,14 @@ def _display(member: Path, root: Path, spec: str) -> str:
 # --------------------------------------------------------------------------- the context
 
 
-class PromptRoom(Protocol):
-    """What the room left in the context is counted in (a chat session): its engine's tokenizer,
-    its budget, and the prompt of its conversation."""
+class Tokenizing(Protocol):
+    """What a file's tokens are counted with (a chat session): its engine's tokenizer."""
 
     @property
     def engine(self) -> ChatEngine: ...
 
-    @property
-    def conversation(self) -> Conversation: ...
 
-    def budget(self) -> Budget: ...
-
-    def context_used(self) -> int: ...
-
-    def tokenize_messages(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> Prompt: ...
-
-
-def tokens_of(session: PromptRoom, attachment: Attachment, *, room: int | None = None) -> tuple[int, bool]:
+def tokens_of(session: Tokenizing, attachment: Attachment, *, room: int | None = None) -> tuple[int, bool]:
     """The tokens an attachment takes in the prompt, and whether that is exact. With `room`, a
     file certainly bigger than it (by the engine's lower bound) is not tokenized at all: a 2 MB
     file would take seconds; its count is then that lower bound."""
@@ -203,36 +193,6 @@ def tokens_of(session: PromptRoom, attachment: Attachment, *, room: int | None =
         if at_least is not None and at_least > room:
             return at_least, False
     return len(session.engine.tokenize(block, special=False)), True
-
-
-def room_left(session: PromptRoom, typed: str = "") -> int:
-    """Prompt tokens still free: the prompt limit, less the conversation and the typed message."""
-    budget = session.budget()
-    used = session.context_used()
-    if not used:  # an empty conversation still has its template's frame (and maybe a system prompt)
-        used = len(session.tokenize_messages(session.conversation.prompt_messages(""), add_generation_prompt=True))
-    if typed:
-        used += len(session.engine.tokenize(typed, special=False))
-    return budget.prompt_limit - used
-
-
-def check_room(session: PromptRoom, attachments: Sequence[Attachment], typed: str = "") -> list[int]:
-    """Each attachment's tokens; UsageError (exit 2) naming the first file that does not fit in the
-    room left, before anything is sent."""
-    room = room_left(session, typed)
-    counts = []
-    for attachment in attachments:
-        count, exact = tokens_of(session, attachment, room=room)
-        if count > room:
-            budget = session.budget()
-            raise UsageError(
-                f"{attachment.path} ({attachment.size:,} bytes, {'' if exact else 'at least '}{count:,} tokens) "
-                f"does not fit: {max(room, 0):,} tokens are left in the context of {budget.n_ctx:,} "
-                f"({budget.reply_reserve:,} kept for the reply); raise --ctx or attach less"
-            )
-        room -= count
-        counts.append(count)
-    return counts
 
 
 def count_line(attachment: Attachment, tokens: int, n_ctx: int) -> str:

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from long_chats import fill, message
 from prompt_toolkit.application import create_app_session
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
@@ -36,21 +37,10 @@ from llmchat.ui.chat import run_interactive
 
 ENTER = "\r"
 CTRL_D = "\x04"
-# About 90 tokens: long enough that the exchanges summarised outweigh any summary of them.
-FILLER = (
-    "The harbour town keeps its old lighthouse, a stone tower painted white and red, and every evening "
-    "the keeper climbs ninety steps to light the lamp for the fishing boats that come home late. "
-    "In winter the storms break over the pier, the market moves indoors, and the bakery sells bread "
-    "to the sailors before dawn while the gulls wait on the roofs."
-)
 COMPACTED = re.compile(
     r"context: compacted (\d+) exchanges? into a (\d+)-token summary, ([\d,]+) tokens freed \(([\d,]+) -> ([\d,]+) of"
 )
 FAILED = re.compile(r"context: compaction failed: (.*)")
-
-
-def message(i: int) -> str:
-    return f"Note {i}: {FILLER} Reply with one word."
 
 
 # --------------------------------------------------------------------------- helpers
@@ -308,6 +298,53 @@ def test_ctrl_c_while_the_summary_is_written_leaves_everything_as_it_was(loaded,
         (m.role, m.content) for m in before_history.messages
     ]
     session.history.close()
+
+
+def _filled(loaded, until: int, **sampling):
+    """A session whose window holds plain exchanges (written, not generated) up to about `until`
+    prompt tokens. `sampling`: over the module's (a stop string that ends a summary early)."""
+    from dataclasses import replace
+
+    from llmchat.session import ChatSession
+
+    session = ChatSession.start(
+        loaded.engine, sampling=replace(loaded.sampling, **sampling), model_label=loaded.model.name
+    )
+    fill(session, until)
+    return session
+
+
+def test_a_summary_stands_for_exactly_the_exchanges_its_prompt_held(loaded, monkeypatch):
+    """A window too full for the summary's prompt beside its cap: the summary is written over fewer
+    exchanges (the others stay verbatim), never over a prompt trimmed from the front that would
+    mark exchanges as summarised that it never saw. The summary stops at its first blank line, so
+    that it ends well within its cap whatever the model writes."""
+    from llmchat.turn import compaction
+
+    session = _filled(loaded, 1950, stop=("\n\n",))
+    conversation = session.conversation
+    starts = conversation.exchange_starts()
+    kept_from = compaction._kept_from(session, starts)
+    cap = compaction.summary_cap(compaction.CompactionSettings.of(session.config), session.engine.n_ctx)
+    everything = conversation.up_to(kept_from).prompt_messages(compaction.SUMMARY_PROMPT)
+    assert len(session.tokenize_messages(everything)) > session.engine.n_ctx - cap, "the case: it does not fit"
+    prompts: list[str] = []
+    decode = session.decode
+
+    def seen(prepared, observer, **kwargs):
+        prompts.append(prepared.rendered_text)
+        return decode(prepared, observer, **kwargs)
+
+    monkeypatch.setattr(session, "decode", seen)
+    done = compaction.compact_now(session)
+    assert done is not None and done.failure is None, done and done.failure
+    (prompt,) = prompts
+    covers = conversation.summary.covers
+    summarised = [m["content"] for m in conversation.messages[:covers]]
+    assert all(content in prompt for content in summarised), "every exchange it stands for, it saw"
+    assert 0 < covers < kept_from, "fewer are summarised, the rest stay verbatim"
+    assert not any(m["content"] in prompt for m in conversation.messages[covers:] if m["role"] == "user")
+    assert done.exchanges == covers // 2
 
 
 # --------------------------------------------------------------------------- automatic compaction

@@ -108,7 +108,7 @@ def ask(
     # checks run, MCP servers start and stdin is read; `start_session` takes it
     # (llmchat.loading.loading_ahead). A check that fails cancels it.
     with loading_ahead(opts, config):
-        from llmchat.attachments import STDIN, check_room, collect
+        from llmchat.attachments import STDIN, collect
         from llmchat.commands.turns import check_overflow, continue_conversation, run_turn
         from llmchat.mcp_sources import McpSources, joined, terminal_asker
         from llmchat.output import StreamPrinter, write_json
@@ -149,7 +149,10 @@ def ask(
             tool_options.offer(session, toolset, tools)
         if continue_last or cid:
             continue_conversation(session, cid or "last")
-        check_room(session, attachments, text)  # a file too big for the room left: exit 2, nothing sent
+        if attachments:  # imported after the load: the turn's modules load beside it (llmchat.loading)
+            from llmchat.turn.room import check_room
+
+            check_room(session, attachments, text, in_chat=False)  # too big for the room the turn makes: exit 2
         on_terminal = env.stderr_isatty
         show_stats = on_terminal if stats is None else stats
         printer_class = MarkdownPrinter if markdown else partial(StreamPrinter, echo_text=not json_output)

@@ -69,7 +69,7 @@ def chat(
     env: Environment,
 ) -> None:
     """Chat: interactive on a terminal; with piped stdin, one message per line and one reply per turn."""
-    from llmchat.attachments import STDIN, check_room, collect
+    from llmchat.attachments import STDIN, collect
     from llmchat.commands.turns import check_overflow, continue_conversation
     from llmchat.loading import start_session
     from llmchat.mcp_sources import McpSources, terminal_asker
@@ -101,7 +101,9 @@ def chat(
             tool_options.offer(session, toolset, tools, dim=env.stdin_isatty and not json_output)
         if resume:
             continue_conversation(session, resume)
-        check_room(session, attachments)  # a file too big for the room left: exit 2, nothing sent
+        from llmchat.turn.room import check_room
+
+        check_room(session, attachments)  # a file too big for the room the turn can make: exit 2, nothing sent
         interactive = env.stdin_isatty and not json_output
         if interactive:
             from llmchat.ui.chat import run_interactive

@@ -7,7 +7,10 @@ anything. Either way:
 - the summary is a separate generation on the same engine (local or a server), over the exchanges
   being replaced: the conversation's own prompt up to them, then a summarising request (with the
   user's instructions). That prompt extends what the KV cache already holds, so only the request is
-  prefilled; the summary is capped at `compact_summary_tokens` (and an eighth of the context);
+  prefilled; the summary is capped at `compact_summary_tokens` (and an eighth of the context). That
+  prompt is never trimmed: the summary stands for exactly the exchanges it saw, and where the
+  window up to the kept exchanges would not fit beside the summary's room, fewer are summarised
+  (the rest stay verbatim after it);
 - the last exchanges stay verbatim (up to `KEEP_EXCHANGES`, within `KEEP_SHARE` of the context),
   after the summary, which the model sees as an exchange of its own (llmchat.conversation);
 - the history keeps every message, and the summary as a message of role `summary` that says how
@@ -162,15 +165,16 @@ def compact_now(
     starts = conversation.exchange_starts()
     if not starts:
         return None
-    cut = _kept_from(session, starts)
     settings = CompactionSettings.of(session.config)
     n_ctx = session.engine.n_ctx
     before = _prompt_size(session, pending)
-    compaction = Compaction(sum(1 for start in starts if start < cut), before, before, n_ctx)
     sampling = replace(session.sampling, max_tokens=summary_cap(settings, n_ctx))
     request = SUMMARY_PROMPT + (f"\n\nIn the summary: {instructions.strip()}" if instructions else "")
+    cut = _seen_up_to(session, starts, _kept_from(session, starts), request, sampling)
+    compaction = Compaction(sum(1 for start in starts if start < cut), before, before, n_ctx)
     try:
-        prepared = session.prepare(request, TurnScope(conversation.up_to(cut), sampling, overflow="drop"))
+        # Never trimmed: the summary stands for every message before `cut`, so it must see them all.
+        prepared = session.prepare(request, TurnScope(conversation.up_to(cut), sampling, overflow="error"))
     except ContextOverflowError as err:
         compaction.failure = f"the exchanges to summarise do not fit the context ({err})"
         return compaction
@@ -255,6 +259,50 @@ def _kept_from(session: Compactable, starts: list[int]) -> int:
         if len(session.tokenize_messages(conversation.prompt_messages(start=cut))) - base <= room:
             return cut
     return end
+
+
+def _seen_up_to(session: Compactable, starts: list[int], cut: int, request: str, sampling: SamplingParams) -> int:
+    """Where the summarised exchanges end: `cut`, or an earlier exchange's start where the
+    summary's prompt (the window up to there, the request, and room for the summary) would not
+    hold them all. Its prompt is never trimmed from the front, which would leave the summary
+    standing for exchanges it never saw: the exchanges it cannot take stay verbatim after it
+    instead. `cut` itself where not even the first exchange fits (the prepare then fails)."""
+    limit = session.budget(sampling).prompt_limit
+    conversation = session.conversation
+
+    def fits(end: int) -> bool:
+        messages = conversation.up_to(end).prompt_messages(request)
+        return len(session.tokenize_messages(messages)) <= limit
+
+    # Each candidate leaves at least one exchange to summarise; the prompt grows with the end.
+    ends = [start for start in starts[1:] if start < cut] + [cut]
+    if fits(ends[-1]):
+        return cut
+    low, high = 0, len(ends) - 2  # the largest end that fits, if any
+    if high < 0 or not fits(ends[0]):
+        return cut
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(ends[middle]):
+            low = middle
+        else:
+            high = middle - 1
+    return ends[low]
+
+
+def would_free(session: Compactable, pending: str | None = None) -> int:
+    """About how many tokens `/compact` would free now (0: none): the prompt (with the `pending`
+    message) less the prompt after it, with the summary as long as its cap lets it be. What the
+    room for a message's files counts (llmchat.turn.room); no summary is written."""
+    conversation = session.conversation
+    starts = conversation.exchange_starts()
+    if not starts:
+        return 0
+    cut = _kept_from(session, starts)
+    trial = conversation.up_to(len(conversation.messages))
+    trial.compact("", cut)  # the summary's frame; its words are counted at the cap
+    cap = summary_cap(CompactionSettings.of(session.config), session.engine.n_ctx)
+    return max(0, _prompt_size(session, pending) - _prompt_size(session, pending, trial) - cap)
 
 
 def _prompt_size(session: Compactable, pending: str | None, conversation: Conversation | None = None) -> int:

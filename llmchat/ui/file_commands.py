@@ -12,7 +12,8 @@ from llmchat.ui.context import CONTINUE, CommandContext, Outcome
 
 
 def cmd_file(ctx: CommandContext, arg: str) -> Outcome:
-    from llmchat.attachments import check_room, collect, count_line
+    from llmchat.attachments import collect, count_line
+    from llmchat.turn.room import check_room
 
     if not arg:
         ctx.error("usage: /file PATH (a file, a glob, a folder or mcp:SERVER/URI; Tab completes them)")
@@ -20,16 +21,18 @@ def cmd_file(ctx: CommandContext, arg: str) -> Outcome:
     try:
         resources = ctx.mcp.resource_bytes if ctx.mcp is not None else None
         found = [a for a in collect([arg], resources=resources) if a not in ctx.attachments]
-        # The room left counts the files already pending: together they must fit.
-        counts = check_room(ctx.session, [*ctx.attachments, *found])[len(ctx.attachments) :]
+        # The room counts the files already pending: together they must fit.
+        checked = check_room(ctx.session, [*ctx.attachments, *found])
     except LlmchatError as err:
         ctx.error(f"error: {err}")
         return CONTINUE
     ctx.attachments.extend(found)
-    for attachment, count in zip(found, counts):
+    for attachment, count in zip(found, checked.counts[-len(found) :] if found else []):
         ctx.info(count_line(attachment, count, ctx.session.engine.n_ctx))
     if found:
         ctx.info("attached to your next message (/files lists them, /drop removes them)")
+        if checked.note:
+            ctx.info(checked.note)
     return CONTINUE
 
 
