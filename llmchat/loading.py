@@ -446,9 +446,7 @@ def load_remote(opts: RunOptions, config: Config, specs: list[ServerSpec]) -> Lo
             for line in server.notices:
                 notice(line)
         notice(f"context: {engine.n_ctx} tokens per request (the server's slot)")
-    label = f"{spec.name}:{spec.model}" if spec.name and spec.model else (spec.name or spec.model or "")
-    if not label:
-        label = str(engine.metadata.get("general.name") or spec.shown_url)
+    label = server_label(spec) or str(engine.metadata.get("general.name") or spec.shown_url)
     model = ResolvedModel(
         path=spec.local_gguf or Path(spec.shown_url),
         name=label,
@@ -467,6 +465,12 @@ def load_remote(opts: RunOptions, config: Config, specs: list[ServerSpec]) -> Lo
         prompt_layers=sampling_layers(opts.saved_prompt, config),
     )
     return Loaded(config, model, engine, sampling, trained_ctx=0, recommended_sampling=model_defaults(engine.metadata))
+
+
+def server_label(spec: ServerSpec) -> str:
+    """What a server chat calls its model, from how it was named: `NAME:MODEL` (a configured
+    server and its model), `NAME` or `MODEL`; "" where neither was given (the server says)."""
+    return f"{spec.name}:{spec.model}" if spec.name and spec.model else (spec.name or spec.model or "")
 
 
 def server_rendered_template(detail: str) -> ResolvedTemplate:

@@ -150,3 +150,68 @@ def test_slash_prompt_and_show_provenance(isolated_home):
         assert session.turn("Where is the gold?").stats.generated_tokens <= 12
     finally:
         session.close()
+
+
+def _prompt_lines(session, name: str) -> list[str]:
+    from llmchat.ui.saved_prompt import apply_to_session
+
+    return apply_to_session(session, name)
+
+
+def test_slash_prompt_naming_another_model_says_the_model_command_that_loads_it(
+    isolated_home, smollm2_path, gemma_path
+):
+    from llmchat.loading import start_session
+
+    _write_config(
+        isolated_home,
+        f'[prompts.same]\nsystem = "Be plain."\nmodel = "{smollm2_path}"\n\n'
+        f'[prompts.other]\nsystem = "Be plain."\nmodel = "{gemma_path}"\n',
+    )
+    config = load_config()
+    session = start_session(
+        RunOptions(model=str(smollm2_path), max_tokens=8), config=config, overflow="drop", with_history=False
+    )
+    try:
+        assert _prompt_lines(session, "same") == ["prompt same: system prompt set"]
+        other = _prompt_lines(session, "other")
+        assert other[-1] == (
+            f"prompt other: prompt other names the model {gemma_path}; this chat is on {session.model_label}: "
+            f"/model {gemma_path} switches to it"
+        )
+        assert session.engine.info.model_path == str(smollm2_path), "named, not loaded"
+    finally:
+        session.close()
+
+
+def test_slash_prompt_on_a_server_knows_the_server_model_it_runs_on(isolated_home):
+    """A saved prompt naming the configured server the chat runs on (`NAME`, or `NAME:MODEL`) names
+    its model; another model on it is said, and that /model cannot switch a server."""
+    from test_remote import StandIn, openai_models
+
+    from llmchat.loading import start_session
+
+    server = StandIn()
+    server.routes[("GET", "/v1/models")] = openai_models("tiny")
+    try:
+        _write_config(
+            isolated_home,
+            f'[servers.stand]\nurl = "{server.url}"\nkind = "openai"\nmodel = "tiny"\n\n'
+            '[prompts.server]\nsystem = "Be plain."\nmodel = "stand"\n\n'
+            '[prompts.served]\nsystem = "Be plain."\nmodel = "stand:tiny"\n\n'
+            '[prompts.elsewhere]\nsystem = "Be plain."\nmodel = "stand:large"\n',
+        )
+        config = load_config()
+        session = start_session(RunOptions(model="stand"), config=config, overflow="drop", with_history=False)
+        try:
+            assert session.model_label == "stand:tiny"
+            assert _prompt_lines(session, "server") == ["prompt server: system prompt set"]
+            assert _prompt_lines(session, "served") == ["prompt served: system prompt set"]
+            assert _prompt_lines(session, "elsewhere")[-1] == (
+                "prompt elsewhere: prompt elsewhere names the model stand:large; this chat runs on a server "
+                "(stand:tiny), whose model /model cannot switch (start llmchat chat -p elsewhere to use it)"
+            )
+        finally:
+            session.close()
+    finally:
+        server.close()

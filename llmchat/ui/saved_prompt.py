@@ -1,8 +1,11 @@
 """`/prompt NAME` in a running chat: a saved prompt (llmchat.saved_prompts) applied to the session.
 
 Its system prompt, sampling and schema hold from the next message on, each named as coming from
-the prompt in `/show`. The model cannot change under a running chat: a prompt naming another one
-says so instead of loading it.
+the prompt in `/show`. A prompt naming another model says so, with the `/model NAME` that loads
+it, instead of loading it (a load takes seconds, and may fail); on a server, whose model the chat
+cannot switch, it says that. Which model a prompt names is read as `-m` reads it: a path, name or
+alias for a local model; a configured server's `NAME` or `NAME:MODEL`, or the served model's name,
+on a server.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from llmchat import paths
 from llmchat.config import Config
+from llmchat.errors import LlmchatError
 from llmchat.sampling import SETTABLE
 from llmchat.saved_prompts import lookup, sampling_layers
 
@@ -51,14 +55,26 @@ def apply_to_session(session: ChatSession, name: str) -> list[str]:
             )
         )
     if prompt.model is not None and not _same_model(prompt.model, config, session):
-        said.append(
-            f"prompt {name} names the model {prompt.model}; this chat keeps {session.model_label} "
-            f"(start llmchat chat -p {name} to use it)"
-        )
+        said.append(f"prompt {name} names the model {prompt.model}; " + _how_to_use(prompt.model, name, session))
     return [f"prompt {name}: {line}" for line in said] or [f"prompt {name} sets nothing more here"]
 
 
+def _how_to_use(model: str, name: str, session: ChatSession) -> str:
+    if session.engine.caps.remote:
+        where = f"this chat runs on a server ({session.model_label}), whose model /model cannot switch"
+    elif session.model_loader is None:  # a session built without one (embedding llmchat)
+        where = f"this chat keeps {session.model_label}"
+    else:
+        return f"this chat is on {session.model_label}: /model {model} switches to it"
+    return f"{where} (start llmchat chat -p {name} to use it)"
+
+
 def _same_model(requested: str, config: Config, session: ChatSession) -> bool:
+    """Whether `requested` (a saved prompt's `model`) names the model answering now."""
+    if requested == session.model_label:
+        return True
+    if session.engine.caps.remote:
+        return _names_this_server(requested, config, session.model_label)
     from llmchat.models.resolve import resolve_model
 
     try:
@@ -66,3 +82,17 @@ def _same_model(requested: str, config: Config, session: ChatSession) -> bool:
         return Path(wanted).resolve() == Path(session.engine.info.model_path).resolve()
     except Exception:  # an unresolvable name is reported as "not this model"
         return False
+
+
+def _names_this_server(requested: str, config: Config, label: str) -> bool:
+    """On a server, the model is what the chat was started with: a configured server's `NAME` or
+    `NAME:MODEL` names it where it gives the same label (llmchat.loading.server_label); a model's
+    own name was compared with the label already."""
+    from llmchat.loading import server_label, server_specs
+    from llmchat.options import RunOptions
+
+    try:
+        specs = server_specs(RunOptions(model=requested), config)
+    except LlmchatError:  # its key's variable unset, ...: not a server this chat could be on
+        return False
+    return bool(specs) and server_label(specs[0]) == label
