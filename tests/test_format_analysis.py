@@ -143,6 +143,84 @@ def test_the_analysis_is_cached_on_disk_by_template_text(tmp_path, monkeypatch):
     analyze.cache_clear()
 
 
+def test_a_result_a_limit_cut_short_is_not_kept_on_disk(tmp_path, monkeypatch):
+    """A render that ran past the sandbox's limits (on a busy machine the time limit trips where it
+    would not on the next load) loses that load its facts, not every later one: nothing is kept,
+    and the next analysis finds the calls."""
+    from llmchat.prompt import sandbox_limits
+
+    monkeypatch.setenv("LLMCHAT_HOME", str(tmp_path))
+    template = renamed_glm() + "{# cut short #}"
+    analyze.cache_clear()
+    with monkeypatch.context() as tight:
+        tight.setattr(sandbox_limits, "RENDER_STEP_LIMIT", 40)  # every render of this template runs past it
+        cut = analyze(template)
+    assert cut.calls is None and "the template's renders hit the sandbox's limits" in cut.missing
+    assert list((tmp_path / "cache" / "formats").glob("*.json")) == []
+    analyze.cache_clear()
+    whole = analyze(template)
+    assert whole.calls is not None and whole == analyze_uncached(template)
+    assert len(list((tmp_path / "cache" / "formats").glob("*.json"))) == 1
+    analyze.cache_clear()
+
+
+ANALYSE_ONCE = "import sys\nfrom llmchat.prompt.format_analysis import analyze\nanalyze(open(sys.argv[1]).read())\n"
+
+
+def test_the_disk_cache_is_keyed_by_the_version_of_jinja2(tmp_path):
+    """Two real runs on one template: the second with another jinja2 version (its `__version__`
+    changed at start-up by a sitecustomize) analyses again under a key of its own."""
+    import os
+    import subprocess
+    import sys
+
+    from shims import sitecustomize_env
+
+    template = tmp_path / "template.jinja"
+    template.write_text(renamed_glm() + "{# versions #}", encoding="utf-8")
+    home = dict(os.environ, LLMCHAT_HOME=str(tmp_path / "home"))
+    entries = tmp_path / "home" / "cache" / "formats"
+    for env in (
+        home,
+        sitecustomize_env(tmp_path / "shim", "import jinja2\njinja2.__version__ = '0.0.upgraded'\n", home),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", ANALYSE_ONCE, str(template)], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+    assert len(list(entries.glob("*.json"))) == 2
+
+
+def test_the_disk_cache_key_holds_the_code_of_every_module_the_analysis_runs():
+    """KEY_SOURCES against the analysis's own imports: every llmchat module that format_analysis
+    imports, directly or through another (the sandbox, its limits), and no other. The cache's own
+    module is not followed: it decides where a result is kept, not what it is."""
+    import ast
+
+    from llmchat.prompt.format_cache import KEY_SOURCES
+
+    package = Path(format_analysis.__file__).parent.parent
+    seen: set[str] = set()
+    todo = ["llmchat.prompt.format_analysis"]
+    while todo:
+        module = todo.pop()
+        relative = module.removeprefix("llmchat.").replace(".", "/") + ".py"
+        if relative in seen or module == "llmchat.prompt.format_cache":
+            continue
+        seen.add(relative)
+        for node in ast.walk(ast.parse((package / relative).read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("llmchat."):
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+                todo += [
+                    name
+                    for name in names
+                    if (package / (name.removeprefix("llmchat.").replace(".", "/") + ".py")).exists()
+                ]
+            elif isinstance(node, ast.Import):
+                todo += [alias.name for alias in node.names if alias.name.startswith("llmchat.")]
+    assert sorted(seen) == sorted(KEY_SOURCES)
+
+
 def test_a_template_without_calls_says_what_was_missing():
     found = analyze_uncached("{% for m in messages %}{{ m.content }}{% endfor %}")
     assert found.calls is None

@@ -21,6 +21,11 @@ opens a thinking block, from the prompt rendered with `enable_thinking` true.
 `analyze(source)` is pure and cached per template text; a render that fails only loses the
 facts that render was for. The result is small and JSON-serialisable (`to_dict`/`from_dict`), so
 the header cache can keep it beside the model's other facts.
+
+On disk an entry is keyed by everything that decides the result (llmchat.prompt.format_cache). A
+result that a render's limits (steps, time, size) or a failed compile cut short is not kept: on
+a busy machine the time limit can trip where it would not on the next load, and a cached "this
+template writes no tool call" would hold for good.
 """
 
 from __future__ import annotations
@@ -28,7 +33,6 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from llmchat.prompt.diffs import (
@@ -58,6 +62,9 @@ from llmchat.prompt.probes import (
 from llmchat.prompt.sandbox import TemplateRenderError
 
 SWITCH_NAMES = ("enable_thinking", "thinking", "reasoning_effort", "reasoning", "clear_thinking")
+NOT_COMPILED = "the template does not compile"
+HIT_LIMITS = "the template's renders hit the sandbox's limits"
+UNSETTLED = frozenset({NOT_COMPILED, HIT_LIMITS})  # a result with one of these is not kept on disk
 
 
 # --- calls ----------------------------------------------------------------------------------------
@@ -397,42 +404,19 @@ def _thinking_markers(after: str, region: str) -> tuple[str, str] | None:
 
 
 # --- the whole analysis ---------------------------------------------------------------------------
-@lru_cache(maxsize=1)
-def _analysis_version() -> str:
-    """Part of the disk cache's key: this module's own text, so any change to the analysis (an
-    upgrade, a fix) means new entries rather than stale ones."""
-    import hashlib
-
-    here = Path(__file__).parent
-    texts = b"".join(
-        (here / name).read_bytes() for name in ("format_analysis.py", "layout.py", "probes.py", "diffs.py")
-    )
-    return hashlib.sha256(texts).hexdigest()[:16]
-
-
 @lru_cache(maxsize=16)
 def analyze(source: str) -> ChatFormat:
     """The formats this template's model writes, from the cache folder when this template text
-    was analysed before (the analysis renders the template 10-30 times: 0.1-1 s for the large
-    templates of 2026, paid once per template instead of once per load)."""
-    import hashlib
+    was analysed before under the same code and versions (llmchat.prompt.format_cache; the
+    analysis renders the template 10-30 times: 0.1-1 s for the large templates of 2026, paid once
+    per template instead of once per load). A result cut short (UNSETTLED) is not kept."""
+    from llmchat.prompt import format_cache
 
-    from llmchat import paths
-
-    digest = hashlib.sha256(f"{_analysis_version()}\0{source}".encode("utf-8", "surrogatepass")).hexdigest()[:40]
-    entry = paths.cache_dir() / "formats" / f"{digest}.json"
-    try:
-        return ChatFormat.from_dict(json.loads(entry.read_bytes()))
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # none yet, or unreadable: analyse
-    found = analyze_uncached(source)
-    try:
-        from llmchat.private_files import ensure_private_dir, write_private_atomic
-
-        ensure_private_dir(entry.parent)
-        write_private_atomic(entry, json.dumps(found.to_dict(), ensure_ascii=False).encode("utf-8"))
-    except (OSError, ValueError):
-        pass  # an unwritable cache folder costs the next load an analysis, nothing else
+    found = format_cache.read(source)
+    if found is None:
+        found = analyze_uncached(source)
+        if not UNSETTLED & set(found.missing):
+            format_cache.write(source, found)
     return found
 
 
@@ -442,23 +426,26 @@ def analyze_uncached(source: str) -> ChatFormat:
     try:
         r = Renderer(source)
     except Exception:  # noqa: BLE001 - reported where the template is rendered for real
-        return ChatFormat(None, None, (), ("the template does not compile",))
+        return ChatFormat(None, None, (), (NOT_COMPILED,))
     missing: list[str] = []
     try:
         calls, why = analyze_calls(r)
     except TemplateRenderError:
-        calls, why = None, "the template's renders hit the sandbox's limits"
+        calls, why = None, HIT_LIMITS
     if why:
         missing.append(why)
     try:
         reasoning = analyze_reasoning(r)
     except TemplateRenderError:
         reasoning = None
+        missing.append(HIT_LIMITS)
     switches = tuple(name for name in SWITCH_NAMES if re.search(rf"\b{name}\b", source))
     try:
         content_start, content_end, turn_end = analyze_content(r)
     except TemplateRenderError:
         content_start = content_end = turn_end = ""
+        missing.append(HIT_LIMITS)
+    missing = list(dict.fromkeys(missing))  # each reason once
     return ChatFormat(calls, reasoning, switches, tuple(missing), content_start, content_end, turn_end)
 
 
