@@ -105,9 +105,11 @@ class McpSources:
         *,
         stderr: IO[str] | None = None,
         shared: ToolSet | None = None,
+        saved_conversation: bool = True,
     ):
         self._config = config
         self._stderr = stderr
+        self._saved_conversation = saved_conversation  # False: images of an unsaved chat go at exit
         self._shared = shared  # the run's tools: their servers are read through, never closed here
         self._ad_hoc: dict[str, McpServerConfig] = {}
         if mcp_specs:  # the MCP configuration's module only where MCP is used (0.13 MiB of a one-shot)
@@ -148,20 +150,22 @@ class McpSources:
         if server is None:
             known = ", ".join(self.server_names()) or "none: add an [mcp.NAME] table to the config, or --mcp"
             raise UsageError(f"no MCP server named {name!r} (known: {known})")
-        connection = self._stack.enter_context(McpConnection(server, stderr=self._stderr, lists_tools=False))
+        connection = self._stack.enter_context(
+            McpConnection(server, stderr=self._stderr, lists_tools=False, saved_conversation=self._saved_conversation)
+        )
         self._open[name] = connection
         return connection
 
     # --- resources -------------------------------------------------------------------------------
 
     def resource_bytes(self, text: str) -> bytes:
-        """The content of the resource `mcp:SERVER/URI`: its text, or a blob's bytes (saved under
-        the cache by the connection), parts a newline apart. llmchat.attachments checks it as it
-        checks a file's bytes (binary and non-UTF-8 content is refused)."""
+        """The content of the resource `mcp:SERVER/URI`: its text, or a blob's bytes, parts a newline
+        apart. llmchat.attachments checks it as it checks a file's bytes (binary and non-UTF-8
+        content is refused)."""
         ref = parse_ref(text, "URI")
         parts = []
         for part in self.connection(ref.server).read_resource(ref.target):
-            parts.append(part.saved.read_bytes() if part.saved is not None else part.text.encode("utf-8"))
+            parts.append(part.data if part.data is not None else part.text.encode("utf-8"))
         return b"\n".join(parts)
 
     def resources(

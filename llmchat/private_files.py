@@ -6,12 +6,18 @@ conversation (history database, input history, KV-cache files, exports): folders
 0600, whatever the umask. Files are created with their mode (`os.open(..., mode)` under a umask of
 0o077), never created first and chmod-ed after, so there is no window in which another account
 can open them.
+
+Where a conversation is kept off the disk (`--no-history`) but a file must still be written for it
+(an image an MCP tool returned, the /copy fallback), it goes to `temporary_dir()`: a private
+folder of this process that is removed, with what it holds, when the process exits.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -37,6 +43,30 @@ def ensure_private_dir(path: Path) -> Path:
     with private_umask():
         path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def own_private_dir(path: Path) -> Path:
+    """`ensure_private_dir` for a folder that is llmchat's own (inside its cache folder, never one
+    the user chose): one an earlier version created with the umask (0755) is made 0700 too."""
+    ensure_private_dir(path)
+    if too_open(path):
+        with contextlib.suppress(OSError):  # not ours to change (another owner): leave it
+            os.chmod(path, PRIVATE_DIR_MODE)
+    return path
+
+
+_temporary: list[Path] = []  # this process's temporary folder, once made
+
+
+def temporary_dir() -> Path:
+    """This process's private temporary folder (0700, in the system's temp folder), made on first
+    use and removed with everything in it when the process exits (Ctrl-C and SIGTERM included:
+    llmchat.launch runs the exit handlers). For files a conversation that is not saved still needs."""
+    if not _temporary:
+        folder = Path(tempfile.mkdtemp(prefix="llmchat-"))  # mkdtemp makes it 0700
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        _temporary.append(folder)
+    return _temporary[0]
 
 
 def open_private(path: Path, flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC) -> int:

@@ -137,6 +137,56 @@ def test_where_the_terminal_cannot_take_osc52_the_text_goes_to_a_private_file(is
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
+def test_an_unsaved_chats_copy_file_is_kept_only_while_the_chat_runs(isolated_home, smollm2_path):
+    """`--no-history`: the /copy file holds the reply, so it goes to the run's temporary folder
+    (private) and is gone when the chat ends; nothing is written under llmchat's folders."""
+    pexpect, child = spawn_chat(isolated_home, smollm2_path, "--no-history", env={"LLMCHAT_CLIPBOARD": "file"})
+    try:
+        child.expect_exact("/help for commands")
+        child.expect_exact("> ")
+        child.send("Say hello." + ENTER)
+        child.expect(r"prompt \d+ \(\d+ cached\)")  # the reply's summary
+        command(child, "/copy", "this terminal cannot take OSC 52: the last reply (")
+        child.expect_exact(" is in ")
+        path = Path(child.readline().strip().replace("\x1b[0m", ""))
+        assert isolated_home not in path.parents and path.name == "clipboard.txt"
+        assert (stat.S_IMODE(path.stat().st_mode), stat.S_IMODE(path.parent.stat().st_mode)) == (0o600, 0o700)
+        finish(pexpect, child)
+    finally:
+        child.close()
+    assert not path.exists() and not path.parent.exists()
+    assert not (isolated_home / "cache" / "clipboard.txt").exists()
+
+
+def test_the_copy_file_makes_its_own_folder(isolated_home):
+    """The first file llmchat writes may be the /copy file: its folder is made, 0700."""
+    from llmchat.ui.clipboard import copy_text
+
+    assert not isolated_home.exists()
+    copied = copy_text("a reply", io.StringIO(), {"LLMCHAT_CLIPBOARD": "file"})
+    assert copied.file == isolated_home / "cache" / "clipboard.txt"
+    assert copied.file.read_text(encoding="utf-8") == "a reply"
+    assert (stat.S_IMODE(copied.file.stat().st_mode), stat.S_IMODE(copied.file.parent.stat().st_mode)) == (0o600, 0o700)
+
+
+def test_history_rm_removes_the_copy_file_of_that_conversation(isolated_home, cli):
+    from llmchat.ui.clipboard import copy_text
+
+    copied_from = seed(isolated_home)
+    with HistoryStore.open(isolated_home / "history.db") as store:
+        other = store.new_conversation(
+            model="smollm2", model_path="/m.gguf", template="chatml", system_prompt=None, sampling={}
+        )
+        store.add_turn(other, "Something else", "Another reply.")
+    target = copy_text(BLOCKS[1], io.StringIO(), {"LLMCHAT_CLIPBOARD": "file"}).file  # code block 2, indented
+    assert target is not None
+    assert cli("history", "rm", other, "--yes").returncode == 0
+    assert target.read_text(encoding="utf-8") == BLOCKS[1]  # not that conversation's text: kept
+    removed = cli("history", "rm", copied_from, "--yes")
+    assert removed.returncode == 0, removed.stderr
+    assert not target.exists()
+
+
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 @pytest.mark.parametrize("option", ["set-clipboard on", "allow-passthrough on"])
 def test_copy_in_a_real_tmux(isolated_home, smollm2_path, tmp_path, option):

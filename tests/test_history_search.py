@@ -185,6 +185,112 @@ def test_the_index_follows_every_write_and_delete(tmp_path):
         store._db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")
 
 
+# --------------------------------------------------------------------------- a SQLite without FTS5
+
+INDEX_TRIGGERS = {"messages_fts_insert", "messages_fts_delete", "messages_fts_update"}
+
+
+def triggers(path: Path) -> set[str]:
+    db = sqlite3.connect(path)
+    try:
+        return {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    finally:
+        db.close()
+
+
+def test_without_fts5_the_history_works_and_search_says_why(tmp_path, monkeypatch):
+    """A SQLite built without FTS5 (tests/sqlite_without_fts5.py) made migration m007 fail, and
+    with it every open of the history. Now everything but search works, and search says why."""
+    from sqlite_without_fts5 import install
+
+    from llmchat.errors import HistoryError
+    from llmchat.store import search
+
+    install(monkeypatch)
+    path = tmp_path / "history.db"
+    with HistoryStore.open(path) as store:
+        first = new_conversation(store, "no-index")
+        store.add_turn(first, "Tell me about the axolotl.", "The axolotl keeps its gills.")
+        store.add_turn(first, "And the newt?", "The newt does not.")
+        branch = store.fork(first, 1)
+        assert store.delete_last_exchange(first) == 2  # /undo
+        assert [m.content for m in store.get("no-index").messages] == [
+            "Tell me about the axolotl.",
+            "The axolotl keeps its gills.",
+        ]
+        store.delete(branch)
+        with pytest.raises(
+            search.SearchUnavailable,
+            match=r"^cannot search: this Python's SQLite \(.*\) lacks FTS5, which search needs",
+        ):
+            store.search("axolotl")
+        assert issubclass(search.SearchUnavailable, HistoryError)  # the chat says it in one line and goes on
+    with HistoryStore.open(path) as store:  # opened again: still no index, still working
+        assert [c.id for c in store.list_conversations()] == [first]
+    assert triggers(path) == set()
+
+
+def test_a_history_written_without_fts5_gets_its_index_where_fts5_is(tmp_path, monkeypatch):
+    from sqlite_without_fts5 import install
+
+    path = tmp_path / "history.db"
+    with monkeypatch.context() as without:
+        install(without)
+        with HistoryStore.open(path) as store:
+            written = new_conversation(store)
+            store.add_turn(written, "A capybara question", "Capybaras are rodents.")
+    with HistoryStore.open(path) as store:  # this SQLite has FTS5: the index is built over what is there
+        hits = store.search("capybara*")
+        assert sorted((hit.conversation_id, hit.seq) for hit in hits) == [(written, 0), (written, 1)]
+        store.add_turn(written, "More capybara", "Still rodents.")  # and kept in step from now on
+        assert len(store.search("capybara*")) == 3
+        store._db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")
+    assert triggers(path) == INDEX_TRIGGERS
+
+
+def test_an_indexed_history_opened_without_fts5_drops_its_triggers_and_is_reindexed_later(tmp_path, monkeypatch):
+    """The other way round: a history made where FTS5 was, opened where it is not. Its triggers
+    would write into the index with every saved message, which such a SQLite refuses, so they
+    go; where FTS5 is there again, the index is rebuilt from the messages as they are by then."""
+    from sqlite_without_fts5 import install
+
+    path = tmp_path / "history.db"
+    with HistoryStore.open(path) as store:
+        kept = new_conversation(store)
+        store.add_turn(kept, "The pangolin first", "Scales.")
+        doomed = new_conversation(store)
+        store.add_turn(doomed, "A pangolin to forget", "Gone.")
+    with monkeypatch.context() as without:
+        install(without)
+        with HistoryStore.open(path) as store:
+            assert triggers(path) == set()
+            store.add_turn(kept, "The pangolin again", "More scales.")
+            store.delete(doomed)
+    with HistoryStore.open(path) as store:
+        hits = sorted((hit.conversation_id, hit.seq) for hit in store.search("pangolin"))
+        assert hits == [(kept, 0), (kept, 2)]  # what was saved meanwhile is found, the deleted is not
+        store._db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")
+    assert triggers(path) == INDEX_TRIGGERS
+
+
+def test_history_search_without_fts5_is_one_line_and_exit_1(cli, seeded, home, tmp_path):
+    """`history search` on a Python whose SQLite lacks FTS5 (a real `python -m llmchat` run, its
+    sqlite3 replaced at start-up by a sitecustomize): one line saying why, exit 1; the rest of
+    `history` works."""
+    from shims import sitecustomize_env
+    from sqlite_without_fts5 import SITECUSTOMIZE
+
+    env = sitecustomize_env(tmp_path / "shim", SITECUSTOMIZE)
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(Path(__file__).parent)])
+    run = cli("history", "search", "zebrafish", env=env)
+    assert (run.returncode, run.stdout) == (1, "")
+    assert run.stderr.startswith("llmchat: error: cannot search: this Python's SQLite (")
+    assert run.stderr.count("\n") == 1 and "lacks FTS5" in run.stderr and "Traceback" not in run.stderr
+    listed = cli("history", "list", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(c["id"] for c in json.loads(listed.stdout)) == sorted(seeded.values())
+
+
 # --------------------------------------------------------------------------- privacy
 
 

@@ -5,6 +5,7 @@ is the handled one (text, or an image's placeholder naming the saved file)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -50,5 +51,8 @@ def test_a_forced_image_over_streamable_http(cli, smollm2_path, everything_http_
         cli, smollm2_path, f"everything={everything_http_url}", "everything_get-tiny-image", "Show me the tiny image."
     )
     assert call["arguments"] == {}
-    assert "[image image/png, " in call["result"] and str(isolated_home / "cache" / "mcp") in call["result"]
+    assert call["result"].startswith("[image image/png, ") and ", saved to " in call["result"]
     assert "everything_get-tiny-image returned image image/png: saved to " in run.stderr
+    # --no-history: the image was kept in the run's temporary folder, gone with the run.
+    saved = Path(call["result"].split(", saved to ", 1)[1].removesuffix("]"))
+    assert isolated_home not in saved.parents and not saved.exists()

@@ -127,12 +127,15 @@ def ask(
         # A bad --render is exit 2 (the load cancelled); --json and a pipe get the model's text as it is.
         markdown = wants_markdown(render, env.config.render, env.stdout_isatty) and not json_output
         tools = tool_options.tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools)
-        toolset = tool_options.gather(tools, env.config)  # a bad --functions file, an unknown -T: exit 2
+        saved = not no_history and config.history  # else the MCP servers' images go at exit, with the exchange
+        toolset = tool_options.gather(tools, env.config, saved_conversation=saved)  # a bad -T: exit 2
         with tool_options.closed_on_failure(toolset):  # MCP servers stop if anything fails before the turn
             # Before the model is used: a binary or non-UTF-8 file is refused. MCP resources (-f
             # mcp:SERVER/URI) and an MCP prompt (-p mcp:SERVER/NAME) are read now, through the tools'
             # own connections where the server offers tools too.
-            with McpSources(env.config, mcp or (), stderr=env.stderr, shared=toolset) as sources:
+            with McpSources(
+                env.config, mcp or (), stderr=env.stderr, shared=toolset, saved_conversation=saved
+            ) as sources:
                 attachments = tuple(collect(files or (), resources=sources.resource_bytes))
                 asker = terminal_asker(env.stdin, env.stderr, env.stdin_isatty and env.stderr_isatty)
                 opening = sources.opening(opts.saved_prompt, prompt_arg or (), asker)

@@ -84,9 +84,11 @@ def chat(
     if STDIN in (files or ()):
         raise UsageError("chat reads its messages from stdin; -f - is for ask (attach a file by its path)")
     tools = tool_options.tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools)
-    toolset = tool_options.gather(tools, env.config)  # a bad --functions file, an unknown -T: exit 2 before the load
+    saved = not no_history and env.config.history  # else the MCP servers' images go at exit, with the chat
+    # A bad --functions file, an unknown -T: exit 2 before the load.
+    toolset = tool_options.gather(tools, env.config, saved_conversation=saved)
     # -f, -p, /file, /prompt mcp:SERVER/...: through the tools' connections where they are the same server.
-    sources = McpSources(env.config, mcp or (), stderr=env.stderr, shared=toolset)
+    sources = McpSources(env.config, mcp or (), stderr=env.stderr, shared=toolset, saved_conversation=saved)
     with tool_options.closed_on_failure(toolset):  # MCP servers stop if the model cannot load
         with sources:  # read before the model loads, its own servers stopped (a later /file mcp:... starts one again)
             attachments = tuple(collect(files or (), resources=sources.resource_bytes))  # a binary file: exit 2 now

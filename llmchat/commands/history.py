@@ -289,12 +289,15 @@ def rm_command(
         None, metavar="[ID]", help="Conversation id, unique id prefix, name, or 'last'."
     ),
     everything: bool = typer.Option(
-        False, "--all", help="Delete every conversation, the input history and the KV cache on disk."
+        False,
+        "--all",
+        help="Delete every conversation, the input history, the KV cache on disk, MCP images and the /copy file.",
     ),
     yes: bool = typer.Option(False, "--yes", "-y", help="Delete without asking."),
 ) -> None:
     """Delete a conversation with every copy of it: its messages, the lines typed for it in the
-    input history, its KV cache on disk. Deleted text is overwritten, not left in the database."""
+    input history, its KV cache on disk, the MCP images it alone holds, the /copy file of its
+    text. Deleted text is overwritten, not left in the database."""
     from llmchat.errors import UsageError
 
     if everything == (ref is not None):
@@ -316,6 +319,7 @@ def rm_command(
     _remove_copies(
         conv.id, {m.typed if m.typed is not None else m.content for m in conv.messages if m.role == "user"}, wal_cleared
     )
+    _remove_copied_text([m.content for m in conv.messages if m.role == "assistant"])
     typer.echo(f"Deleted conversation {conv.id}.", file=current_environment().stdout)
 
 
@@ -338,18 +342,23 @@ def _confirm_delete_all(count: int) -> bool:
 
     if not current_environment().stdin_isatty:
         raise UsageError(f"refusing to delete all {count} conversations without confirmation; pass --yes")
-    return _confirm(f"Delete all {count} conversations, the input history and the KV cache on disk?")
+    return _confirm(f"Delete all {count} conversations, the input history and the caches that hold them?")
 
 
 def _remove_copies(conversation_id: Optional[str], typed: set[str], wal_cleared: bool) -> None:
     """The other copies of one conversation (None: of all): its KV cache on disk (None: the whole
-    disk cache, batch items' included), its lines in the input history."""
+    disk cache, batch items' included), its lines in the input history; for all, the MCP media
+    folder too (one conversation's images went with its messages: llmchat.store.media_files)."""
     from llmchat.engine import kv_store
     from llmchat.output import notice
     from llmchat.private_files import forget_typed_lines
 
     if conversation_id is None:
+        from llmchat import paths
+        from llmchat.store import media_files
+
         kv_store.clear(current_environment().kv_cache_dir)
+        media_files.clear(paths.mcp_media_dir())  # `mcp call`'s and batch's images included
     else:
         kv_store.remove_for_conversation(conversation_id, folder=current_environment().kv_cache_dir)
     input_history = current_environment().input_history_file
@@ -368,6 +377,20 @@ def _remove_copies(conversation_id: Optional[str], typed: set[str], wal_cleared:
             "llmchat: another llmchat has the history open; the deleted text leaves the database's "
             "write-ahead log (history.db-wal) when it closes"
         )
+
+
+def _remove_copied_text(replies: list[str]) -> None:
+    """The /copy file (llmchat.ui.clipboard) goes when what it holds came from one of these
+    replies: a reply, or a code block of one."""
+    from llmchat.ui.clipboard import clipboard_file, code_blocks
+
+    target = clipboard_file()
+    try:
+        copied = target.read_text(encoding="utf-8")
+        if copied and any(copied in reply or copied in code_blocks(reply) for reply in replies):
+            target.unlink()
+    except (OSError, UnicodeDecodeError):  # none, or not ours to read: nothing of this conversation
+        return
 
 
 def _confirm_delete(conv) -> bool:

@@ -11,7 +11,8 @@ Why it is built this way:
 - Private by default: the database is created 0600 in a 0700 folder whatever the umask, and
   SQLite gives its `-wal` and `-shm` files the database's mode. `secure_delete` overwrites
   deleted text, and each delete checkpoints the WAL (TRUNCATE), whose old frames would otherwise
-  keep the text until overwritten.
+  keep the text until overwritten. The MCP images a deleted message named go with it, once no
+  message left names them (llmchat.store.media_files).
 """
 
 from __future__ import annotations
@@ -25,19 +26,19 @@ from typing import Any, Callable, Sequence, TypeVar
 from llmchat import paths
 from llmchat.errors import HistoryError, UsageError
 from llmchat.private_files import ensure_private_dir, private_umask, tighten, tightened_notice
-from llmchat.store import migrations
+from llmchat.store import media_files, migrations
 from llmchat.store.attachment_records import Attachment
 from llmchat.store.db_errors import HistoryUnavailable, is_busy, translate, unavailable
 from llmchat.store.queries import (
     HEADER_COLUMNS,
     LIST_SQL,
     MESSAGE_COLUMNS,
-    SUMMARY_SQL,
     NewMessage,
     append_messages,
     attach_files,
     check_name,
     conversation_from_rows,
+    family_of,
     last_id,
     require_conversation,
     require_free_name,
@@ -47,7 +48,7 @@ from llmchat.store.queries import (
     trailing_exchange,
 )
 from llmchat.store.records import ConversationSummary, StoredConversation, new_id, to_json, utc_now
-from llmchat.store.search import SearchHit, forget_deleted, search_messages
+from llmchat.store.search import SearchHit, forget_deleted, keep_index, search_messages
 
 T = TypeVar("T")
 
@@ -62,6 +63,8 @@ class HistoryStore:
         self._db = db
         self.path = path
         self._timeout = timeout
+        # Where the MCP images its conversations name are (llmchat.store.media_files).
+        self.media_dir = paths.mcp_media_dir()
         # One connection may be shared by the UI thread and a generation thread.
         self._lock = threading.RLock()
 
@@ -142,7 +145,7 @@ class HistoryStore:
         self._db.execute("PRAGMA foreign_keys=ON")
         # Deleted text is overwritten, not left in free pages (on in Debian's SQLite, not in every build).
         self._db.execute("PRAGMA secure_delete=ON")
-        self._in_transaction(migrations.migrate)
+        self._in_transaction(_migrate_and_index)
 
     def close(self) -> None:
         with self._lock:
@@ -335,33 +338,7 @@ class HistoryStore:
 
     def family(self, id_or_name: str) -> list[ConversationSummary]:
         """Every conversation in the tree `id_or_name` belongs to (from its root down), oldest first."""
-
-        def load(db: sqlite3.Connection) -> list[ConversationSummary]:
-            root = resolve(db, id_or_name)
-            seen = {root}
-            while True:  # up to the root; `seen` guards against a cycle in a hand-edited database
-                row = db.execute("SELECT parent_id FROM conversations WHERE id = ?", (root,)).fetchone()
-                if row is None or row[0] is None or row[0] in seen:
-                    break
-                root = row[0]
-                seen.add(root)
-            members, frontier = [root], [root]
-            while frontier:
-                marks = ",".join("?" * len(frontier))
-                found = [
-                    r[0]
-                    for r in db.execute(f"SELECT id FROM conversations WHERE parent_id IN ({marks})", frontier)
-                    if r[0] not in members
-                ]
-                members += found
-                frontier = found
-            marks = ",".join("?" * len(members))
-            rows = db.execute(
-                SUMMARY_SQL.format(where=f"WHERE c.id IN ({marks})") + " ORDER BY c.created_at, c.id", members
-            ).fetchall()
-            return [summary_from_row(row) for row in rows]
-
-        return self._read(load)
+        return self._read(lambda db: family_of(db, id_or_name))
 
     def delete_last_exchange(self, conversation_id: str) -> int:
         """For /undo: remove the trailing reply and the user message it answered; returns rows removed.
@@ -377,13 +354,18 @@ class HistoryStore:
                 (conversation_id, conversation_id),
             ).fetchall()
             doomed = trailing_exchange(tail)
+            named = media_files.named_in(media_files.texts_of_messages(db, doomed), self.media_dir)
             db.executemany("DELETE FROM messages WHERE id = ?", [(row_id,) for row_id in doomed])
             if doomed:
                 touch(db, conversation_id)
                 forget_deleted(db)  # the search index's copy of the words
+            orphans[:] = media_files.unnamed(db, named)  # [:]: a retried transaction starts again
             return len(doomed)
 
-        return self._write(delete)
+        orphans: list[Path] = []
+        removed = self._write(delete)
+        media_files.remove(orphans)  # after the commit: a failed delete keeps its files
+        return removed
 
     def update_system_prompt(self, conversation_id: str, system_prompt: str | None) -> None:
         def update(db: sqlite3.Connection) -> None:
@@ -410,10 +392,14 @@ class HistoryStore:
 
         def delete(db: sqlite3.Connection) -> None:
             conversation_id = resolve(db, id_or_name)
+            named = media_files.named_in(media_files.texts_of_conversation(db, conversation_id), self.media_dir)
             db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))  # messages cascade
             forget_deleted(db)  # the search index's copy of their words
+            orphans[:] = media_files.unnamed(db, named)  # a branch may name the same files
 
+        orphans: list[Path] = []
         self._write(delete)
+        media_files.remove(orphans)  # after the commit: a failed delete keeps its files
         return self._truncate_wal()
 
     def delete_all(self) -> bool:
@@ -472,8 +458,15 @@ class HistoryStore:
         return self._read(last_id)
 
     def search(self, text: str, limit: int = 20) -> list[SearchHit]:
-        """Messages matching `text` (llmchat.store.search), best first; UsageError for a bad query."""
+        """Messages matching `text` (llmchat.store.search), best first; UsageError for a bad query,
+        SearchUnavailable where this SQLite lacks FTS5."""
         return self._read(lambda db: search_messages(db, text, limit))
+
+
+def _migrate_and_index(db: sqlite3.Connection) -> None:
+    """The schema brought up to date, then the search index where this SQLite has FTS5."""
+    migrations.migrate(db)
+    keep_index(db)
 
 
 def _private_files_beside(path: Path) -> list[Path]:

@@ -116,29 +116,13 @@ def m006_tool_messages(db: sqlite3.Connection) -> None:
 
 @migration
 def m007_message_search(db: sqlite3.Connection) -> None:
-    # `history search` and /search (llmchat.store.search): an FTS5 index over every message's
-    # text. External content: the index keeps only its tokens, the text stays in `messages`, so
-    # no second copy of a conversation exists to be forgotten by `history rm`. The triggers keep
-    # it in step with every insert and delete (a conversation's cascade included); the store
-    # merges the index after a delete so the deleted words leave its segments too.
-    db.execute(
-        "CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages', content_rowid='id',"
-        " tokenize='unicode61 remove_diacritics 2')"
-    )
-    db.execute(
-        "CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN"
-        " INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END"
-    )
-    db.execute(
-        "CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN"
-        " INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content); END"
-    )
-    db.execute(
-        "CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN"
-        " INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);"
-        " INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END"
-    )
-    db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")  # the messages kept so far
+    # `history search` and /search: an FTS5 index over every message's text (external content:
+    # tokens only, the text stays in `messages`), kept in step by triggers. This migration made
+    # it, and failed, with the whole history, on a SQLite built without FTS5. The index is now
+    # llmchat.store.search.keep_index's, run on every open after the migrations: it builds the
+    # same table and triggers where FTS5 is there (an older database has them already), and the
+    # history goes on without search where it is not. The name stays: databases record it as run.
+    return None
 
 
 @migration

@@ -276,3 +276,30 @@ def message_from_row(row: tuple) -> StoredMessage:
         model=model,
         summarised=summarised,
     )
+
+
+def family_of(db: sqlite3.Connection, id_or_name: str) -> list[ConversationSummary]:
+    """Every conversation in the tree `id_or_name` belongs to (from its root down), oldest first."""
+    root = resolve(db, id_or_name)
+    seen = {root}
+    while True:  # up to the root; `seen` guards against a cycle in a hand-edited database
+        row = db.execute("SELECT parent_id FROM conversations WHERE id = ?", (root,)).fetchone()
+        if row is None or row[0] is None or row[0] in seen:
+            break
+        root = row[0]
+        seen.add(root)
+    members, frontier = [root], [root]
+    while frontier:
+        marks = ",".join("?" * len(frontier))
+        found = [
+            r[0]
+            for r in db.execute(f"SELECT id FROM conversations WHERE parent_id IN ({marks})", frontier)
+            if r[0] not in members
+        ]
+        members += found
+        frontier = found
+    marks = ",".join("?" * len(members))
+    rows = db.execute(
+        SUMMARY_SQL.format(where=f"WHERE c.id IN ({marks})") + " ORDER BY c.created_at, c.id", members
+    ).fetchall()
+    return [summary_from_row(row) for row in rows]

@@ -70,14 +70,17 @@ def tool_request(
     return request
 
 
-def gather(request: ToolRequest, config: Config) -> ToolSet | None:
+def gather(request: ToolRequest, config: Config, *, saved_conversation: bool = True) -> ToolSet | None:
     """The chosen tools (MCP servers started), before the model loads; None when none were asked for.
-    A server that cannot start is kept aside (say_down tells), unless --tool-choice names its tool."""
+    A server that cannot start is kept aside (say_down tells), unless --tool-choice names its tool.
+    `saved_conversation`: False where the history is off (the servers' images go at exit)."""
     if not request.wanted:
         return None
     from llmchat.tools.registry import gather_tools
 
-    toolset = gather_tools(config, request.tools, request.functions, request.mcp, keep_going=True)
+    toolset = gather_tools(
+        config, request.tools, request.functions, request.mcp, keep_going=True, saved_conversation=saved_conversation
+    )
     try:
         check_choice(request.tool_choice, toolset)  # a wrong NAME: exit 2 before the load
     except BaseException:

@@ -52,6 +52,8 @@ class ToolSet:
     _servers: list[McpConnection] = field(default_factory=list, repr=False)
     # The servers that could not start or be reached, by name: the run goes on without their tools.
     down: dict[str, McpServerDown] = field(default_factory=dict)
+    # False: the run's conversation is not saved, nor are the images its servers return (results.media_folder).
+    saved_conversation: bool = True
 
     def add(self, spec: ToolSpec) -> None:
         existing = self.tools.get(spec.name)
@@ -77,7 +79,7 @@ class ToolSet:
         """Start (or reach) an MCP server, kept running until close(), and add its tools.
         `keep_going`: a server that cannot start is kept in `down`, not raised."""
         try:
-            connection = self._stack.enter_context(McpConnection(server))
+            connection = self._stack.enter_context(McpConnection(server, saved_conversation=self.saved_conversation))
         except McpServerDown as err:
             if not keep_going:
                 raise
@@ -119,9 +121,11 @@ def gather_tools(
     *,
     everything_configured: bool = False,
     keep_going: bool = False,
+    saved_conversation: bool = True,
 ) -> ToolSet:
     """The ToolSet for these selections. MCP servers are started here (and stopped by close()).
-    `keep_going`: a server that cannot start is kept in the set's `down`, the others' tools offered."""
+    `keep_going`: a server that cannot start is kept in the set's `down`, the others' tools offered.
+    `saved_conversation`: False where the history is off, so the servers' images are not kept either."""
     tool_tables: dict[str, Any] = getattr(config, "tools", None) or {}
     servers = configured_servers(config)
     wanted_tools: list[str] = []
@@ -149,7 +153,7 @@ def gather_tools(
     wanted_servers.extend(parse_mcp_spec(spec) for spec in mcp_specs)
     _check_unique_servers(wanted_servers)
 
-    toolset = ToolSet()
+    toolset = ToolSet(saved_conversation=saved_conversation)
     try:
         for name in wanted_tools:
             toolset.add(command_tool(name, tool_tables[name], config.path))

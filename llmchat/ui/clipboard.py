@@ -8,9 +8,12 @@ in tmux's DCS passthrough (`ESC P tmux ; ...ESC\\`, every ESC inside doubled), w
 outer terminal with `set -g allow-passthrough on` (tmux 3.3+). Either way the text is the same.
 
 A terminal that cannot take it (not a terminal at all, TERM unset, `dumb`, or `linux`, the
-console) gets nothing written to it: the text goes to a private file (0600, in llmchat's cache
-folder, replaced by the next /copy) whose path is printed. The same happens with the environment
-variable LLMCHAT_CLIPBOARD=file, for terminals that ignore OSC 52 without saying so.
+console) gets nothing written to it: the text goes to a private file (0600 in a 0700 folder,
+replaced by the next /copy) whose path is printed. The same happens with the environment
+variable LLMCHAT_CLIPBOARD=file, for terminals that ignore OSC 52 without saying so. The file
+holds part of a conversation, so it lives where the conversation does: in llmchat's cache folder
+where the chat is saved (`history rm` of the conversation it came from removes it), and in the
+process's temporary folder, removed at exit, where it is not (`--no-history`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import IO, TYPE_CHECKING, Mapping
 
 from llmchat import paths
 from llmchat.output import is_tty
-from llmchat.private_files import write_private_atomic
+from llmchat.private_files import ensure_private_dir, temporary_dir, write_private_atomic
 from llmchat.ui.context import CONTINUE, CommandContext, Outcome
 
 if TYPE_CHECKING:
@@ -53,9 +56,10 @@ def takes_osc52(stream: IO[str], environ: Mapping[str, str]) -> bool:
     return is_tty(stream) and environ.get("TERM", "") not in NO_OSC52_TERMS
 
 
-def clipboard_file() -> Path:
-    """Where /copy puts the text when the terminal cannot take it (`history rm --all` removes it)."""
-    return paths.cache_dir() / "clipboard.txt"
+def clipboard_file(saved_conversation: bool = True) -> Path:
+    """Where /copy puts the text when the terminal cannot take it: the cache folder's file for a
+    saved conversation (`history rm` removes it), else one in the temporary folder that goes at exit."""
+    return (paths.cache_dir() if saved_conversation else temporary_dir()) / "clipboard.txt"
 
 
 @dataclass(frozen=True)
@@ -66,14 +70,17 @@ class Copied:
     file: Path | None = None
 
 
-def copy_text(text: str, stream: IO[str], environ: Mapping[str, str] | None = None) -> Copied:
+def copy_text(
+    text: str, stream: IO[str], environ: Mapping[str, str] | None = None, *, saved_conversation: bool = True
+) -> Copied:
     """Put `text` on the clipboard through `stream` (OSC 52), or into clipboard_file()."""
     environ = os.environ if environ is None else environ
     if takes_osc52(stream, environ):
         stream.write(osc52(text, tmux=bool(environ.get("TMUX"))))
         stream.flush()
         return Copied(len(text))
-    target = clipboard_file()
+    target = clipboard_file(saved_conversation)
+    ensure_private_dir(target.parent)  # the first file llmchat writes may be this one
     write_private_atomic(target, text.encode("utf-8"))
     return Copied(len(text), target)
 
@@ -129,10 +136,11 @@ def cmd_copy(ctx: CommandContext, arg: str) -> Outcome:
             ctx.error(f"usage: /copy [N], N a code block 1..{len(blocks)} (the last reply has {count}); got {arg!r}")
             return CONTINUE
         text, what = blocks[int(arg) - 1], f"code block {arg} of {len(blocks)}"
+    saved = ctx.session.history is not None  # history off: the file goes when the chat ends
     try:
-        copied = copy_text(text, ctx.out.file)
+        copied = copy_text(text, ctx.out.file, saved_conversation=saved)
     except OSError as err:
-        ctx.error(f"error: cannot write {clipboard_file()}: {err.strerror or err}")
+        ctx.error(f"error: cannot write {clipboard_file(saved)}: {err.strerror or err}")
         return CONTINUE
     size = f"{copied.characters:,} characters"
     if copied.file is None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 # RFC 6570 expressions: {var}, {+var}, {#var}, {?a,b}, {/var*} ...; the names are the arguments.
@@ -37,13 +36,14 @@ class ResourceTemplateInfo:
 
 @dataclass(frozen=True)
 class ResourceContent:
-    """One part of a read resource, as text: its own text, or for a blob a placeholder naming the
-    file it was saved to (`saved`)."""
+    """One part of a read resource: its own text, or for a blob its bytes (`data`, the text then a
+    placeholder). A blob is not saved to a file: what reads it (`-f mcp:SERVER/URI`) takes its
+    bytes, so a file would only be a copy of the conversation left behind."""
 
     uri: str
     mime_type: str | None
     text: str
-    saved: Path | None = None
+    data: bytes | None = None
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from llmchat.tools.mcp.catalog import (
 from llmchat.tools.mcp.config import McpServerConfig, tool_name
 from llmchat.tools.mcp.failures import McpFailure, McpServerDown, ProtocolBroken, answered, describe, malformed, root
 from llmchat.tools.mcp.progress import ProgressLine
-from llmchat.tools.mcp.results import HandledResult, block_text, handle_result, resource_contents_text
+from llmchat.tools.mcp.results import HandledResult, block_text, decoded, handle_result, media_folder
 from llmchat.tools.spec import DEFAULT_TIMEOUT_S, EMPTY_OBJECT_SCHEMA, ToolFailure, ToolSpec
 
 INSTALL_HINT = "MCP servers need the mcp package: pip install 'llmchat[mcp]'"
@@ -83,6 +83,7 @@ class McpConnection:
         stderr: IO[str] | None = None,
         media_dir: Path | None = None,
         lists_tools: bool = True,
+        saved_conversation: bool = True,
     ):
         self.server = server
         # False: opened for its resources and prompts only (llmchat.mcp_sources), its tools not listed.
@@ -91,6 +92,8 @@ class McpConnection:
         self.request_timeout_s = server.timeout_s or DEFAULT_TIMEOUT_S
         self.stderr = stderr or sys.stderr
         self.media_dir = media_dir
+        # False: the conversation is not saved (--no-history), so neither are its images (results.media_folder).
+        self.saved_conversation = saved_conversation
         self._stack = ExitStack()
         self._portal: Any = None
         self._client: Any = None
@@ -333,7 +336,7 @@ class McpConnection:
         return tuple(template_info(template) for template in listed)
 
     def read_resource(self, uri: str) -> tuple[ResourceContent, ...]:
-        """The resource's contents as text (a blob is saved under the cache and named by a placeholder)."""
+        """The resource's contents: text, or a blob's bytes (kept in memory, never saved to a file)."""
         self._require("resources", f"it has no resources to read ({uri})")
 
         async def read() -> Any:
@@ -342,12 +345,17 @@ class McpConnection:
         result = self._request(f"reading {uri}", read)
         contents: list[ResourceContent] = []
         for part in result.contents:
+            text = getattr(part, "text", None)
+            if isinstance(text, str):
+                contents.append(ResourceContent(str(part.uri), part.mime_type, text))
+                continue
+            mime = part.mime_type or "application/octet-stream"
             try:
-                handled = resource_contents_text(part, self._media_dir(), f"{self.server.name}-resource")
+                data = decoded(str(part.blob), mime)
             except ToolFailure as err:
                 raise McpFailure(f"{self.label}: reading {uri}: {err}") from None
-            saved = handled.saved.path if handled.saved is not None else None
-            contents.append(ResourceContent(str(part.uri), part.mime_type, handled.text, saved))
+            placeholder = f"[resource {part.uri}: {mime}, {len(data)} bytes]"
+            contents.append(ResourceContent(str(part.uri), part.mime_type, placeholder, data))
         return tuple(contents)
 
     def list_prompts(self) -> tuple[PromptInfo, ...]:
@@ -435,9 +443,7 @@ class McpConnection:
 
     def _media_dir(self) -> Path:
         if self.media_dir is None:
-            from llmchat.paths import mcp_media_dir
-
-            self.media_dir = mcp_media_dir()
+            self.media_dir = media_folder(self.saved_conversation)
         return self.media_dir
 
     def _heard_http_error(self, status: int) -> None:

@@ -2,9 +2,12 @@
 
 Every content kind of a tool result, a read resource or a prompt message becomes text:
 - text: as it is;
-- an image or audio clip: saved under the cache (`paths.mcp_media_dir()`, named by its content's
-  hash, so the same image is one file); the model gets a placeholder naming the file and its MIME
-  type, and the person a notice with the path;
+- an image or audio clip: saved under the media folder the connection was given (the cache's
+  `paths.mcp_media_dir()`, or a temporary folder where the conversation is not saved), named by
+  its content's hash, so the same image is one file; the model gets a placeholder naming the file
+  and its MIME type, and the person a notice with the path. The file is private (0600 in a 0700
+  folder): it is part of a conversation, and the placeholder in that conversation's text is what
+  ties the two (llmchat.store.media_files removes it with the last conversation naming it);
 - an embedded resource: its URI and MIME type, then its text (a blob is saved like an image);
 - a resource link: its URI, name, MIME type and description (the model can ask for it to be read;
   the person attaches it with `-f mcp:SERVER/URI`);
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llmchat.private_files import own_private_dir, write_private_atomic
 from llmchat.tools.spec import ToolFailure
 
 Notify = Callable[[str], None]
@@ -53,21 +57,38 @@ class BlockText:
     saved: SavedMedia | None = None
 
 
-def save_media(data_b64: str, mime_type: str, media_dir: Path, stem: str) -> SavedMedia:
-    """Decode base64 data and keep it under media_dir, named `STEM-HASH.EXT`."""
+def media_folder(saved_conversation: bool) -> Path:
+    """Where the media of a run's MCP servers go: the cache's folder where the conversation is
+    saved, else this process's temporary folder (removed at exit): an unsaved chat leaves no file."""
+    if saved_conversation:
+        from llmchat.paths import mcp_media_dir
+
+        return mcp_media_dir()
+    from llmchat.private_files import temporary_dir
+
+    return temporary_dir() / "mcp"
+
+
+def decoded(data_b64: str, mime_type: str) -> bytes:
+    """The bytes of a base64 block the server sent; ToolFailure when it is not base64."""
     try:
-        data = base64.b64decode(data_b64, validate=True)
+        return base64.b64decode(data_b64, validate=True)
     except (binascii.Error, ValueError):
         raise ToolFailure(f"the server sent {mime_type} data that is not valid base64") from None
+
+
+def save_media(data_b64: str, mime_type: str, media_dir: Path, stem: str) -> SavedMedia:
+    """Decode base64 data and keep it under media_dir, named `STEM-HASH.EXT`, 0600 in a 0700 folder
+    (a folder an earlier version left 0755 is made 0700)."""
+    data = decoded(data_b64, mime_type)
     digest = hashlib.sha256(data).hexdigest()[:16]
     extension = mimetypes.guess_extension(mime_type.split(";")[0].strip()) or ".bin"
     safe_stem = re.sub(r"[^A-Za-z0-9_.-]", "_", stem)[:60] or "mcp"
-    media_dir.mkdir(parents=True, exist_ok=True)
+    own_private_dir(media_dir)
     path = media_dir / f"{safe_stem}-{digest}{extension}"
     if not path.exists():
-        partial = path.with_name(path.name + ".part")
-        partial.write_bytes(data)
-        partial.replace(path)  # whole or absent: a crash never leaves half a picture under the final name
+        # Whole or absent (a temp file renamed): a crash never leaves half a picture under the final name.
+        write_private_atomic(path, data)
     return SavedMedia(path, mime_type, len(data))
 
 
