@@ -54,6 +54,7 @@ LAYERS: dict[str, int] = {
     "attachments": 6,
     "turn": 7,
     "session": 7,
+    "session_changes": 7,
     "model_switch": 7,
     "branches": 7,
     "engine_settings": 6,

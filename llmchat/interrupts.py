@@ -18,6 +18,14 @@ weakref callback (`install()` also hooks `sys.unraisablehook`), and C code that 
 clears whatever it raised, which reports nothing at all. A signal's exception stays recorded until
 a checkpoint raises it or the code that caught it on purpose calls `consume()`.
 
+Two more places defer a Ctrl-C the same way, because cutting them in the middle leaves things
+wrong: a function marked `uninterrupted` (a terminal frame of cursor moves, written whole), and a
+chat command that has begun to change state. Inside `Command()` a Ctrl-C cancels the command
+(KeyboardInterrupt, as anywhere) until it calls a function marked `changes_state` (or `hold()`);
+from then on the Ctrl-C is held, invisible to checkpoints, until the command is over, so it
+finishes its change whole instead of leaving half of it (a conversation loaded under the old one's
+id, a saved prompt's system prompt without its sampling). The chat then sees `interrupt_pending()`.
+
 This module imports only the standard library: `llmchat.launch` installs it before anything else.
 """
 
@@ -39,13 +47,27 @@ _callback_codes: set[CodeType] = set()
 # llama-cpp-python installs its own log callback on import, before llmchat replaces it.
 _CALLBACK_FILES = ("llama_cpp/_logger.py", "llama_cpp\\_logger.py")
 
-_state: dict[str, Any] = {"pending": None, "terminated": False, "installed": False}
+# command: inside a Command(); holding: that command has begun to change state (a Ctrl-C is held).
+_state: dict[str, Any] = {"pending": None, "terminated": False, "installed": False, "command": False, "holding": False}
 
 
 def native_callback(function: "F") -> "F":
     """Mark a function that C code calls through ctypes: a signal landing in it is deferred."""
     _callback_codes.add(function.__code__)
     return function
+
+
+def uninterrupted(function: "F") -> "F":
+    """Mark a function that must run whole (a frame of cursor moves on the terminal: cut halfway,
+    the next frame erases rows that were never drawn): a signal landing in it is deferred to the
+    next checkpoint, as in a native callback. Only for short work that cannot block for long."""
+    _callback_codes.add(function.__code__)
+    return function
+
+
+def _holding(signum: int) -> bool:
+    """A Ctrl-C is held while a command changes state (`Command`); a SIGTERM never is."""
+    return signum == signal.SIGINT and bool(_state["holding"])
 
 
 def _inside_callback(frame: FrameType | None) -> bool:
@@ -71,7 +93,7 @@ def _handle(signum: int, frame: FrameType | None) -> None:
         _state["terminated"] = True
     if _state["pending"] is None or signum == signal.SIGTERM:
         _state["pending"] = signum
-    if _inside_callback(frame):
+    if _holding(signum) or _inside_callback(frame):
         return
     # Raised at once, and still recorded: CPython clears an exception in a few places of its own
     # (C code that runs Python and drops any error it raised), so a raise alone can vanish. The
@@ -128,15 +150,22 @@ def signal_behind(error: BaseException) -> int | None:
 
 
 def pending() -> bool:
-    """Whether a signal is recorded and not yet consumed (the load progress callback stops on it)."""
-    return _state["pending"] is not None
+    """Whether a signal is recorded and not yet consumed (the load progress callback stops on it).
+    A Ctrl-C held by a command that is changing state is not, until the command is over."""
+    signum = _state["pending"]
+    return signum is not None and not _holding(signum)
+
+
+def interrupt_pending() -> bool:
+    """Whether a Ctrl-C is recorded and not yet consumed (one a command held while it finished)."""
+    return bool(_state["pending"] == signal.SIGINT)
 
 
 def raise_pending() -> None:
     """Raise the exception of a recorded signal, if any: one that arrived inside a native callback,
-    or whose first raise was dropped."""
+    or whose first raise was dropped. Not a Ctrl-C held by a command that is changing state."""
     signum = _state["pending"]
-    if signum is not None:
+    if signum is not None and not _holding(signum):
         raise _exception_for(signum)  # still recorded: this raise, too, could be dropped
 
 
@@ -157,10 +186,64 @@ def interrupt_handler(handler: Callable[[int, Any], None]) -> Callable[[int, Any
     defers inside native callbacks instead of having its exception dropped."""
 
     def wrapped(signum: int, frame: FrameType | None) -> None:
-        if _inside_callback(frame):
+        if _holding(signum) or _inside_callback(frame):
             if _state["pending"] is None:
                 _state["pending"] = signum
             return
         handler(signum, frame)
 
     return wrapped
+
+
+def join_whole(thread: Any) -> None:
+    """Wait until `thread` is done, even across a Ctrl-C or SIGTERM: its exception is raised once
+    the thread is, so no thread of llmchat's is left running Python (or inside llama.cpp) while
+    the interpreter exits, where CPython 3.11 crashes on a daemon thread that is still importing."""
+    interrupted: BaseException | None = None
+    while thread.is_alive():
+        try:
+            thread.join()
+        except BaseException as error:  # noqa: BLE001 - raised below, once the thread is done
+            interrupted = interrupted or error
+    if interrupted is not None:
+        raise interrupted
+
+
+class Command:
+    """`with Command():` around one chat command. A Ctrl-C cancels it (KeyboardInterrupt) until it
+    begins to change state (`hold()`, or a call of a `changes_state` function); from then on the
+    Ctrl-C is held until the block ends, so the change is made whole (see the module)."""
+
+    def __enter__(self) -> Command:
+        self._outer = (_state["command"], _state["holding"])
+        _state["command"], _state["holding"] = True, False
+        try:  # the handler that knows holding (an embedding caller may not have installed it)
+            self._previous_handler: Any = signal.signal(signal.SIGINT, _handle)
+        except ValueError:  # not the main thread: its Ctrl-C is not ours to route
+            self._previous_handler = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _state["command"], _state["holding"] = self._outer
+        if self._previous_handler is not None:
+            signal.signal(signal.SIGINT, self._previous_handler)
+
+
+def hold() -> None:
+    """Inside a `Command`: the change begins here (a Ctrl-C no longer cancels the command). Outside
+    one it does nothing: a turn has its own Ctrl-C rules."""
+    if _state["command"]:
+        _state["holding"] = True
+
+
+def changes_state(function: "F") -> "F":
+    """Mark a method that changes what a chat command acts on (the session's conversation,
+    settings, model; a history write): calling it inside a `Command` is `hold()`."""
+
+    def changing(*args: Any, **kwargs: Any) -> Any:
+        hold()
+        return function(*args, **kwargs)
+
+    changing.__name__, changing.__qualname__ = function.__name__, function.__qualname__
+    changing.__doc__, changing.__wrapped__ = function.__doc__, function  # type: ignore[attr-defined]
+    return changing  # type: ignore[return-value]

@@ -7,12 +7,13 @@ one-time notices are printed (bundled default model, context above the trained l
 from __future__ import annotations
 
 import sys
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, cast
 
-from llmchat import paths
+from llmchat import interrupts, paths
 from llmchat.config import Config
 from llmchat.engine_settings import (
     FLASH_ATTN_CHOICES,
@@ -198,13 +199,16 @@ def load_model(opts: RunOptions, *, config: Config, n_ctx_override: int | None =
     return Loaded(config, model, engine, sampling, trained_ctx, base_model, recommended_sampling=recommended)
 
 
-def _prepare_while_loading() -> None:
+def _prepare_while_loading() -> threading.Thread:
     """Start, on another thread, the work the turn needs right after the load: Jinja and its
     sandboxed environment (which the chat template compiles in) and the modules the first reply
     uses. llama.cpp loads the model in C with the GIL released, so on a second core this runs
     alongside the load instead of after it: about 40 ms of a one-shot `ask` on a small model
     (bench/results/oneshot_vs_completion.md). Whatever this does not finish, the main thread does
-    as it would have; a failure here is met again, and reported, there."""
+    as it would have; a failure here is met again, and reported, there. The caller waits for
+    the thread before it goes on (`interrupts.join_whole`), whether the load worked or not: a load
+    that fails at once left it importing while the interpreter exited, which crashed CPython 3.11
+    (SIGSEGV in the import lock) in about one run in three on a busy machine."""
 
     def prepare() -> None:
         try:
@@ -217,21 +221,24 @@ def _prepare_while_loading() -> None:
         except Exception:  # noqa: BLE001 - the main thread meets and reports it
             pass
 
-    import threading
-
-    threading.Thread(target=prepare, name="llmchat-prepare", daemon=True).start()
+    thread = threading.Thread(target=prepare, name="llmchat-prepare", daemon=True)
+    thread.start()
+    return thread
 
 
 def _load_with_spinner(model: ResolvedModel, settings: EngineSettings) -> Engine:
     from llmchat.engine import Engine
 
-    _prepare_while_loading()
-    if not is_tty(sys.stderr):
-        return Engine.load(model.path, settings)
-    from rich.console import Console
+    preparing = _prepare_while_loading()
+    try:
+        if not is_tty(sys.stderr):
+            return Engine.load(model.path, settings)
+        from rich.console import Console
 
-    with Console(stderr=True).status(f"loading {model.path.name}…", spinner="dots"):
-        return Engine.load(model.path, settings)
+        with Console(stderr=True).status(f"loading {model.path.name}…", spinner="dots"):
+            return Engine.load(model.path, settings)
+    finally:
+        interrupts.join_whole(preparing)
 
 
 def report_template(session: ChatSession, verbose: bool) -> None:

@@ -136,6 +136,15 @@ class McpSources:
         tables = getattr(self._config, "mcp", None) or {}
         return sorted(set(tables) | set(self._ad_hoc))
 
+    def running(self, name: str) -> McpConnection | None:
+        """The server NAME if it runs already, else None: never started here (Tab completion asks,
+        and a keypress must not start a server)."""
+        if name in self._open:
+            return self._open[name]
+        if self._shared is None or name in self._shared.down:
+            return None
+        return self._shared.connection(name)
+
     def connection(self, name: str) -> McpConnection:
         """The running server NAME (started now if it is not yet)."""
         if name in self._open:

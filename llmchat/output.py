@@ -21,6 +21,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import dataclass, replace
 from typing import IO, Any
 
 DIM = "\x1b[2m"
@@ -60,23 +61,41 @@ def write_json(obj: Any, stream: IO[str] | None = None) -> None:
     stream.flush()
 
 
-def format_live(state: dict) -> str:
+@dataclass(frozen=True)
+class Readout:
+    """What the live readout shows, as one value: the decode loop replaces it whole (one
+    assignment), so the ticker thread, which reads it once per frame, never sees half an update
+    (the phase "thinking" without the time it began)."""
+
+    t_start: float = 0.0
+    t_first: float | None = None
+    t_last: float = 0.0
+    ttft: float = 0.0
+    generated: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    context_limit: int = 0
+    phase: str = ""  # "thinking" while a reasoning model thinks, "answer" after it; "" without thinking
+    thinking_since: float = 0.0
+
+
+def format_live(state: Readout) -> str:
     """The live readout: TTFT (frozen once the first token arrives), decode tok/s, tokens, context."""
-    if state.get("phase") == "thinking":
-        thought = time.perf_counter() - state["thinking_since"]
-        return f"thinking… {state['generated']} tokens, {thought:.1f} s"
-    if state["t_first"] is None:
-        waited = time.perf_counter() - state["t_start"]
+    if state.phase == "thinking":
+        thought = time.perf_counter() - state.thinking_since
+        return f"thinking… {state.generated} tokens, {thought:.1f} s"
+    if state.t_first is None:
+        waited = time.perf_counter() - state.t_start
         return (
-            f"prefill {state['prompt_tokens'] - state['cached_tokens']} tokens "
-            f"({state['cached_tokens']} cached) · TTFT {waited * 1000:.0f} ms…"
+            f"prefill {state.prompt_tokens - state.cached_tokens} tokens "
+            f"({state.cached_tokens} cached) · TTFT {waited * 1000:.0f} ms…"
         )
-    span = state["t_last"] - state["t_first"]
-    rate = (state["generated"] - 1) / span if state["generated"] > 1 and span > 0 else 0.0
-    used = state["prompt_tokens"] + state["generated"]
+    span = state.t_last - state.t_first
+    rate = (state.generated - 1) / span if state.generated > 1 and span > 0 else 0.0
+    used = state.prompt_tokens + state.generated
     return (
-        f"TTFT {state['ttft'] * 1000:.0f} ms · {rate:.1f} tok/s · {state['generated']} tokens · "
-        f"ctx {used}/{state['context_limit']}"
+        f"TTFT {state.ttft * 1000:.0f} ms · {rate:.1f} tok/s · {state.generated} tokens · "
+        f"ctx {used}/{state.context_limit}"
     )
 
 
@@ -117,7 +136,7 @@ class StreamPrinter:
         self.show_summary = show_summary
         self.bottom_row = self.show_live and self.out_isatty and same_terminal(self.out, self.err)
         self._lock = threading.Lock()
-        self._state: dict = {}
+        self._state = Readout()  # replaced whole, never changed in place: the ticker reads it
         self._ticker: threading.Thread | None = None
         self._stop = threading.Event()
         self._rows = 0
@@ -128,12 +147,9 @@ class StreamPrinter:
     # --- TurnObserver -----------------------------------------------------------------------
     def prefill_started(self, prompt_tokens: int, cached_tokens: int, context_limit: int) -> None:
         now = time.perf_counter()
-        self._state = dict(
+        self._state = Readout(
             t_start=now,
-            t_first=None,
             t_last=now,
-            ttft=0.0,
-            generated=0,
             prompt_tokens=prompt_tokens,
             cached_tokens=cached_tokens,
             context_limit=context_limit,
@@ -145,10 +161,8 @@ class StreamPrinter:
 
     def thinking(self, fragment: str) -> None:
         """A reasoning model's thinking: dimmed on stderr when that is a terminal, else not shown."""
-        state = self._state
-        if state.get("phase") != "thinking":
-            state["phase"] = "thinking"
-            state["thinking_since"] = time.perf_counter()
+        if self._state.phase != "thinking":
+            self._state = replace(self._state, phase="thinking", thinking_since=time.perf_counter())
         if not (self.echo_thinking and self.err_isatty):
             return
         with self._lock:
@@ -159,8 +173,8 @@ class StreamPrinter:
         self._thinking_shown = True
 
     def text(self, fragment: str) -> None:
-        if self._state.get("phase") == "thinking":
-            self._state["phase"] = "answer"
+        if self._state.phase == "thinking":
+            self._state = replace(self._state, phase="answer")
             if self._thinking_shown:  # the answer starts on a line of its own, after a blank one
                 self.err.write("\n" if self._thinking_ended_with_newline else "\n\n")
                 self.err.flush()
@@ -180,15 +194,14 @@ class StreamPrinter:
 
     def token(self, generated: int, t_first: float, now: float) -> None:
         state = self._state
-        if state.get("t_first") is None:
-            state["ttft"] = now - state["t_start"]
-            state["t_first"] = now
-        state["generated"] = generated
-        state["t_last"] = now
+        if state.t_first is None:
+            self._state = replace(state, ttft=now - state.t_start, t_first=now, generated=generated, t_last=now)
+        else:
+            self._state = replace(state, generated=generated, t_last=now)
 
     def finished(self, result: Any) -> None:
         self._end_live()
-        if self._thinking_shown and self._state.get("phase") == "thinking" and not self._thinking_ended_with_newline:
+        if self._thinking_shown and self._state.phase == "thinking" and not self._thinking_ended_with_newline:
             self.err.write("\n")  # thinking that never ended: leave the line clean
             self.err.flush()
         if self.echo_text and not self._ended_with_newline:

@@ -1,7 +1,9 @@
 """One chat session: a loaded model, its resolved template, the conversation, and one turn at a time.
 
 The session owns its state: the conversation, the KV prefix, the per-turn settings. Other modules
-call its methods and never write its fields; `start` builds it complete. A turn that is not the
+call its methods and never write its fields; `start` builds it complete. The changes a chat's
+commands make (a conversation cleared, loaded, cut; a setting set) are methods it inherits from
+llmchat.session_changes. A turn that is not the
 session's own (a batch item) runs in a `TurnScope` and leaves the session as it was.
 
 A turn is one road for every mode (ask, chat, batch, batch `--parallel`), assembled here from parts
@@ -27,12 +29,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
-from llmchat.branches import fork_point
+from llmchat import interrupts
 from llmchat.conversation import Budget, Conversation, default_reply_reserve, fit_to_context
 from llmchat.engine.interface import GenerateRequest, prompt_ids
 from llmchat.errors import UsageError
 from llmchat.model_switch import SWITCHED, ModelLoader, as_text, check_for, model_parts
 from llmchat.prompt.model_facts import ModelFacts
+from llmchat.prompt.reasoning_history import preserve_variables
 from llmchat.prompt.render import RenderedPrompt, ResolvedTemplate, render_prompt
 from llmchat.reasoning import (
     ReasoningSettings,
@@ -42,6 +45,7 @@ from llmchat.reasoning import (
     thinking_variables,
 )
 from llmchat.sampling import with_model_defaults
+from llmchat.session_changes import SessionChanges
 from llmchat.turn.compaction import compact_before_turn
 from llmchat.turn.observer import NullObserver, TurnObserver
 from llmchat.turn.plan import PreparedTurn, TurnScope, check_message_size, request_of
@@ -60,14 +64,13 @@ if TYPE_CHECKING:
     from llmchat.sampling import SamplingParams
     from llmchat.store.attachment_records import Attachment
     from llmchat.store.history import HistoryStore
-    from llmchat.store.records import StoredConversation
     from llmchat.structured import StructuredOutput
     from llmchat.tools.offer import ToolOffer
     from llmchat.turn.tool_loop import KeptPrefix
 
 
 @dataclass
-class ChatSession:
+class ChatSession(SessionChanges):
     engine: ChatEngine  # local llama.cpp or a server: the session never asks which
     template: ResolvedTemplate
     facts: ModelFacts
@@ -161,13 +164,13 @@ class ChatSession:
         return session
 
     # --- reasoning ------------------------------------------------------------------------------
+    @interrupts.changes_state
     def configure_reasoning(self, settings: ReasoningSettings, say: Callable[[str], None]) -> None:
-        """Apply --think/--no-think, --reasoning-effort, --template-var, --thinking-budget and the
-        display choice. What the template cannot do is said once through `say`."""
+        """Apply --think/--no-think, --reasoning-effort, --reasoning-preserve, --template-var,
+        --thinking-budget and the display choice. What the template cannot do is said once through `say`."""
         self.reasoning = settings
-        self.template_vars = dict(settings.variables) | thinking_variables(
-            self.reasoning_format, settings.think, settings.effort, say
-        )
+        self.template_vars = preserve_variables(self.template.text, settings.preserve, say) | dict(settings.variables)
+        self.template_vars |= thinking_variables(self.reasoning_format, settings.think, settings.effort, say)
         if settings.budget is not None and not self.engine.caps.token_ids:
             say(
                 "--thinking-budget: this server returns text, not token ids, so the budget cannot act on its "
@@ -204,6 +207,7 @@ class ChatSession:
         except BaseException:
             new.engine.close()
             raise
+        interrupts.hold()  # loaded and checked: from here on the swap is made whole (a Ctrl-C waits)
         old = self.engine
         self.engine, self.template, self.facts, self.model_label = new.engine, parts.template, parts.facts, new.label
         self.reasoning_format, self._markup, self._close_ids = parts.reasoning_format, parts.markup, parts.close_ids
@@ -284,6 +288,7 @@ class ChatSession:
         prepared.markup = self._markup if prepared.tracker is not None else None
         return prepared
 
+    @interrupts.changes_state
     def hold_to(self, structured: StructuredOutput | None) -> None:
         """Hold every following reply to `structured` (None: free text again). UsageError when
         the engine cannot take a grammar or llama.cpp cannot parse it."""
@@ -352,7 +357,7 @@ class ChatSession:
         tracker = prepared.tracker
         generation = self.engine.generate(self.request_for(prepared))
         observer.prefill_started(len(prepared.prompt), self.engine.cached_prefix(ids), self.engine.n_ctx)
-        read = read_reply(generation, tracker, observer, self.reasoning.display)
+        read = read_reply(generation, tracker, observer, self.reasoning.display, self.template.text)
         result = self.finish(
             prepared, generation.outcome, read.answer, generation.seed, read.t_first_written, tracker=tracker
         )
@@ -379,16 +384,15 @@ class ChatSession:
             engine=self.engine,
             reasoning_format=self.reasoning_format,
             model=self.model_label,
-            template=self.template.name,
+            template=self.template,
             t_first_written=t_first_written,
             t_submit=t_submit,
             tracker=tracker,
         )
 
     def commit(self, prepared: PreparedTurn, result: TurnResult, *, record: bool = True) -> None:
-        """The exchange joins its conversation and, when `record`, the history store. The reply's
-        reasoning rides along in the message but is not sent back to the model (prompt_messages
-        copies role and content only): templates drop earlier thinking, or should."""
+        """The exchange joins its conversation (its reasoning too: the template decides what the
+        model sees of it again) and, when `record`, the history store."""
         prepared.conversation.add_exchange(
             result.user,
             result.reply,
@@ -421,79 +425,8 @@ class ChatSession:
         `budget`: the one the caller fits with (default: this session's)."""
         check_message_size(self.engine, user_text, budget or self.budget())
 
+    @interrupts.changes_state
     def disable_history(self, err: Exception, consequence: str) -> str:
         """Stop using the history (and the KV cache on disk) for the rest of the session: the
         sink's one failure policy. Returns the one warning line to show."""
         return self.sink.disable_history(err, consequence)
-
-    def new_conversation(self) -> None:
-        """`/clear`: a fresh conversation with the same model, template and system prompt."""
-        self.conversation = Conversation(system=self.conversation.system)
-        self.conversation_id = None
-        self.last_result = None
-        self.fork_from = None
-
-    def load_conversation(self, stored: StoredConversation) -> None:
-        """Continue a conversation from the history store."""
-        self.conversation = Conversation.from_stored(stored)
-        self.conversation_id = stored.id
-        self.last_result = None
-        self.fork_from = None
-
-    def keep_turns(self, turns: int) -> None:
-        """/branch N and /edit: cut the conversation in memory to its first `turns` turns, and make
-        the next saved turn fork the stored conversation there (nothing is written until then). An
-        unsaved conversation (history off, or no reply yet) is only cut."""
-        self.conversation.keep_turns(turns)
-        self.fork_from = fork_point(self.conversation_id, self.fork_from, turns)
-        self.conversation_id = None
-        self.last_result = None
-
-    def set_sampling(self, sampling: SamplingParams) -> None:
-        self.sampling = sampling
-
-    def set_origin(self, value: str, source: str) -> None:
-        """Say where a value the session holds came from (`-p NAME`, `/prompt NAME`), for /show."""
-        self.origins[value] = source
-
-    def use_tools(self, offer: ToolOffer | None) -> None:
-        """Offer these tools (llmchat.tools.offer) from the next turn on; None: no tools."""
-        self.tools = offer
-
-    def with_system(self, system: str | None) -> None:
-        self.conversation = replace(self.conversation, system=system or None)
-        if self.history is not None and self.conversation_id is not None:
-            self.history.update_system_prompt(self.conversation_id, system or None)
-
-    # --- what the chat's commands change (llmchat.ui calls these; it never writes the fields) -----
-    def drop_last_exchange(self, *, keep_in_history: bool = False) -> dict[str, Any] | None:
-        """Remove the last exchange (`Conversation.drop_last_exchange`: the last user message and
-        everything after it, a tool turn's calls and results or an interrupted reply included).
-        Returns its user message; None when there was none.
-
-        /undo and /retry: a saved exchange leaves the history too; a store that fails raises
-        HistoryError once the conversation has changed. /edit (`keep_in_history`): the stored
-        conversation keeps it, and the next saved turn starts a branch that shares the turns before
-        it (llmchat.branches). A branch not saved yet shares at most the turns that are left."""
-        user = self.conversation.drop_last_exchange()
-        if user is None:
-            return None
-        self.last_result = None
-        if keep_in_history or self.conversation_id is None:
-            turns_left = sum(1 for message in self.conversation.messages if message["role"] == "user")
-            self.fork_from = fork_point(self.conversation_id, self.fork_from, turns_left)
-            self.conversation_id = None
-        elif self.history is not None:
-            self.history.delete_last_exchange(self.conversation_id)
-        return user
-
-    def offer_tools(self, on: bool) -> None:
-        """/tool on|off: offer the tools to the model from the next turn, or not. Switched on after
-        `--tool-choice none`, the model chooses (`auto`)."""
-        if self.tools is None:
-            return
-        self.tools.enabled = on
-        if on and self.tools.choice.mode == "none":
-            from llmchat.tools.choice import ToolChoice
-
-            self.tools.choice = ToolChoice("auto")

@@ -83,6 +83,16 @@ def isolated_home(tmp_path, monkeypatch) -> Path:
     return home
 
 
+@pytest.fixture(autouse=True)
+def _no_ctrl_c_left_over():
+    """A Ctrl-C that a test raised in this process and caught stays that test's: its record
+    (llmchat.interrupts) must not make a later test's checkpoint raise it again."""
+    yield
+    from llmchat import interrupts
+
+    interrupts.consume()
+
+
 @pytest.fixture(scope="session")
 def smollm2_path() -> Path:
     from llmchat.models.resolve import bundled_default_model

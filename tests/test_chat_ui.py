@@ -134,6 +134,40 @@ def test_reply_streams_and_summary_follows(session, capsys, monkeypatch):
     )
 
 
+def test_the_readout_can_be_drawn_at_any_moment_of_a_turn():
+    """The ticker thread draws the readout whenever it wakes, between any two lines the decode
+    loop runs. Drawn at every line of the printer's own code (a trace function stands in for the
+    thread's timing), it never fails: the state is replaced whole, never seen half-updated (the
+    phase "thinking" without the time it began was a KeyError that killed the ticker)."""
+    import io
+
+    from llmchat import output
+
+    printer = StreamPrinter(io.StringIO(), io.StringIO(), show_live=False, show_summary=False)
+    drawn: list[str] = []
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_filename != output.__file__:
+            return None
+        if event == "line":
+            drawn.append(output.format_live(printer._state))  # what the ticker would read now
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        printer.prefill_started(12, 4, 2048)
+        printer.thinking("Let me see.")
+        printer.token(1, 1.0, 1.0)
+        printer.text("Paris.")
+        printer.token(2, 1.0, 1.5)
+        printer.finished(TurnResult(user="q", reply="Paris.", finish_reason="stop", stats=TurnStats(), seed=1))
+    finally:
+        sys.settrace(None)
+    assert any(line.startswith("prefill 8 tokens (4 cached)") for line in drawn)
+    assert any(line.startswith("thinking… ") for line in drawn)
+    assert drawn[-1].endswith("2 tokens · ctx 14/2048")
+
+
 def test_no_stats_hides_the_summary(session, capsys):
     drive(session, "Say hello." + ENTER, show_stats=False)
     out, err = capsys.readouterr()
@@ -772,6 +806,7 @@ def test_completer_offers_saved_conversations_for_load():
         raise HistoryError("locked")
 
     fake.history = SimpleNamespace(list_conversations=broken)
+    completer.new_prompt()  # the history is read again at the next prompt, and fails there
     assert list(completer.get_completions(Document("/load "), None)) == []
 
 

@@ -162,3 +162,36 @@ def test_cancel_stops_a_load_in_flight_and_frees_it(smollm2_path, ledger):
     assert ledger.calls["llama_model_load_from_file"] == 1
     made, freed = sum(ledger.made.values()), sum(ledger.freed.values())
     assert made == freed
+
+
+def test_a_load_that_fails_at_once_leaves_no_thread_running_python(monkeypatch):
+    """While the model loads, another thread imports the turn's modules and compiles a template
+    (`loading._prepare_while_loading`). A load that failed at once used to return while that
+    thread was still importing; the command then exited, and CPython 3.11 crashed (SIGSEGV in the
+    import lock during finalization) in about a third of the runs on a busy machine. The failed
+    load now returns only once that thread is done."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from llmchat import loading
+    from llmchat.engine import Engine
+    from llmchat.errors import ModelError
+    from llmchat.prompt import sandbox
+
+    load_failed = threading.Event()
+    prepared: list[str] = []
+
+    def slow_warm_up(source, label):
+        load_failed.wait(timeout=60)  # still compiling when the load fails
+        prepared.append(label)
+
+    def failing_load(path, settings):
+        load_failed.set()
+        raise ModelError(f"llama.cpp could not load {path}")
+
+    monkeypatch.setattr(sandbox, "compile_template", slow_warm_up)
+    monkeypatch.setattr(Engine, "load", failing_load)
+    with pytest.raises(ModelError):
+        loading._load_with_spinner(SimpleNamespace(path=Path("broken.gguf")), SimpleNamespace())
+    assert prepared == ["warm-up"], "the warm-up thread finished before the failure went on"
+    assert not [t for t in threading.enumerate() if t.name == "llmchat-prepare"]

@@ -13,6 +13,7 @@ import io
 import os
 import re
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -224,6 +225,45 @@ def test_a_ctrl_c_while_a_frame_is_computed_leaves_the_screen_right(monkeypatch)
     monkeypatch.setattr(renderer, "_render", drawing)
     frames.append(renderer.close())  # the interrupted reply's final frame
     assert play("".join(frames)) == rendered_at_once("Note 1 of 12.\n\nNote 2 of 12.\n\nNote 3")
+
+
+class SlowTerminal(io.StringIO):
+    """A terminal over a slow link: the next long write is cut in two by a real SIGINT."""
+
+    interrupt_next = False
+
+    def write(self, text: str) -> int:
+        if not (self.interrupt_next and len(text) > 1):
+            return super().write(text)
+        self.interrupt_next = False
+        half = len(text) // 2
+        super().write(text[:half])
+        os.kill(os.getpid(), signal.SIGINT)  # Python runs the handler here, mid-frame
+        return half + super().write(text[half:])
+
+
+def test_a_ctrl_c_while_a_frame_is_written_waits_until_the_frame_is_whole():
+    """The frame is written whole and the Ctrl-C goes to the decode loop's next checkpoint; the
+    interrupted reply's final frame then erases exactly the rows that were drawn."""
+    from llmchat import interrupts
+    from llmchat.ui.terminal import interrupt_once
+
+    out = SlowTerminal()
+    printer = MarkdownPrinter(out, io.StringIO(), show_live=False, show_summary=False, console=console())
+    printer.markdown = MarkdownStream(printer.console, interval=0, cost_clock=fixed_clock)  # every fragment draws
+    printer.prefill_started(10, 0, 2048)
+    try:
+        with interrupt_once():
+            printer.text("Note 1 of 12.\n\nNote 2")
+            out.interrupt_next = True
+            with pytest.raises(KeyboardInterrupt):
+                printer.text(" of 12.\n\nNote 3")
+                assert not out.interrupt_next, "the write was cut by the signal"
+                interrupts.raise_pending()  # the decode loop's checkpoint after the token
+            printer.abort()  # the final frame of the interrupted reply
+    finally:
+        interrupts.consume()
+    assert play(out.getvalue()) == rendered_at_once("Note 1 of 12.\n\nNote 2 of 12.\n\nNote 3")
 
 
 def test_an_empty_reply_writes_nothing():

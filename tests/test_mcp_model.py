@@ -5,6 +5,7 @@ is the handled one (text, or an image's placeholder naming the saved file)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -51,8 +52,10 @@ def test_a_forced_image_over_streamable_http(cli, smollm2_path, everything_http_
         cli, smollm2_path, f"everything={everything_http_url}", "everything_get-tiny-image", "Show me the tiny image."
     )
     assert call["arguments"] == {}
-    assert call["result"].startswith("[image image/png, ") and ", saved to " in call["result"]
+    # The server's text parts stay around the image's placeholder, in the server's order.
+    placeholder = re.search(r"\[image image/png, \d+ bytes, saved to ([^\]]+)\]", call["result"])
+    assert placeholder is not None, call["result"]
     assert "everything_get-tiny-image returned image image/png: saved to " in run.stderr
     # --no-history: the image was kept in the run's temporary folder, gone with the run.
-    saved = Path(call["result"].split(", saved to ", 1)[1].removesuffix("]"))
+    saved = Path(placeholder.group(1))
     assert isolated_home not in saved.parents and not saved.exists()

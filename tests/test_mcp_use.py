@@ -359,6 +359,9 @@ def test_tab_completes_mcp_resources_and_prompts(sources):
 
     completer = SlashCompleter(None, sources)
     assert completer.candidates("/file mcp:")[1] == [("mcp:everything/", "MCP server")]
+    assert completer.candidates("/file mcp:everything/demo")[1] == [], "a key never starts a server"
+    assert sources.running("everything") is None
+    sources.connection("everything")  # started by a command (/file, /resources), as in a chat
     typed, found = completer.candidates("/file mcp:everything/demo://resource/static/document/f")
     assert typed == "mcp:everything/demo://resource/static/document/f"
     assert found == [("mcp:everything/demo://resource/static/document/features.md", "text/markdown")]

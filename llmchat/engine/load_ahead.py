@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from llmchat import interrupts
 from llmchat.engine import logs
 from llmchat.engine.model_load import EngineSettings, loads_stopped, open_arguments, open_model
 from llmchat.engine.native import LoadedModel, ensure_backend
@@ -45,14 +46,7 @@ class _Load:
     def wait(self) -> None:
         """Until the thread is done. A signal while waiting (a Ctrl-C) is raised once it is: the
         load stops at its next callback, since `interrupts.pending()` stops every load."""
-        interrupted: BaseException | None = None
-        while self._thread.is_alive():
-            try:
-                self._thread.join()
-            except BaseException as error:  # noqa: BLE001 - raised below, after the join
-                interrupted = interrupted or error
-        if interrupted is not None:
-            raise interrupted
+        interrupts.join_whole(self._thread)
 
 
 _state: dict[str, _Load | None] = {"load": None}

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
-from llmchat import paths
+from llmchat import interrupts, paths
 from llmchat.errors import HistoryError, UsageError
 from llmchat.private_files import ensure_private_dir, private_umask, tighten, tightened_notice
 from llmchat.store import media_files, migrations
@@ -47,7 +47,7 @@ from llmchat.store.queries import (
     touch,
     trailing_exchange,
 )
-from llmchat.store.records import ConversationSummary, StoredConversation, new_id, to_json, utc_now
+from llmchat.store.records import ConversationSummary, StoredConversation, new_id, to_json, tool_fields, utc_now
 from llmchat.store.search import SearchHit, forget_deleted, keep_index, search_messages
 
 T = TypeVar("T")
@@ -197,6 +197,7 @@ class HistoryStore:
 
     # ---- writing
 
+    @interrupts.changes_state  # a chat command's write is made whole (llmchat.interrupts)
     def new_conversation(
         self,
         *,
@@ -225,6 +226,7 @@ class HistoryStore:
         self._write(insert)
         return conversation_id
 
+    @interrupts.changes_state  # a chat command's write is made whole (llmchat.interrupts)
     def add_message(
         self,
         conversation_id: str,
@@ -244,6 +246,7 @@ class HistoryStore:
         )
         return self._write(lambda db: append_messages(db, conversation_id, [message])[0])
 
+    @interrupts.changes_state  # a chat command's write is made whole (llmchat.interrupts)
     def add_turn(
         self,
         conversation_id: str,
@@ -266,15 +269,14 @@ class HistoryStore:
         messages = [
             NewMessage("user", user, attachments=tuple(attachments)),
             *(
-                NewMessage(
-                    m["role"], m.get("content") or "", tool={k: v for k, v in m.items() if k not in ("role", "content")}
-                )
+                NewMessage(m["role"], m.get("content") or "", reasoning=m.get("reasoning_content"), tool=tool_fields(m))
                 for m in tool_messages
             ),
             NewMessage("assistant", assistant, interrupted, finish_reason, stats, sampling, reasoning, model=model),
         ]
         self._write(lambda db: append_messages(db, conversation_id, messages))
 
+    @interrupts.changes_state  # a chat command's write is made whole (llmchat.interrupts)
     def fork(self, id_or_name: str, at: int, *, name: str | None = None) -> str:
         """A new conversation that shares the first `at` turns (user messages with their replies)
         of `id_or_name`: a copy of them, attachments included, with the same model, template,
@@ -340,6 +342,7 @@ class HistoryStore:
         """Every conversation in the tree `id_or_name` belongs to (from its root down), oldest first."""
         return self._read(lambda db: family_of(db, id_or_name))
 
+    @interrupts.changes_state  # a chat command's write is made whole (llmchat.interrupts)
     def delete_last_exchange(self, conversation_id: str) -> int:
         """For /undo: remove the trailing reply and the user message it answered; returns rows removed.
 
@@ -367,6 +370,7 @@ class HistoryStore:
         media_files.remove(orphans)  # after the commit: a failed delete keeps its files
         return removed
 
+    @interrupts.changes_state  # a chat command's write is made whole (llmchat.interrupts)
     def update_system_prompt(self, conversation_id: str, system_prompt: str | None) -> None:
         def update(db: sqlite3.Connection) -> None:
             require_conversation(db, conversation_id)
@@ -375,6 +379,7 @@ class HistoryStore:
 
         self._write(update)
 
+    @interrupts.changes_state  # a chat command's write is made whole (llmchat.interrupts)
     def rename(self, conversation_id: str, name: str) -> None:
         check_name(name)
 
@@ -386,6 +391,7 @@ class HistoryStore:
 
         self._write(update)
 
+    @interrupts.changes_state  # a chat command's write is made whole (llmchat.interrupts)
     def delete(self, id_or_name: str) -> bool:
         """Delete a conversation; True when no copy of its text is left in the WAL either (False:
         another process is reading, and the WAL keeps old frames until it lets go)."""
@@ -402,6 +408,7 @@ class HistoryStore:
         media_files.remove(orphans)  # after the commit: a failed delete keeps its files
         return self._truncate_wal()
 
+    @interrupts.changes_state  # a chat command's write is made whole (llmchat.interrupts)
     def delete_all(self) -> bool:
         """Empty the store, then checkpoint and VACUUM, so no deleted text is left in the database
         file or the WAL. True when that succeeded (False: another process holds the WAL)."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from llmchat import interrupts
 from llmchat.conversation import Budget, fit_to_context
 from llmchat.errors import ContextOverflowError, HistoryError, UsageError
 from llmchat.turn.observer import NullObserver
@@ -202,6 +203,7 @@ def compact_now(
             f"the summary ({summary.stats.generated_tokens} tokens) is no shorter than what it replaces"
         )
         return compaction
+    interrupts.hold()  # the summary is written: it is saved and takes its exchanges' place whole
     _save(session, compaction, text, cut)
     conversation.compact(text, cut)
     return compaction

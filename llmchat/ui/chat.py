@@ -22,7 +22,7 @@ from llmchat.output import StreamPrinter, is_tty, notice
 from llmchat.ui.completer import SlashCompleter
 from llmchat.ui.context import Action, CommandContext
 from llmchat.ui.markdown import MarkdownPrinter
-from llmchat.ui.slash import dispatch, is_command, unescape_message
+from llmchat.ui.slash import dispatch, is_command, split_command, unescape_message
 from llmchat.ui.terminal import CtrlCGuard, input_history, interrupt_once, quiet_terminal
 
 if TYPE_CHECKING:
@@ -70,6 +70,7 @@ class ChatUI:
         self.stderr = stderr if stderr is not None else sys.stderr
         self.console = Console(file=self.stdout, highlight=False)
         self.guard = CtrlCGuard()
+        self.completer = SlashCompleter(session, mcp)
         self.context = CommandContext(session=session, out=self.console, error=self.error, info=self.info, mcp=mcp)
         self.context.attachments.extend(attachments)  # chat -f: pending for the first message
         self.opening = opening  # chat -p mcp:SERVER/NAME: the prompt's text, at the prompt to edit and send
@@ -128,8 +129,9 @@ class ChatUI:
         prompt: PromptSession[str] = PromptSession(
             output=output,
             history=input_history(self.error, self.persist_input),
-            completer=SlashCompleter(self.session, self.context.mcp),
+            completer=self.completer,
             complete_while_typing=True,
+            complete_in_thread=True,  # a slow look-up (the history, a server's listing) never stops typing
             key_bindings=bindings,
             multiline=False,  # Enter sends; newlines come from Alt-Enter or a paste
             prompt_continuation=lambda width, line_number, wrap_count: CONTINUATION.rjust(width),
@@ -218,6 +220,10 @@ class ChatUI:
         pending = self.opening  # text put back into the prompt (a message that did not fit)
         while True:
             self.guard.reset()
+            self.completer.new_prompt()
+            # A Ctrl-C deferred past the end of what it meant to stop (a reply's last frame) has
+            # nothing left to stop: it must not cut the next reply short at its first token.
+            interrupts.consume()
             try:
                 line = self._prompt.prompt([("class:prompt", PROMPT)], default=pending)
             except EOFError:
@@ -231,16 +237,29 @@ class ChatUI:
                 continue
             if is_command(line):
                 try:
-                    outcome = dispatch(line, self.context)
+                    with interrupts.Command():
+                        outcome = dispatch(line, self.context)
                 except HistoryError as err:  # a read that failed mid-command (locked, unreadable)
                     self.error(f"error: {err}")
                     continue
+                except KeyboardInterrupt:  # Ctrl-C before the command changed anything: it is cancelled
+                    interrupts.consume()
+                    self.info(f"[{split_command(line)[0]} interrupted; nothing changed]")
+                    continue
+                held = interrupts.interrupt_pending()  # a Ctrl-C that came once the change had begun
+                if held:
+                    interrupts.consume()
+                    self.info(f"[{split_command(line)[0]} was already changing the chat when Ctrl-C came; it finished]")
                 if outcome.action is Action.EXIT:
                     break
                 if outcome.action is Action.CONTINUE:
                     continue
                 if outcome.action is Action.EDIT:
                     pending = outcome.text or ""
+                    continue
+                if held:  # a held Ctrl-C sends nothing: the message waits at the prompt, with its files
+                    attached = outcome.attachments
+                    pending = self._put_back(outcome.text or "", attached or (), from_pending=attached is None)
                     continue
                 pending = self.run_turn(outcome.text or "", outcome.attachments)
                 continue

@@ -1,7 +1,12 @@
 """Tab completion in the chat: command names, /set keys and preset names, /file paths and MCP
-resources (`mcp:SERVER/URI`), /prompt's saved prompts and MCP prompts (`mcp:SERVER/NAME`), /load's saved conversations and /model's models (those `llmchat models list` shows,
-and the config's aliases; read once per chat). Completion never breaks typing: a failed look-up
-completes nothing.
+resources (`mcp:SERVER/URI`), /prompt's saved prompts and MCP prompts (`mcp:SERVER/NAME`),
+/load's saved conversations and /model's models (those `llmchat models list` shows, and the
+config's aliases; read once per chat).
+
+Completion never stops typing: the chat runs it on a thread of its own (`complete_in_thread`), a
+failed look-up completes nothing, and nothing slow is asked again on every key. An MCP server is
+never started for it: only a running one's resources and prompts are listed (once per chat), and
+the history's conversations are read once per prompt (`new_prompt`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,11 @@ class SlashCompleter(Completer):
         self.mcp = mcp
         self._mcp_listed: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (what, server): listed once
         self._models: list[tuple[str, str]] | None = None  # /model's names, listed on first use
+        self._saved_listed: list[tuple[str, str]] | None = None  # /load's, read once per prompt
+
+    def new_prompt(self) -> None:
+        """A new prompt begins: the saved conversations may have changed since the last one."""
+        self._saved_listed = None
 
     def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterator[Completion]:
         text = document.text_before_cursor
@@ -81,7 +91,8 @@ class SlashCompleter(Completer):
 
     def _mcp_candidates(self, what: str, typed: str) -> list[tuple[str, str]]:
         """`mcp:` completes to `mcp:SERVER/`; `mcp:SERVER/...` to that server's resources (or
-        prompts), listed once per chat (the server is started for it)."""
+        prompts) when it runs already (a /file, /resources or tool call started it), listed once
+        per chat. A server that is not running completes nothing: a key never starts one."""
         server, slash, _ = typed[len("mcp:") :].partition("/")
         if not slash or not typed.startswith("mcp:"):
             return [(f"mcp:{name}/", "MCP server") for name in self._mcp_servers() if f"mcp:{name}/".startswith(typed)]
@@ -90,10 +101,12 @@ class SlashCompleter(Completer):
             from llmchat.mcp_sources import listing_lines
 
             try:
-                lines = listing_lines(self.mcp, what, server) if self.mcp is not None else []
-            except Exception:  # completion must never break typing (a server that cannot start)
-                lines = []
-            self._mcp_listed[key] = [_split_listing(line) for line in lines]
+                if self.mcp is None or self.mcp.running(server) is None:
+                    return []  # asked again once it runs
+                self._mcp_listed[key] = []  # the keys typed while it answers find it listing already
+                self._mcp_listed[key] = [_split_listing(line) for line in listing_lines(self.mcp, what, server)]
+            except Exception:  # completion must never break typing (a server that fails to answer)
+                pass
         return [(ref, meta) for ref, meta in self._mcp_listed[key] if ref.startswith(typed)]
 
     def _model_names(self) -> list[tuple[str, str]]:
@@ -107,6 +120,11 @@ class SlashCompleter(Completer):
         return self._models
 
     def _saved(self) -> list[tuple[str, str]]:
+        if self._saved_listed is None:
+            self._saved_listed = self._read_saved()
+        return self._saved_listed
+
+    def _read_saved(self) -> list[tuple[str, str]]:
         store = self.session.history if self.session is not None else None
         if store is None:
             return []

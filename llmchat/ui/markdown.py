@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from typing import IO, TYPE_CHECKING
 
+from llmchat import interrupts
 from llmchat.errors import UsageError
 from llmchat.output import StreamPrinter
 from llmchat.ui.markdown_stream import MarkdownStream
@@ -77,6 +78,14 @@ class MarkdownPrinter(StreamPrinter):
 
     def text(self, fragment: str) -> None:
         super().text(fragment)  # the switch from thinking to the answer; nothing is echoed
+        self._draw_frame(fragment)
+
+    # A frame is computed and written under `uninterrupted`: the renderer counts the rows a frame
+    # draws as drawn once it returns the frame, so a Ctrl-C landing in a slow write (SSH) would
+    # leave the next frame erasing rows that never reached the screen. The Ctrl-C waits for the
+    # decode loop's next checkpoint instead, a token later.
+    @interrupts.uninterrupted
+    def _draw_frame(self, fragment: str) -> None:
         frame = self.markdown.feed(fragment, time.perf_counter())
         if frame:
             self.write_reply(frame)
@@ -96,6 +105,7 @@ class MarkdownPrinter(StreamPrinter):
             pass
         super().abort()
 
+    @interrupts.uninterrupted
     def _close_markdown(self) -> None:
         frame = self.markdown.close()
         self.markdown = MarkdownStream(self.console)

@@ -27,7 +27,9 @@ takes about 2 % of the time at most, even on a loaded machine or with a long liv
 costs 1-2 ms on a quiet machine: rich's Markdown parse and, for code, pygments).
 
 The class is pure: the caller passes the clock (`now`) and writes the frames (llmchat.ui.markdown
-writes them under the live readout's lock), so tests feed it token strings and a fake clock.
+writes them under the live readout's lock), so tests feed it token strings and a fake clock. A
+frame it returns counts as drawn, so the caller writes each one whole before asking for the next
+(llmchat.ui.markdown computes and writes a frame under `interrupts.uninterrupted`).
 """
 
 from __future__ import annotations
