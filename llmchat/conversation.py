@@ -51,7 +51,8 @@ class Conversation:
     stay in history."""
 
     system: str | None = None
-    messages: list[dict] = field(default_factory=list)  # {"role", "content"} and maybe "interrupted"
+    # {"role", "content"} and maybe "interrupted", "reasoning" (a reply's thinking, as the history keeps it)
+    messages: list[dict] = field(default_factory=list)
     window_start: int = 0
     summary: Summary | None = None  # the latest compaction's; the window starts at or after it
 
@@ -68,7 +69,7 @@ class Conversation:
             elif message.role in ("user", "assistant", "tool"):
                 # A tool turn's calls and results come back as they were sent (StoredMessage.tool).
                 conversation.messages.append(message.chat_message())
-                if getattr(message, "reasoning", None):  # kept beside the reply, never sent back
+                if getattr(message, "reasoning", None):  # the template decides what to show again
                     conversation.messages[-1]["reasoning"] = message.reasoning
         return conversation
 
@@ -98,7 +99,7 @@ class Conversation:
         prompt gives them back to the model unchanged: see `Engine.prompt_tokens`). `between`: a
         tool turn's calls and results, between the user's message and the final reply."""
         self.messages.append({"role": "user", "content": user})
-        self.messages.extend(dict(message) for message in between)
+        self.messages.extend(_kept_as_stored(message) for message in between)
         reply: dict = {"role": "assistant", "content": assistant, "interrupted": interrupted}
         if token_ids:
             reply["token_ids"] = token_ids
@@ -170,14 +171,27 @@ _TOOL_KEYS = ("tool_calls", "tool_call_id", "name")
 
 
 def _prompt_message(message: dict) -> dict:
-    """What the template sees of a message, plus the sampled ids of a reply (never rendered)."""
+    """What the template sees of a message, plus the sampled ids of a reply (never rendered). A
+    reply's thinking goes as `reasoning_content`, as llama.cpp passes it: the template decides
+    whether the model sees it again (llmchat.prompt.reasoning_history)."""
     shown = {"role": message["role"], "content": message["content"]}
     if message.get("token_ids"):
         shown["token_ids"] = message["token_ids"]
     for key in _TOOL_KEYS:
         if key in message:
             shown[key] = message[key]
+    if message["role"] == "assistant" and message.get("reasoning"):
+        shown["reasoning_content"] = message["reasoning"]
     return shown
+
+
+def _kept_as_stored(message: dict) -> dict:
+    """A tool round's message as the conversation keeps it: its thinking under `reasoning`, as the
+    history stores it (the rounds hand it to the template as `reasoning_content`)."""
+    kept = {key: value for key, value in message.items() if key != "reasoning_content"}
+    if message.get("reasoning_content"):
+        kept["reasoning"] = message["reasoning_content"]
+    return kept
 
 
 @dataclass(frozen=True)

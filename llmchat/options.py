@@ -55,6 +55,7 @@ class RunOptions:
     thinking_budget: Optional[int] = None
     template_var: tuple[str, ...] = ()
     hide_thinking: bool = False
+    reasoning_preserve: Optional[bool] = None  # None: the config's
     show_thinking: bool = False
     # structured output (llmchat.structured)
     schema: Optional[str] = None

@@ -465,6 +465,7 @@ class ReasoningSettings:
     budget: int | None = None
     display: str = "auto"
     variables: tuple[tuple[str, Any], ...] = ()
+    preserve: bool = False  # --reasoning-preserve (llmchat.prompt.reasoning_history)
 
     @classmethod
     def from_options(cls, opts: Any, config: Any = None) -> ReasoningSettings:
@@ -485,4 +486,5 @@ class ReasoningSettings:
         if display is None:
             display = "hide" if getattr(config, "hide_thinking", False) else "auto"
         variables = tuple(parse_template_var(item) for item in opts.template_var)
-        return cls(pick(opts.think, "think"), effort, budget, display, variables)
+        preserve = bool(pick(opts.reasoning_preserve, "reasoning_preserve"))
+        return cls(pick(opts.think, "think"), effort, budget, display, variables, preserve)

@@ -280,13 +280,16 @@ def test_record_keys_are_the_same_for_results_and_errors():
     assert result.to_record()["reasoning"] == "r" and error_record(1, "x")["reasoning"] is None
 
 
-def test_earlier_reasoning_is_never_sent_back_in_the_prompt():
+def test_earlier_reasoning_goes_back_only_where_the_template_shows_it():
     conversation = Conversation()
     conversation.add_exchange("What is 2+2?", "4")
     conversation.messages[-1]["reasoning"] = "SECRET-CHAIN two and two"
     messages = conversation.prompt_messages("And 3+3?")
-    assert all("reasoning" not in m for m in messages)
-    for path in (QWEN3, R1, SMOLLM3):  # SmolLM3 keeps whatever it is given: we give it no reasoning
+    # As llama.cpp passes it: the template decides (llmchat.prompt.reasoning_history).
+    assert messages[1] == {"role": "assistant", "content": "4", "reasoning_content": "SECRET-CHAIN two and two"}
+    # Qwen3 drops thinking before the last user message; R1 and SmolLM3 never read it (SmolLM3
+    # would keep raw <think> text in content, which never holds it).
+    for path in (QWEN3, R1, SMOLLM3):
         assert "SECRET-CHAIN" not in _render(path, messages)
 
 

@@ -256,6 +256,15 @@ _REASONING_OPTIONS = {
             rich_help_panel=REASONING,
         ),
     ],
+    "reasoning_preserve": Annotated[
+        Optional[bool],
+        typer.Option(
+            "--reasoning-preserve/--no-reasoning-preserve",
+            help="Keep the thinking of every earlier turn in the prompt, for templates with a switch for it (GLM 4.7 clear_thinking, DeepSeek V4 drop_thinking, Qwen 3.6 preserve_thinking). Default: the template decides.",
+            show_default=False,
+            rich_help_panel=REASONING,
+        ),
+    ],
     "hide_thinking": Annotated[
         bool,
         typer.Option("--hide-thinking", help="Show only the answer, not the thinking.", rich_help_panel=REASONING),

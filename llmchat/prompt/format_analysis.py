@@ -354,7 +354,7 @@ def _tagged_arguments(r: Renderer, body: str) -> tuple[str, str, dict[str, Any]]
 
 # --- reasoning ------------------------------------------------------------------------------------
 def analyze_reasoning(r: Renderer) -> ReasoningLayout | None:
-    found = None
+    found, message_key = None, "reasoning_content"
     with_call = [(FUN_FIRST, {ARG_FIRST: VALUE_FIRST})]
     for calls in ([], with_call):
         for key in [k for k in ("reasoning_content", "reasoning", "thinking") if k in r.source]:
@@ -370,6 +370,7 @@ def analyze_reasoning(r: Renderer) -> ReasoningLayout | None:
                     continue
                 found = _thinking_markers(after, region)
                 if found:
+                    message_key = key
                     break
             if found:
                 break
@@ -379,12 +380,12 @@ def analyze_reasoning(r: Renderer) -> ReasoningLayout | None:
         return None
     start, end = found
     if not start:  # delimiter style: the block is only closed (e.g. `…[BEGIN FINAL RESPONSE]`)
-        return ReasoningLayout(start="", end=end)
+        return ReasoningLayout(start="", end=end, message_key=message_key)
     on = r.render([USER], prompt=True, enable_thinking=True) or ""
     off = r.render([USER], prompt=True, enable_thinking=False) or ""
     opens = on.rstrip().endswith(start)
     closed_off = off.rstrip().endswith(end) and start in off[len(common_prefix(on, off)) - len(start) :]
-    return ReasoningLayout(start=start, end=end, opens_in_prompt=opens, closed_when_off=closed_off)
+    return ReasoningLayout(start, end, opens_in_prompt=opens, closed_when_off=closed_off, message_key=message_key)
 
 
 def _thinking_markers(after: str, region: str) -> tuple[str, str] | None:

@@ -70,6 +70,8 @@ class ReasoningLayout:
     end: str
     opens_in_prompt: bool = False  # the generation prompt leaves the block open (thinking on)
     closed_when_off: bool = False  # with thinking off the prompt holds an empty, closed block
+    # The message field the template reads earlier thinking from (reasoning_content, thinking, ...).
+    message_key: str = "reasoning_content"
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from llmchat.errors import UsageError
 from llmchat.prompt.model_facts import ModelFacts
+from llmchat.prompt.reasoning_history import REASONING_KEY, for_template
 from llmchat.prompt.sandbox import TemplateRenderError, compile_template, render_compiled
 
 # Private-use characters (plane 15) mark where message contents go in the skeleton render.
@@ -86,6 +87,8 @@ def _normalize_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str,
         for key in TOOL_MESSAGE_KEYS:
             if key in message:
                 shaped[key] = message[key]
+        if role == "assistant" and isinstance(message.get(REASONING_KEY), str) and message[REASONING_KEY]:
+            shaped[REASONING_KEY] = message[REASONING_KEY]  # its earlier thinking (llmchat.prompt.reasoning_history)
         normalized.append(shaped)
     return normalized
 
@@ -151,7 +154,7 @@ def render_prompt(
 ) -> RenderedPrompt:
     """The prompt for `messages`, as text and as trusted/untrusted pieces that join to that text.
     `variables`: extra template variables the template's authors defined (`enable_thinking`)."""
-    conversation = _normalize_messages(messages)
+    conversation = _normalize_messages(for_template(messages, resolved.text))
     if resolved.system_mode == "folded":
         conversation = fold_system_messages(conversation)
     compiled = resolved.compiled()
@@ -196,9 +199,9 @@ def _pieces(
     only user and system text, the part that comes from outside. Failing all, the prompt is one
     trusted piece.
     """
-    if not any(message["content"] for message in conversation):
+    every = {i for i, m in enumerate(conversation) if m["content"] or m.get(REASONING_KEY)}
+    if not every:
         return ((Piece(reference, True),) if reference else ()), ()
-    every = {i for i, m in enumerate(conversation) if m["content"]}
     with_calls = any(m.get("tool_calls") for m in conversation)
     attempts = (
         *(((every, True, ()),) if with_calls else ()),
@@ -243,6 +246,21 @@ def _with_argument_placeholders(conversation: list[dict[str, Any]], contents: li
     return shaped
 
 
+def _with_reasoning_placeholders(
+    conversation: list[dict[str, Any]], protected: set[int], contents: list[str]
+) -> list[dict[str, Any]]:
+    """The earlier thinking of each protected message replaced by a placeholder numbered after the
+    contents so far, as its content is: the model sampled it, so `<|im_end|>` written inside it
+    must stay text; the thinking is appended to `contents`."""
+    shaped = []
+    for index, message in enumerate(conversation):
+        if index in protected and message.get(REASONING_KEY):
+            contents.append(message[REASONING_KEY])
+            message = {**message, REASONING_KEY: _placeholder(len(contents) - 1)}
+        shaped.append(message)
+    return shaped
+
+
 def _call_with_placeholders(call: Any, protect: Any) -> Any:
     # The arguments as an object (their string values), or as JSON text (the shape some templates
     # print as it is: DeepSeek R1, Functionary), which is then protected whole.
@@ -269,12 +287,13 @@ def _protected_pieces(
     contents: list[str] = [message["content"] or "" for message in conversation]
     roles: list[str | None] = [m["role"] for m in conversation]
     skeleton_messages = [
-        {**message, "content": _placeholder(index) if index in protected else message["content"]}
+        {**message, "content": _placeholder(index) if index in protected and message["content"] else message["content"]}
         for index, message in enumerate(conversation)
     ]
+    skeleton_messages = _with_reasoning_placeholders(skeleton_messages, protected, contents)
     if arguments:
         skeleton_messages = _with_argument_placeholders(skeleton_messages, contents)
-        roles.extend([None] * (len(contents) - len(roles)))  # an argument is no message's content
+    roles.extend([None] * (len(contents) - len(roles)))  # thinking or an argument is no message's content
     try:
         skeleton = render_compiled(
             compiled, template_context(skeleton_messages, facts, add_generation_prompt, variables), label

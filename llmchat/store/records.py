@@ -48,6 +48,12 @@ class StoredMessage:
         return message
 
 
+def tool_fields(message: dict[str, Any]) -> dict[str, Any]:
+    """What a tool turn's message keeps in its `tool` column: its calls, call id, name and how the
+    call went; the role, the content and a round's thinking (its own column) are stored apart."""
+    return {k: v for k, v in message.items() if k not in ("role", "content", "reasoning_content")}
+
+
 @dataclass
 class StoredConversation:
     id: str

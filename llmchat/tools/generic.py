@@ -99,4 +99,6 @@ def as_plain_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]
             plain.append({"role": "user", "content": json.dumps(response, ensure_ascii=False)})
         else:
             plain.append({"role": message["role"], "content": message.get("content") or ""})
+        if message.get("role") == "assistant" and message.get("reasoning_content"):
+            plain[-1]["reasoning_content"] = message["reasoning_content"]  # the template decides (render.py)
     return plain

@@ -32,9 +32,14 @@ def call_id(index: int) -> str:
     return f"call{index:05d}"
 
 
-def assistant_tool_calls(calls: Sequence[tuple[str, Any]], content: str = "", first_index: int = 0) -> dict[str, Any]:
-    """The assistant message for calls [(name, arguments)], in the OpenAI shape templates read."""
-    return {
+def assistant_tool_calls(
+    calls: Sequence[tuple[str, Any]], content: str = "", first_index: int = 0, reasoning: str | None = None
+) -> dict[str, Any]:
+    """The assistant message for calls [(name, arguments)], in the OpenAI shape templates read.
+    `reasoning`: the thinking before the calls, as `reasoning_content`: the templates that keep it
+    across a turn's rounds (GLM, Kimi K2 Thinking, MiniMax, DeepSeek V3.2+) show it to the next
+    round (llmchat.prompt.reasoning_history)."""
+    message: dict[str, Any] = {
         "role": "assistant",
         "content": content,
         "tool_calls": [
@@ -42,6 +47,9 @@ def assistant_tool_calls(calls: Sequence[tuple[str, Any]], content: str = "", fi
             for n, (name, arguments) in enumerate(calls)
         ],
     }
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    return message
 
 
 def tool_result(index: int, name: str, text: str) -> dict[str, Any]:

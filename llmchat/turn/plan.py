@@ -63,6 +63,9 @@ class PreparedTurn:
     tool_choice: str | dict[str, Any] | None = None
     # The rendered prompt's text: a tool turn's later rounds keep the first round's tokens for it.
     rendered_text: str = ""
+    # A tool round's reply stays as written, content markers and all: the tool loop's reader finds
+    # the calls in it first (Kimi K3 writes them after its closing marker), then takes them off.
+    keeps_markers: bool = False
 
     @property
     def prompt(self) -> Prompt:

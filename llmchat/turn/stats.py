@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING
 
 from llmchat.metrics import TurnStats
 from llmchat.reasoning import split_reply
+from llmchat.turn.markers import reply_content
 from llmchat.turn.policy import LOOP_NOTICE
 from llmchat.turn.record import TurnResult
 
 if TYPE_CHECKING:
     from llmchat.engine.interface import ChatEngine
     from llmchat.engine.reply import GenerationOutcome
+    from llmchat.prompt.render import ResolvedTemplate
     from llmchat.reasoning import ReasoningFormat, ThinkingTracker
     from llmchat.turn.plan import PreparedTurn
 
@@ -30,15 +32,17 @@ def result_of(
     engine: ChatEngine,
     reasoning_format: ReasoningFormat | None,
     model: str,
-    template: str,
+    template: ResolvedTemplate,
     t_first_written: float | None = None,
     t_submit: float | None = None,
     tracker: ThinkingTracker | None = None,
 ) -> TurnResult:
-    """`t_first_written`: when the first reply text reached the user (default: when the engine
-    produced it); `t_submit`: when its TTFT clock started (default: when it was prepared; a
-    parallel sequence starts when it takes its slot). `tracker`: the turn's thinking as it was
-    streamed; without one, a reasoning model's reply is split here."""
+    """`template`: the one the prompt was rendered with; its name goes in the record, and the
+    markers it wraps a reply in come off the answer (llmchat.turn.markers), but for a tool round's
+    (`keeps_markers`). `t_first_written`: when the first reply text reached the user (default:
+    when the engine produced it); `t_submit`: when its TTFT clock started (default: when it was
+    prepared; a parallel sequence starts when it takes its slot). `tracker`: the turn's thinking
+    as it was streamed; without one, a reasoning model's reply is split here."""
     start = prepared.t_submit if t_submit is None else t_submit
     if tracker is None and prepared.tracker is not None and prepared.tracker.fed:
         tracker = prepared.tracker  # fed by the decoding loop: the end of its reply is still held
@@ -46,6 +50,8 @@ def result_of(
     reasoning, reply, thinking_tokens, t_first_answer, budget_hit = _thinking_of(
         prepared, reply, tracker, reasoning_format, engine
     )
+    if not prepared.keeps_markers:  # before the ids are checked: they spell the reply as written
+        reply = reply_content(template.text, reply)
     first_written = t_first_written or outcome.t_first_shown
     first = outcome.t_first_token
     end = outcome.t_last_token or first or time.perf_counter()
@@ -84,7 +90,14 @@ def result_of(
     else:
         stats.ttfa_s = (t_first_answer - start) if t_first_answer else None
     result = TurnResult(
-        prepared.user, reply, outcome.finish_reason, stats, seed, model=model, template=template, reasoning=reasoning
+        prepared.user,
+        reply,
+        outcome.finish_reason,
+        stats,
+        seed,
+        model=model,
+        template=template.name,
+        reasoning=reasoning,
     )
     result.server_calls = list(outcome.server_calls)
     if reasoning is None and outcome.generated_ids and engine.detokenize(outcome.generated_ids) == reply:

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from llmchat import interrupts
 from llmchat.errors import ModelError, ServerError
+from llmchat.reasoning import ANSWER, Segment
+from llmchat.turn.markers import MarkerFilter
 from llmchat.turn.observer import ThinkingDisplay
 
 if TYPE_CHECKING:
@@ -31,23 +33,31 @@ class Read:
 
 
 def read_reply(
-    generation: GenerationLike, tracker: ThinkingTracker | None, observer: TurnObserver, display: str
+    generation: GenerationLike,
+    tracker: ThinkingTracker | None,
+    observer: TurnObserver,
+    display: str,
+    template_source: str,
 ) -> Read:
-    """Stream `generation` to `observer` (its thinking through a ThinkingDisplay in `display` mode)."""
+    """Stream `generation` to `observer` (its thinking through a ThinkingDisplay in `display` mode),
+    its answer without the content markers `template_source` wraps a reply in (llmchat.turn.markers;
+    `Read.answer` keeps them: the turn's result, or a tool round's reader, takes them off)."""
     outcome = generation.outcome
     fragments: list[str] = []
     raw: list[str] = []
     t_first_written: float | None = None
     stopped: BaseException | None = None
     shown = ThinkingDisplay(observer, display)
+    markers = MarkerFilter.of_template(template_source)
     try:
         for event in generation:
             raw.append(event.text)
             if event.text and tracker is not None:
-                shown.show(tracker.feed(event.text, outcome.generated_tokens, time.perf_counter()))
+                segments = tracker.feed(event.text, outcome.generated_tokens, time.perf_counter())
+                shown.show(_unwrapped(segments, markers))
             elif event.text:
                 fragments.append(event.text)
-                observer.text(event.text)
+                _show_answer(observer, markers.feed(event.text))
             now = time.perf_counter()
             if t_first_written is None:
                 t_first_written = now
@@ -70,10 +80,30 @@ def read_reply(
         # saved, marked interrupted as a Ctrl-C's is, then the error is reported with its exit code.
         outcome.finish_reason = "interrupted"
         stopped = err
+    showable = stopped is None or isinstance(stopped, ModelError)  # stdout closed: showing more would raise
     if tracker is not None:
         held = tracker.flush(outcome.generated_tokens, time.perf_counter())
-        if stopped is None or isinstance(stopped, ModelError):  # stdout closed: showing more would raise
-            shown.show(held)
+        if showable:
+            shown.show(_unwrapped(held, markers) + _answer(markers.flush()))
             shown.close()
         fragments = [tracker.splitter.answer]
+    elif showable:
+        _show_answer(observer, markers.flush())
     return Read("".join(fragments), "".join(raw), t_first_written, stopped)
+
+
+def _unwrapped(segments: list[Segment], markers: MarkerFilter) -> list[Segment]:
+    """The segments as shown: the answer's through `markers`, and none left empty by them."""
+    if markers.passes_through:
+        return segments
+    out = [Segment(ANSWER, markers.feed(s.text)) if s.kind == ANSWER else s for s in segments]
+    return [segment for segment in out if segment.text]
+
+
+def _answer(text: str) -> list[Segment]:
+    return [Segment(ANSWER, text)] if text else []
+
+
+def _show_answer(observer: TurnObserver, text: str) -> None:
+    if text:
+        observer.text(text)

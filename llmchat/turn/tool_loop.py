@@ -10,9 +10,10 @@ from a plain turn is only what surrounds the decode (the offer itself: llmchat.t
 - the round's reply is held to the family's call grammar: from its first token when the call is
   forced (`--tool-choice required` or a tool's name, first round only), lazily from the family's
   trigger text with `auto`, and the generic format's whole reply is always one JSON object;
-- the reply is parsed with the family's parser; each call is shown on stderr, approved or not
-  (llmchat.tools.approval), run (llmchat.tools.execute) and its result goes back as a `tool`
-  message. Every failure is text for the model: the turn goes on.
+- the reply is read as every finished reply is (llmchat.turn.reading.read_finished_reply: the family's
+  parser, and the template's content markers off the text); each call is shown on stderr,
+  approved or not (llmchat.tools.approval), run (llmchat.tools.execute) and its result goes back
+  as a `tool` message. Every failure is text for the model: the turn goes on.
 The rounds extend one prompt, so each round prefills only the calls and results (KV prefix reuse);
 for that reason a server's changed tool list (notifications/tools/list_changed) is offered from the
 next turn, never between two rounds (ToolOffer.refresh, before the first round).
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -41,12 +42,15 @@ from llmchat import interrupts
 from llmchat.tools import native
 from llmchat.tools.approval import format_call
 from llmchat.tools.choice import ChainGuard, plan_round
-from llmchat.tools.families import GENERIC, call_in_reasoning
+from llmchat.tools.families import GENERIC
 from llmchat.tools.prompt import assistant_tool_calls, tool_result
 from llmchat.tools.spec import CallRecord
+from llmchat.turn.reading import read_finished_reply
 
 if TYPE_CHECKING:
+    from llmchat.prompt.render import ResolvedTemplate
     from llmchat.tools.call_parsers import ParsedReply
+    from llmchat.tools.families import Family
     from llmchat.tools.offer import ToolOffer
     from llmchat.turn.observer import TurnObserver
     from llmchat.turn.plan import PreparedTurn, TurnScope
@@ -61,7 +65,11 @@ KeptPrefix = tuple[str, list[int]]  # a prompt's text and its token ids, as they
 class RoundRunner(Protocol):
     """What the rounds run on (a chat session): each round is prepared and decoded as any turn is.
     `after_user`: the calls so far and their results; `kept_prefix`: the first round's prompt,
-    whose tokens later rounds keep as they are."""
+    whose tokens later rounds keep as they are. `template`: the chat template the rounds render,
+    whose content markers come off each reply."""
+
+    @property
+    def template(self) -> ResolvedTemplate: ...
 
     def prepare(
         self,
@@ -178,6 +186,7 @@ def tool_rounds(
                 offer.io.notice(line)
         prepared = runner.prepare(user_text, scope, after_user=after_user, kept_prefix=kept)
         last_prepared = prepared
+        prepared.keeps_markers = not offer.native  # read_round takes them off, after the calls
         plan = plan_round(offer.choice, len(rounds), names)
         if offer.native:  # the server holds its reply to its own call format
             prepared.tool_choice = native.round_choice(offer.choice, plan, final)
@@ -199,28 +208,22 @@ def tool_rounds(
         held.start_round(_streamed_triggers(offer, plan.forced and not final))
         result, stopped = runner.decode(prepared, held, restore=not rounds)
         held.round_ended()
-        # An interrupted reply is parsed too (its text before any call is the answer so far),
+        # An interrupted reply is read too (its text before any call is the answer so far),
         # but no call of it runs.
-        # gpt-oss writes its call in the channel header (`to=functions.NAME`), which the
-        # reasoning split leaves out of the answer: its parser reads the whole reply.
-        parsed = offer.family.parse(result.reply, schemas)
-        if offer.family.id == "gpt_oss":  # harmony's calls are in the headers the answer leaves out
-            parsed = replace(offer.family.parse(result.raw_reply, schemas), content=parsed.content)
-        at = call_in_reasoning(offer.family, result.reasoning or "") if not parsed.calls else None
-        if at is not None and result.reasoning is not None:  # the call was written inside the open thinking block
-            result.reply = result.reasoning[at:] + result.reply
-            result.reasoning = result.reasoning[:at].strip()
-            parsed = offer.family.parse(result.reply, schemas)
         if offer.native:  # the calls came apart from the text
             parsed = native.parsed_reply(result.reply, result.server_calls)
             if plan.forced and not parsed.calls and result.finish_reason not in ("interrupted", "error"):
                 offer.notice_once(native.missing_call_notice(result.finish_reason))
+        else:
+            parsed = read_round(runner.template.text, offer.family, result, schemas)
         rounds.append(_Round(result, prepared.t_submit, parsed))
         if stopped is not None or result.finish_reason in ("interrupted", "error") or final or not parsed.calls:
             break
         first_index = sum(1 for message in after_user if message["role"] == "tool")  # the calls' ids
         call_pairs = [(call.name, call.arguments) for call in parsed.calls]
-        messages: list[dict[str, Any]] = [assistant_tool_calls(call_pairs, parsed.content, first_index)]
+        # The round's thinking goes with its calls: the template decides whether the next round sees it.
+        thought = assistant_tool_calls(call_pairs, parsed.content, first_index, reasoning=result.reasoning)
+        messages: list[dict[str, Any]] = [thought]
         keys = [_call_key(call.name, call.arguments) for call in parsed.calls]
         if all(key in made for key in keys):
             # Not run twice: the earlier results go back again, and the next round answers.
@@ -262,6 +265,22 @@ def tool_rounds(
     if final_result.reply and stopped is None and not held.streamed:
         observer.text(final_result.reply)
     return last_prepared, final_result, stopped
+
+
+def read_round(template_source: str, family: Family, result: TurnResult, schemas: Mapping[str, Any]) -> ParsedReply:
+    """A round's reply read as every finished reply is (llmchat.turn.reading.read_finished_reply, which
+    `template parse` and the reference cases go through too): its calls, and its text without the
+    template's content markers. A call written inside the open thinking block moves to the reply,
+    with the thinking after it, as llama.cpp ends the thinking at the call."""
+    # gpt-oss writes its call in the channel header (`to=functions.NAME`), which the reasoning
+    # split leaves out of the answer: the reading finds it in the whole reply.
+    reading = read_finished_reply(
+        template_source, family, result.reply, result.reasoning or "", schemas, whole_reply=result.raw_reply
+    )
+    result.reply = reading.answer
+    if result.reasoning is not None:  # None: the model has no reasoning format, nothing was split off
+        result.reasoning = reading.reasoning
+    return reading.parsed
 
 
 def _streamed_triggers(offer: ToolOffer, forced: bool) -> tuple[str, ...] | None:
