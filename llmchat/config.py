@@ -142,6 +142,9 @@ class Config:
     # Tools the model may call: [tools.NAME] commands and [mcp.NAME] servers (llmchat.tools).
     tools: dict[str, Any] = field(default_factory=dict)
     mcp: dict[str, Any] = field(default_factory=dict)
+    # Each [mcp.NAME]'s `tools = ["name", "glob_*"]`: only those of its tools are offered
+    # (llmchat.tools.registry). Read apart here, so the server's own table keeps its own keys.
+    mcp_tools: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Saved prompts for -p NAME / /prompt NAME: system, model, preset, sampling, schema (llmchat.saved_prompts).
     prompts: dict[str, Any] = field(default_factory=dict)
 
@@ -197,6 +200,7 @@ def load_config(path: Path | None = None) -> Config:
         _check_server(path, name, settings)
     for name, settings in data.get("prompts", {}).items():
         check_saved_prompt(path, name, settings)
+    mcp_tools = _picked_mcp_tools(path, data.get("mcp", {}))
     for folder in data.get("model_dirs", []):
         _check_type(path, "each model_dirs entry", folder, str)
     flash_attn = data.get("flash_attn")
@@ -213,7 +217,23 @@ def load_config(path: Path | None = None) -> Config:
         raise ConfigError(f"config file {path}: compact_summary_tokens must be 1 or more; fix or remove that line")
     if data.get("prompt_cache_max_bytes", 0) < 0:
         raise ConfigError(f"config file {path}: prompt_cache_max_bytes must be 0 or more; fix or remove that line")
-    return Config(path=path, exists=True, **data)
+    return Config(path=path, exists=True, mcp_tools=mcp_tools, **data)
+
+
+def _picked_mcp_tools(path: Path, servers: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """Take each [mcp.NAME]'s `tools = [...]` out of its table (which llmchat.tools.mcp.config
+    checks key by key), checked: a list of tool names or globs."""
+    picked: dict[str, tuple[str, ...]] = {}
+    for name, settings in servers.items():
+        if not isinstance(settings, dict) or "tools" not in settings:
+            continue
+        names = settings.pop("tools")
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) and n.strip() for n in names):
+            raise ConfigError(
+                f'config file {path}: mcp.{name}.tools must be a list of tool names, e.g. ["get_current_time"]'
+            )
+        picked[name] = tuple(names)
+    return picked
 
 
 def _check_server(path: Path, name: str, settings: Any) -> None:

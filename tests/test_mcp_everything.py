@@ -2,9 +2,11 @@
 Streamable HTTP, through `llmchat mcp` with no model: every tool that needs no person, its result
 checked per content kind; resources, resource templates and prompts listed.
 
-The server offers its elicitation and sampling demos only to a client that declares those
-capabilities; llmchat declares neither (nobody is there to answer), so they are not listed, and
-`simulate-research-query` (taskSupport: required) is left out with one notice.
+The server offers its roots and elicitation demos only to a client that declares those
+capabilities: llmchat declares both, so `get-roots-list`, `trigger-elicitation-request` and
+`trigger-url-elicitation` are listed (tests/test_mcp_roots_elicitation.py calls them); it does not
+declare sampling or tasks (the client's own), so their demos are not. `simulate-research-query`
+(taskSupport: required) runs as a task (tests/test_mcp_tasks.py).
 """
 
 from __future__ import annotations
@@ -102,10 +104,10 @@ def test_the_other_tools_answer(cli, everything, tool):
     assert record_of(call(cli, everything, tool))["text"]
 
 
-def test_a_task_only_tool_is_left_out_with_one_line(cli, everything):
+def test_a_task_only_tool_runs_as_a_task(cli, everything):
     run = call(cli, everything, "simulate-research-query", {"topic": "bees"})
-    assert run.returncode == 2 and run.stdout == ""
-    assert "everything_simulate-research-query: it runs only as a task (taskSupport: required)" in run.stderr
+    assert record_of(run)["text"].startswith("# Research Report: bees")
+    assert "llmchat: everything_simulate-research-query: task working (Gathering sources...)" in run.stderr
 
 
 def test_plain_output_and_usage_errors(cli, npm_mcp_bin):
@@ -151,7 +153,9 @@ def test_mcp_list_and_tools_name_every_server_and_one_that_is_down(cli, npm_mcp_
     assert run.returncode == 1  # one server is down
     states = {record["name"]: record for record in json.loads(run.stdout)}
     assert states["time"]["status"] == "ok" and states["time"]["tools"] == 2
-    assert states["everything"]["tools"] >= 12 and states["everything"]["prompts"] == 4
+    # 13 tools for any client (simulate-research-query runs as a task), and 3 for one that declares
+    # roots and elicitation (form and URL)
+    assert states["everything"]["tools"] == 16 and states["everything"]["prompts"] == 4
     assert states["down"]["status"] == "failed" and "could not be reached: no connection" in states["down"]["error"]
     tools = cli("mcp", "tools", "--json")
     assert tools.returncode == 1 and "MCP server down" in tools.stderr and tools.stderr.count("\n") == 1

@@ -11,6 +11,7 @@ from llmchat.commands.tool_options import (
     ChainLimitOption,
     FunctionsOption,
     McpOption,
+    RootOption,
     ToolChoiceOption,
     ToolOption,
 )
@@ -92,6 +93,7 @@ def ask(
     tool: ToolOption = None,
     functions: FunctionsOption = None,
     mcp: McpOption = None,
+    root: RootOption = None,
     tool_choice: ToolChoiceOption = "auto",
     chain_limit: ChainLimitOption = DEFAULT_CHAIN_LIMIT,
     approve_tools: ApproveToolsOption = False,
@@ -114,10 +116,12 @@ def ask(
         from llmchat.output import StreamPrinter, write_json
         from llmchat.structured import from_options
         from llmchat.tools import options as tool_options
+        from llmchat.tools.mcp.roots import use_roots
         from llmchat.turn.policy import INVALID_REPLY_EXIT
         from llmchat.ui.markdown import MarkdownPrinter, wants_markdown
 
         check_overflow(overflow)
+        use_roots(root)  # a --root that is not a folder: exit 2, before any MCP server starts
         if compact is not None:  # a bad --compact: exit 2
             # Imported here only: without --compact, the turn's modules it pulls in load on another
             # thread while llama.cpp loads the model (llmchat.loading), 40 ms off a one-shot's TTFT.

@@ -15,6 +15,7 @@ from llmchat.commands.tool_options import (
     ChainLimitOption,
     FunctionsOption,
     McpOption,
+    RootOption,
     ToolChoiceOption,
     ToolOption,
 )
@@ -55,6 +56,7 @@ def batch(
     tool: ToolOption = None,
     functions: FunctionsOption = None,
     mcp: McpOption = None,
+    root: RootOption = None,
     tool_choice: ToolChoiceOption = "auto",
     chain_limit: ChainLimitOption = DEFAULT_CHAIN_LIMIT,
     approve_tools: ApproveToolsOption = False,
@@ -83,8 +85,12 @@ def batch(
     """
     from llmchat.batch.runner import run_batch
     from llmchat.errors import ExitCode, LlmchatError
+    from llmchat.tools.mcp.elicitation import nobody_to_ask
+    from llmchat.tools.mcp.roots import use_roots
     from llmchat.tools.options import tool_request
 
+    use_roots(root)  # a --root that is not a folder: exit 2, before any MCP server starts
+    nobody_to_ask()  # a server's elicitation is declined at once: items run unattended, maybe in parallel
     tools = tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools, offered_elsewhere=True)
     try:
         failed, total = run_batch(

@@ -10,6 +10,7 @@ from llmchat.commands.tool_options import (
     ChainLimitOption,
     FunctionsOption,
     McpOption,
+    RootOption,
     ToolChoiceOption,
     ToolOption,
 )
@@ -61,6 +62,7 @@ def chat(
     tool: ToolOption = None,
     functions: FunctionsOption = None,
     mcp: McpOption = None,
+    root: RootOption = None,
     tool_choice: ToolChoiceOption = "auto",
     chain_limit: ChainLimitOption = DEFAULT_CHAIN_LIMIT,
     approve_tools: ApproveToolsOption = False,
@@ -75,10 +77,12 @@ def chat(
     from llmchat.mcp_sources import McpSources, terminal_asker
     from llmchat.structured import from_options
     from llmchat.tools import options as tool_options
+    from llmchat.tools.mcp.roots import use_roots
     from llmchat.turn.compaction import with_mode
     from llmchat.ui.markdown import wants_markdown
 
     check_overflow(overflow)
+    use_roots(root)  # a --root that is not a folder: exit 2, before any MCP server starts
     config = with_mode(env.config, compact)  # a bad --compact: exit 2 before the load
     markdown = wants_markdown(render, env.config.render, env.stdout_isatty)  # a bad --render: exit 2 before the load
     if STDIN in (files or ()):

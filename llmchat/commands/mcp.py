@@ -23,6 +23,14 @@ MCP_HELP = (
 )
 SERVER_HELP = "A server: its [mcp.NAME] in the config, or the name of one given with --mcp (all of them if left out)."
 JSON_HELP = "Print JSON records instead of text."
+ROOT_HELP = "A folder the server may work in, besides the working directory: a root (repeatable)."
+
+
+def _use_roots(folders: Optional[List[str]]) -> None:
+    """The client's roots for this command (a --root that is not a folder: exit 2)."""
+    from llmchat.tools.mcp.roots import use_roots
+
+    use_roots(folders)
 
 
 def _servers(env: Any, name: Optional[str], specs: Optional[List[str]]) -> list:
@@ -82,6 +90,7 @@ def _from_each(env: Any, servers: list, read: Callable[[Any, Any], list]) -> tup
 
 def list_command(
     mcp: Optional[List[str]] = typer.Option(None, "--mcp", help=MCP_HELP),
+    root: Optional[List[str]] = typer.Option(None, "--root", metavar="DIR", help=ROOT_HELP),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Every configured server (and --mcp's), started in turn: its tools, resources and prompts
@@ -92,6 +101,7 @@ def list_command(
     from llmchat.errors import LlmchatError
 
     env = current_environment()
+    _use_roots(root)
     records = []
     for server in _servers(env, None, mcp):
         record: dict = {"name": server.name, "transport": server.transport, "target": server.target}
@@ -121,6 +131,7 @@ def list_command(
 def tools_command(
     server: Optional[str] = typer.Argument(None, help=SERVER_HELP),
     mcp: Optional[List[str]] = typer.Option(None, "--mcp", help=MCP_HELP),
+    root: Optional[List[str]] = typer.Option(None, "--root", metavar="DIR", help=ROOT_HELP),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Each server's tools as the model is offered them (SERVER_TOOL), with their arguments."""
@@ -130,6 +141,7 @@ def tools_command(
     from llmchat.tools.describe import describe_parameters
 
     env = current_environment()
+    _use_roots(root)
 
     def read(config: Any, connection: Any) -> list:
         return [
@@ -154,6 +166,7 @@ def tools_command(
 def resources_command(
     server: Optional[str] = typer.Argument(None, help=SERVER_HELP),
     mcp: Optional[List[str]] = typer.Option(None, "--mcp", help=MCP_HELP),
+    root: Optional[List[str]] = typer.Option(None, "--root", metavar="DIR", help=ROOT_HELP),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Each server's resources (attach one with -f mcp:SERVER/URI), and its resource templates
@@ -164,6 +177,7 @@ def resources_command(
     from llmchat.env import current_environment
 
     env = current_environment()
+    _use_roots(root)
 
     def read(config: Any, connection: Any) -> list:
         resources = [
@@ -195,6 +209,7 @@ def resources_command(
 def prompts_command(
     server: Optional[str] = typer.Argument(None, help=SERVER_HELP),
     mcp: Optional[List[str]] = typer.Option(None, "--mcp", help=MCP_HELP),
+    root: Optional[List[str]] = typer.Option(None, "--root", metavar="DIR", help=ROOT_HELP),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Each server's prompts (use one with -p mcp:SERVER/NAME), with their arguments."""
@@ -204,6 +219,7 @@ def prompts_command(
     from llmchat.env import current_environment
 
     env = current_environment()
+    _use_roots(root)
 
     def read(config: Any, connection: Any) -> list:
         return [{"server": config.name, **asdict(prompt)} for prompt in connection.list_prompts()]
@@ -234,6 +250,7 @@ def call_command(
     ),
     args: str = typer.Option("{}", "--args", help='The arguments as a JSON object, e.g. --args \'{"a": 2, "b": 3}\'.'),
     mcp: Optional[List[str]] = typer.Option(None, "--mcp", help=MCP_HELP),
+    root: Optional[List[str]] = typer.Option(None, "--root", metavar="DIR", help=ROOT_HELP),
     timeout: Optional[float] = typer.Option(
         None, "--timeout", help="Seconds for the call (default: the server's timeout, else 30)."
     ),
@@ -251,6 +268,7 @@ def call_command(
     from llmchat.tools.spec import DEFAULT_TIMEOUT_S, ToolFailure
 
     env = current_environment()
+    _use_roots(root)
     try:
         arguments = json.loads(args)
     except json.JSONDecodeError as err:

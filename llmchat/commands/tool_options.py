@@ -1,5 +1,5 @@
-"""The tool flags of `ask`, `chat` and `batch` (-T, --functions, --mcp, --tool-choice, --chain-limit,
---approve-tools) as Typer declares them. What they mean, checked, and offering the chosen tools to
+"""The tool flags of `ask`, `chat` and `batch` (-T, --functions, --mcp, --root, --tool-choice,
+--chain-limit, --approve-tools) as Typer declares them. What they mean, checked, and offering the chosen tools to
 a session is llmchat.tools.options.
 (No `from __future__ import annotations`: Typer reads the annotations at run time.)
 """
@@ -8,15 +8,20 @@ from typing import Annotated, Optional
 
 import typer
 
-from llmchat.commands.tools import FUNCTIONS_HELP, MCP_HELP, TOOL_HELP
+from llmchat.commands.tools import FUNCTIONS_HELP, MCP_HELP, ROOT_HELP, TOOL_HELP
 
 TOOLS = "Tools"
 
-ToolOption = Annotated[Optional[list[str]], typer.Option("--tool", "-T", help=TOOL_HELP, rich_help_panel=TOOLS)]
+ToolOption = Annotated[
+    Optional[list[str]], typer.Option("--tool", "-T", "--tools", help=TOOL_HELP, rich_help_panel=TOOLS)
+]
 FunctionsOption = Annotated[
     Optional[list[str]], typer.Option("--functions", help=FUNCTIONS_HELP, rich_help_panel=TOOLS)
 ]
 McpOption = Annotated[Optional[list[str]], typer.Option("--mcp", help=MCP_HELP, rich_help_panel=TOOLS)]
+RootOption = Annotated[
+    Optional[list[str]], typer.Option("--root", metavar="DIR", help=ROOT_HELP, rich_help_panel=TOOLS)
+]
 ToolChoiceOption = Annotated[
     str,
     typer.Option(

@@ -92,6 +92,8 @@ class ToolOffer:
     io: ToolIO
     chain_limit: int = DEFAULT_CHAIN_LIMIT
     enabled: bool = True  # /tool on|off
+    # /tool off NAME: tools kept aside, out of the prompt, the grammar and the calls, until /tool on NAME.
+    switched_off: dict[str, ToolSpec] = field(default_factory=dict)
     # The call format's markers that are control tokens in this vocabulary ([TOOL_CALLS],
     # <|python_tag|>): they print as nothing, so the reply shows them as their text for the parser.
     markup: dict[int, bytes] = field(default_factory=dict)
@@ -124,11 +126,36 @@ class ToolOffer:
         for change in changes:
             self.io.notice(change.notice())
         grammar = not self.native and self.choice.mode != "none"
-        self.specs = {spec.name: spec for spec in offered_tools(source.specs(), self.notice_once, grammar=grammar)}
+        listed = {spec.name: spec for spec in offered_tools(source.specs(), self.notice_once, grammar=grammar)}
+        # A tool switched off stays off under its new definition; one that is gone is forgotten.
+        self.switched_off = {name: listed.pop(name) for name in self.switched_off if name in listed}
+        self.specs = listed
+        self._after_change("that tool is gone")
+
+    def switch(self, patterns: Sequence[str], on: bool) -> list[str]:
+        """/tool on|off NAME: offer these tools (names or globs) from the next turn, or keep them
+        aside. Returns the names switched; a pattern that matches no tool is a UsageError listing
+        them. A tool switched back on goes to the end of the list (the prompt changes either way)."""
+        from fnmatch import fnmatchcase
+
+        every = [*self.specs, *self.switched_off]
+        for pattern in patterns:
+            if not any(fnmatchcase(name, pattern) for name in every):
+                raise UsageError(f"{pattern}: no tool of that name (tools: {', '.join(every)})")
+        source, target = (self.switched_off, self.specs) if on else (self.specs, self.switched_off)
+        names = [name for name in source if any(fnmatchcase(name, pattern) for pattern in patterns)]
+        for name in names:
+            target[name] = source.pop(name)
+        self._after_change("that tool is switched off")
+        return names
+
+    def _after_change(self, why: str) -> None:
+        """The tool list changed: a forced tool no longer in it leaves the choice to the model, and
+        the grammars are built again for the new list."""
         if self.choice.mode == "named" and self.choice.name not in self.specs:
             from llmchat.tools.choice import ToolChoice
 
-            self.notice_once(f"--tool-choice {self.choice.name}: that tool is gone; the model chooses (auto)")
+            self.notice_once(f"--tool-choice {self.choice.name}: {why}; the model chooses (auto)")
             self.choice = ToolChoice("auto")
         self._grammars.clear()
         if self.engine is not None and self.active and not self.native:

@@ -5,6 +5,14 @@
 ad hoc. With no selection at all (`llmchat tools list` bare), every configured tool and server is
 gathered. Two tools with one name are refused, naming both sources: nothing is silently shadowed.
 
+Picking (issue 41: one server can offer tens of thousands of tokens of schemas): any other -T
+name (`--tools` is the same flag; names may be comma-separated, and globs such as `everything_get-*`
+are taken) keeps only the tools it matches of those the other names, --functions and --mcp offer;
+a name that matches nothing is a usage error listing what is offered. The config's per-server
+`tools = [...]` key of an [mcp.NAME] table (read apart by llmchat.config as `mcp_tools`) does the
+same for that server's tools, by their names with or without the `NAME_` prefix. Both stay in force
+when a server lists its tools again.
+
 The ToolSet owns the MCP connections it started: llmchat.mcp_sources reads resources and prompts
 through the same ones (one start per server). With `keep_going` (ask, chat, batch) a server that
 cannot start or be reached is kept in `down` with its one-line reason instead of stopping the run:
@@ -17,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any
 
 from llmchat.errors import UsageError
@@ -54,6 +63,10 @@ class ToolSet:
     down: dict[str, McpServerDown] = field(default_factory=dict)
     # False: the run's conversation is not saved, nor are the images its servers return (results.media_folder).
     saved_conversation: bool = True
+    # --tools: the names and globs a server's tool must match to be offered (empty: every tool).
+    picks: tuple[str, ...] = ()
+    # The config's per-server `tools = [...]`, by server name (llmchat.config's mcp_tools).
+    server_picks: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def add(self, spec: ToolSpec) -> None:
         existing = self.tools.get(spec.name)
@@ -86,8 +99,29 @@ class ToolSet:
             self.down[server.name] = err
             return
         self._servers.append(connection)
-        for spec in connection.tools:
+        for spec in self._server_offer(server.name, connection.tools, check=True):
             self.add(spec)
+
+    def _server_offer(self, server: str, specs: Sequence[ToolSpec], *, check: bool = False) -> list[ToolSpec]:
+        """The server's tools its config's `tools = [...]` and --tools keep. `check`: a config name
+        that matches none of them is a usage error listing what the server offers."""
+        wanted = self.server_picks.get(server)
+        if wanted is not None:
+            if check:
+                _check_matched(wanted, [spec.name for spec in specs], f"[mcp.{server}] tools", prefix=f"{server}_")
+            specs = [spec for spec in specs if picked(spec.name, wanted, prefix=f"{server}_")]
+        return [spec for spec in specs if not self.picks or picked(spec.name, self.picks)]
+
+    def keep_only(self, picks: Sequence[str], named: Iterable[str] = ()) -> None:
+        """--tools: keep the tools these names or globs match, and the config tools `named` by -T.
+        A pick that matches nothing is a usage error listing the tools offered, unless it names a
+        tool of a server that did not start (say_down tells of that server)."""
+        down_prefixes = tuple(f"{name}_" for name in self.down)
+        checked = [pick for pick in picks if not pick.startswith(down_prefixes)]
+        _check_matched(checked, list(self.tools), "--tools")
+        self.picks = tuple(picks)
+        kept = set(named)
+        self.tools = {name: spec for name, spec in self.tools.items() if name in kept or picked(name, self.picks)}
 
     def connection(self, name: str) -> McpConnection | None:
         """The running server NAME of this set (None: not one of its servers). McpServerDown for
@@ -104,7 +138,7 @@ class ToolSet:
             source = server.server.source or f"mcp:{server.server.name}"
             before = [name for name, spec in self.tools.items() if spec.source == source]
             self.tools = {name: spec for name, spec in self.tools.items() if spec.source != source}
-            for spec in server.refresh_tools():
+            for spec in self._server_offer(server.server.name, server.refresh_tools()):
                 self.add(spec)
             after = [name for name, spec in self.tools.items() if spec.source == source]
             added = tuple(name for name in after if name not in before)
@@ -130,10 +164,11 @@ def gather_tools(
     servers = configured_servers(config)
     wanted_tools: list[str] = []
     wanted_servers: list[McpServerConfig] = []
+    picks: list[str] = []
     if everything_configured:
         wanted_tools = list(tool_tables)
         wanted_servers = list(servers.values())
-    for name in tool_names:
+    for name in split_names(tool_names):
         if name.startswith(MCP_PREFIX):
             server_name = name[len(MCP_PREFIX) :]
             if server_name not in servers:
@@ -145,15 +180,17 @@ def gather_tools(
             if name not in wanted_tools:
                 wanted_tools.append(name)
         else:
-            known = ", ".join(sorted(tool_tables)) or "none in the config"
-            raise UsageError(
-                f"-T {name}: no tool of that name in the config (configured: {known}); "
-                "add a [tools.NAME] table, or use -T mcp:SERVER for an [mcp.SERVER]"
-            )
+            picks.append(name)  # one of the offered tools, checked once they are listed
     wanted_servers.extend(parse_mcp_spec(spec) for spec in mcp_specs)
     _check_unique_servers(wanted_servers)
+    if picks and not (wanted_tools or wanted_servers or functions_files):
+        known = ", ".join(sorted(tool_tables)) or "none in the config"
+        raise UsageError(
+            f"-T {picks[0]}: no tool of that name in the config (configured: {known}); "
+            "add a [tools.NAME] table, or use -T mcp:SERVER for an [mcp.SERVER]"
+        )
 
-    toolset = ToolSet(saved_conversation=saved_conversation)
+    toolset = ToolSet(saved_conversation=saved_conversation, server_picks=configured_picks(config))
     try:
         for name in wanted_tools:
             toolset.add(command_tool(name, tool_tables[name], config.path))
@@ -162,6 +199,8 @@ def gather_tools(
                 toolset.add(spec)
         for server in wanted_servers:
             toolset.start_server(server, keep_going=keep_going)
+        if picks:
+            toolset.keep_only(picks, named=wanted_tools)
     except BaseException:
         toolset.close()
         raise
@@ -177,3 +216,30 @@ def _check_unique_servers(servers: Iterable[McpServerConfig]) -> None:
                 f"{server.source}); their tools would share the prefix {server.name}_"
             )
         seen[server.name] = server
+
+
+def split_names(names: Iterable[str]) -> list[str]:
+    """-T / --tools values, each possibly `a,b,c`: the names in order, blanks left out."""
+    return [part.strip() for name in names for part in name.split(",") if part.strip()]
+
+
+def is_pick(name: str, config: Any) -> bool:
+    """A -T / --tools name that picks among the offered tools, rather than naming a source."""
+    return not name.startswith(MCP_PREFIX) and name not in (getattr(config, "tools", None) or {})
+
+
+def picked(name: str, patterns: Iterable[str], *, prefix: str = "") -> bool:
+    """Whether a tool's name matches one of the names or globs (with `prefix` put before each too)."""
+    return any(fnmatchcase(name, pattern) or (prefix and fnmatchcase(name, prefix + pattern)) for pattern in patterns)
+
+
+def configured_picks(config: Any) -> dict[str, tuple[str, ...]]:
+    """The config's per-server `tools = [...]` (llmchat.config reads it apart from the table)."""
+    return {name: tuple(names) for name, names in (getattr(config, "mcp_tools", None) or {}).items()}
+
+
+def _check_matched(patterns: Iterable[str], names: Sequence[str], what: str, *, prefix: str = "") -> None:
+    for pattern in patterns:
+        if not any(picked(name, [pattern], prefix=prefix) for name in names):
+            offered = ", ".join(names) or "none"
+            raise UsageError(f"{what} {pattern}: no tool of that name is offered (offered: {offered})")

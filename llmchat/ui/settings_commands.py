@@ -191,9 +191,10 @@ def cmd_stats(ctx: CommandContext, arg: str) -> Outcome:
 
 
 def cmd_tools(ctx: CommandContext, arg: str) -> Outcome:
-    """The tools offered to the model (-T, --functions, --mcp): name, source, arguments."""
+    """The tools offered to the model (-T, --functions, --mcp): name, source, arguments, and what
+    each adds to the prompt in tokens (the same table as `llmchat tools list`)."""
     offer = ctx.session.tools
-    if offer is None or not offer.specs:
+    if offer is None or not (offer.specs or offer.switched_off):
         ctx.error(NO_TOOLS)
         return CONTINUE
     from llmchat.tools.describe import describe_parameters
@@ -207,19 +208,57 @@ def cmd_tools(ctx: CommandContext, arg: str) -> Outcome:
             ctx.out.print(f"  {spec.description.strip().splitlines()[0]}", markup=False, highlight=False)
         for line in describe_parameters(spec.parameters):
             ctx.out.print(f"    {line}", markup=False, highlight=False)
+    if offer.switched_off:
+        ctx.info(f"switched off: {', '.join(offer.switched_off)} (/tool on NAME offers one again)")
+    if offer.specs:
+        for line in session_cost_lines(ctx):
+            ctx.out.print(line, markup=False, highlight=False)
     return CONTINUE
 
 
+def session_cost_lines(ctx: CommandContext) -> list[str]:
+    """The tools' token table, counted with the session's engine and template; one line saying why
+    not where the engine takes messages (a server that renders the template itself)."""
+    from llmchat.tools.describe import cost_lines
+    from llmchat.tools.token_cost import measure, prompt_counter
+
+    session = ctx.session
+    offer = session.tools
+    if offer is None or getattr(session, "engine", None) is None:
+        return []  # no model to count with
+    template = session.template
+    count = prompt_counter(
+        session.engine.prompt_tokens, template, session.facts, offer.family, offer.caps, dict(session.template_vars)
+    )
+    try:
+        costs = measure(offer.listed(), count, session.engine.n_ctx, f"{session.model_label}'s template "
+                        f"({template.source_detail})")  # fmt: skip
+    except ValueError as err:
+        return [f"tokens not counted: {err}"]
+    return ["", *cost_lines(costs)]
+
+
 def cmd_tool(ctx: CommandContext, arg: str) -> Outcome:
-    """`/tool on|off`: offer the tools to the model from the next message, or not."""
+    """`/tool on|off`: offer the tools to the model from the next message, or not. `/tool on|off
+    NAME...` (names or globs): switch those tools alone (the offer keeps them aside)."""
     offer = ctx.session.tools
-    if offer is None or not offer.specs:
+    if offer is None or not (offer.specs or offer.switched_off):
         ctx.error(NO_TOOLS)
         return CONTINUE
-    word = arg.strip().lower()
+    word, *names = arg.split() or [""]
+    word = word.lower()
     if word not in ("on", "off"):
         ctx.error("/tool on or /tool off")
         return CONTINUE
-    ctx.session.offer_tools(word == "on")
-    ctx.info(f"tools {word} from the next message")
+    if not names:
+        ctx.session.offer_tools(word == "on")
+        ctx.info(f"tools {word} from the next message")
+        return CONTINUE
+    try:
+        switched = offer.switch(names, word == "on")
+    except LlmchatError as err:
+        ctx.error(f"error: {err}")
+        return CONTINUE
+    already = "" if switched else f" (already {word})"
+    ctx.info(f"{', '.join(switched) or ' '.join(names)} {word} from the next message{already}")
     return CONTINUE

@@ -12,6 +12,9 @@ only when a server is used: `pip install 'llmchat[mcp]'`).
 - results.py: every content kind of a result as text for the model (media saved under the cache).
 - catalog.py: resources and prompts as small frozen values.
 - progress.py: a call's progress notifications as one line on stderr.
+- roots.py: the client's roots (the working directory and each --root) for `roots/list`.
+- elicitation.py, form.py, desk.py: a server's `elicitation/create` (form or URL) asked on the
+  terminal, on the thread that waits for the call; declined at once without a terminal.
 
 Open one server without a model:
 

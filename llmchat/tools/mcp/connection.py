@@ -6,17 +6,20 @@ blocking portal) so the rest of llmchat calls it like a function. Every request 
 McpServerDown (a UsageError) when the server cannot start, a ToolFailure (text for the model) when a tool call
 fails, an McpFailure for a resource or prompt request.
 
-A server that asks the client for something only a person could give (elicitation, sampling,
-roots) gets the SDK's "not supported" error at once: llmchat declares none of those capabilities,
-so a server offers no tool that needs them, and a request that comes anyway never hangs a call.
+The client declares roots (llmchat.tools.mcp.roots: the working directory and each --root) and
+elicitation (llmchat.tools.mcp.elicitation: asked on the terminal, declined at once without one).
+A question is asked on the thread that waits for the call (llmchat.tools.mcp.desk), and the call's
+time limit stops while it is open. Sampling is not declared: a server that asks gets the SDK's
+"not supported" error at once, and a request that comes anyway never hangs a call.
 Ctrl-C during a call cancels that request (the SDK sends `notifications/cancelled`) before the
-KeyboardInterrupt goes on to end the turn.
+KeyboardInterrupt goes on to end the turn. Tools with `taskSupport` run as tasks (llmchat.tools.mcp.tasks).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import logging
+import math
 import sys
 import tempfile
 import time
@@ -38,9 +41,12 @@ from llmchat.tools.mcp.catalog import (
     template_info,
 )
 from llmchat.tools.mcp.config import McpServerConfig, tool_name
+from llmchat.tools.mcp.desk import PersonDesk
+from llmchat.tools.mcp.elicitation import Elicitation
 from llmchat.tools.mcp.failures import McpFailure, McpServerDown, ProtocolBroken, answered, describe, malformed, root
 from llmchat.tools.mcp.progress import ProgressLine
 from llmchat.tools.mcp.results import HandledResult, block_text, decoded, handle_result, media_folder
+from llmchat.tools.mcp.tasks import call_as_task, left_out_reason, runs_as_task
 from llmchat.tools.spec import DEFAULT_TIMEOUT_S, EMPTY_OBJECT_SCHEMA, ToolFailure, ToolSpec
 
 INSTALL_HINT = "MCP servers need the mcp package: pip install 'llmchat[mcp]'"
@@ -105,7 +111,9 @@ class McpConnection:
         self._watcher: concurrent.futures.Future[None] | None = None  # the tools' listen stream, read
         self.tools: list[ToolSpec] = []
         self.left_out: dict[str, str] = {}  # the server's tools llmchat cannot call, and why
+        self._task_tools: set[str] = set()  # the tools called as tasks
         self._http_status: int | None = None  # the last HTTP error status the server answered with
+        self._desk = PersonDesk()  # elicitation's questions, asked on the thread that waits for a call
 
     def __enter__(self) -> McpConnection:
         self.open()
@@ -128,6 +136,7 @@ class McpConnection:
         from mcp_types import Implementation
 
         from llmchat import __version__
+        from llmchat.tools.mcp.roots import answer_list_roots
         from llmchat.tools.mcp.transports import client_transport
 
         _quiet_sdk_logs()
@@ -141,6 +150,8 @@ class McpConnection:
                     read_timeout_seconds=self.startup_timeout_s,
                     message_handler=self._on_message,
                     client_info=Implementation(name="llmchat", version=__version__),
+                    list_roots_callback=answer_list_roots,
+                    elicitation_callback=Elicitation(self.label, sys.stdin, self.stderr, self._desk),
                 )
                 try:
                     self._client = self._stack.enter_context(self._portal.wrap_async_context_manager(client))
@@ -183,16 +194,17 @@ class McpConnection:
 
     def _set_tools(self, listed: list[Any]) -> None:
         usable = []
+        capabilities = self._client.server_capabilities
         for tool in listed:
-            execution = getattr(tool, "execution", None)
-            if getattr(execution, "task_support", None) == "required":  # experimental tasks: not spoken here
-                reason = "it runs only as a task (taskSupport: required), which llmchat does not support"
+            reason = left_out_reason(tool, capabilities)
+            if reason is not None:
                 if tool.name not in self.left_out:
                     self.notify(f"llmchat: {self.label}: the tool {tool.name} is left out: {reason}")
                 self.left_out[tool.name] = reason
             else:
                 usable.append(tool)
         self._output_schemas = {tool.name: tool.output_schema for tool in usable}
+        self._task_tools = {tool.name for tool in usable if runs_as_task(tool, capabilities)}
         self.tools = [self._spec(tool) for tool in usable]
         self._tools_stale = False
 
@@ -273,16 +285,22 @@ class McpConnection:
             line.update(value, total, message)
 
         async def send() -> Any:
+            if tool in self._task_tools:
+                return await call_as_task(self._client.session, tool, arguments, line, timeout_s)
+            # No clock of the SDK's own (inf): _bounded's deadline, which stops while a person answers the server.
             return await self._client.call_tool(
-                tool, arguments, read_timeout_seconds=timeout_s, progress_callback=progress
+                tool, arguments, read_timeout_seconds=math.inf, progress_callback=progress
             )
 
         try:
             result = self._run(self._bounded, send, timeout_s)
         except TimeoutError:
-            raise ToolFailure(f"{self.label} did not answer within {timeout_s:g} s") from None
+            unfinished = f"'s task {tool} did not finish" if tool in self._task_tools else " did not answer"
+            raise ToolFailure(f"{self.label}{unfinished} within {timeout_s:g} s") from None
         except (KeyboardInterrupt, SystemExit):  # the user stopped the call: the turn ends, as in decode
             raise
+        except ToolFailure as err:  # a task the server failed or cancelled
+            raise ToolFailure(f"{self.label}: {err}") from None
         except BaseException as err:  # the server died or broke the protocol: text for the model
             raise ToolFailure(f"{self.label} failed: {self._failure(err)}") from None
         finally:
@@ -410,7 +428,7 @@ class McpConnection:
         SDK tells the server), waits a moment for that, and goes on as KeyboardInterrupt."""
         future: concurrent.futures.Future[_T] = self._portal.start_task_soon(function, *args)
         try:
-            return future.result()
+            return self._desk.wait(future)
         except KeyboardInterrupt:
             future.cancel()
             concurrent.futures.wait([future], timeout=CANCEL_GRACE_S)
@@ -425,7 +443,7 @@ class McpConnection:
         with anyio.CancelScope() as scope:
             self._active_scope = scope
             try:
-                with anyio.fail_after(timeout_s):
+                with self._desk.deadline(timeout_s):
                     return await send()
             finally:
                 self._active_scope = None

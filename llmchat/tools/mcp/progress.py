@@ -1,4 +1,5 @@
-"""The progress a server reports while a call runs (`notifications/progress`), on stderr.
+"""The progress a server reports while a call runs (`notifications/progress`), or the status of
+a task it runs (llmchat.tools.mcp.tasks), on stderr.
 
 On a terminal it is one line, rewritten in place and wiped when the call ends; elsewhere (a pipe,
 a log file) each new state is one line of its own, so a log keeps what happened without the
@@ -22,7 +23,13 @@ class ProgressLine:
 
     def update(self, progress: float, total: float | None, message: str | None) -> None:
         amount = f"{progress:g}/{total:g}" if total else f"{progress:g}"
-        text = f"llmchat: {self.label}: progress {amount}" + (f" ({message})" if message else "")
+        self._show(f"llmchat: {self.label}: progress {amount}" + (f" ({message})" if message else ""))
+
+    def status(self, status: str, message: str | None) -> None:
+        """A task's status (`working`, `input_required`, ...) and the server's words for it."""
+        self._show(f"llmchat: {self.label}: task {status}" + (f" ({message})" if message else ""))
+
+    def _show(self, text: str) -> None:
         if text == self._last:
             return
         self._last = text
