@@ -18,12 +18,13 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
+from llmchat.commands.tools import ROOT_HELP  # one wording of --root for every command
+
 MCP_HELP = (
     'A server for this command only: a command (stdio) or an http:// URL, e.g. --mcp "mcp-server-time" (repeatable).'
 )
 SERVER_HELP = "A server: its [mcp.NAME] in the config, or the name of one given with --mcp (all of them if left out)."
 JSON_HELP = "Print JSON records instead of text."
-ROOT_HELP = "A folder the server may work in, besides the working directory: a root (repeatable)."
 
 
 def _use_roots(folders: Optional[List[str]]) -> None:
