@@ -359,7 +359,8 @@ def test_search_and_load_in_the_chat_on_a_terminal(home, seeded, smollm2_path):
         assert "\x1b[1;35mregenerates\x1b[0m" in child.before  # highlighted, not marked with **
         child.expect_exact("> ")
         child.send('/search "zebra' + ENTER)
-        child.expect(r"error: cannot search for .*\r\n")
+        # [^\r\n]*, not .*: a greedy match would also swallow the prompt drawn after the error
+        child.expect(r"error: cannot search for [^\r\n]*\r\n")
         child.expect_exact("> ")
         child.send("/search platypus" + ENTER)
         child.expect_exact("no saved message matches 'platypus'")
