@@ -55,9 +55,20 @@ def compose(attachments: Sequence[Attachment], typed: str) -> str:
 
 
 def from_bytes(path: str, data: bytes) -> Attachment:
-    """One attachment, or UsageError for binary or non-UTF-8 content."""
+    """One attachment: an image or audio clip, recognised by its bytes (llmchat.media.kinds), or
+    text. UsageError for another binary format or non-UTF-8 text."""
+    from llmchat.engine.media_marks import marker
+    from llmchat.media.kinds import WORKS, sniff, unsupported
+
+    found = sniff(data)
+    if found is not None:
+        sha = hashlib.sha256(data).hexdigest()
+        return Attachment(path=path, size=len(data), sha256=sha, text=marker(sha), media=found.kind, data=data)
+    other = unsupported(data)
+    if other is not None:
+        raise UsageError(f"{path} is {other}, which llmchat cannot read; attach {WORKS}")
     if b"\x00" in data[:BINARY_SNIFF_BYTES]:
-        raise UsageError(f"{path} is a binary file; attach text files only")
+        raise UsageError(f"{path} is a binary file; attach text files, or {WORKS}")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -184,9 +195,14 @@ class Tokenizing(Protocol):
 
 
 def tokens_of(session: Tokenizing, attachment: Attachment, *, room: int | None = None) -> tuple[int, bool]:
-    """The tokens an attachment takes in the prompt, and whether that is exact. With `room`, a
+    """The tokens an attachment takes in the prompt, and whether that is exact; an image's or audio
+    clip's are its projector's (the engine takes it now: one it cannot decode is refused). With `room`, a
     file certainly bigger than it (by the engine's lower bound) is not tokenized at all: a 2 MB
     file would take seconds; its count is then that lower bound."""
+    if attachment.media:
+        from llmchat.media.use import media_tokens
+
+        return media_tokens(session.engine, attachment), True  # a server's: its estimate (media_parts)
     block = attachment.block + "\n\n"
     if room is not None:
         at_least = session.engine.min_tokens(block)

@@ -90,19 +90,23 @@ GROUPS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
     ("tools", "Tools the model can call: functions, commands, MCP servers.", (("list", "list_command"),)),
     (
         "mcp",
-        "MCP servers without a model: list, tools, resources, prompts, call.",
+        "MCP servers without a model: list, tools, resources, prompts, call, login, logout.",
         (
             ("list", "list_command"),
             ("tools", "tools_command"),
             ("resources", "resources_command"),
             ("prompts", "prompts_command"),
             ("call", "call_command"),
+            ("login", "mcp_auth.login_command"),
+            ("logout", "mcp_auth.logout_command"),
         ),
     ),
 )
 
 
 def _command(module: str, function: str) -> Callable[..., Any]:
+    if "." in function:  # a group's command kept in a module of its own: "module.function"
+        module, function = function.split(".")
     return getattr(importlib.import_module(f"llmchat.commands.{module}"), function)
 
 

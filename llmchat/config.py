@@ -17,6 +17,7 @@ Example (`llmchat config path` prints where it lives):
     compact = "auto"             # auto | off: summarise older exchanges when a turn passes the threshold
     compact_threshold = 0.8      # ... of the context (prompt + the reply's reserve); /compact any time
     compact_summary_tokens = 512 # the summary's cap (and at most 1/8 of the context)
+    lazy_tools = 0.25            # tools past this share of the context are offered lazily (0: always, 1: never)
 
     [sampling]                   # any of: temperature top_p top_k min_p repeat_penalty max_tokens seed
     temperature = 0.6
@@ -79,6 +80,7 @@ _TOP_LEVEL = {
     "compact": str,  # auto | off, checked in load_config
     "compact_threshold": object,  # a number in (0, 1], checked in load_config
     "compact_summary_tokens": int,
+    "lazy_tools": object,  # a number in [0, 1], checked in load_config
     "render": str,
     "template": str,
     "sampling": dict,
@@ -126,6 +128,7 @@ class Config:
     compact: str = "auto"
     compact_threshold: float = 0.8
     compact_summary_tokens: int = 512
+    lazy_tools: float = 0.25  # llmchat.tools.lazy.DEFAULT_SHARE
     render: str | None = None  # "markdown" | "plain"; None: markdown on a terminal (llmchat.ui.markdown)
     template: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
@@ -213,6 +216,9 @@ def load_config(path: Path | None = None) -> Config:
     threshold = data.get("compact_threshold", 0.8)
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
         raise ConfigError(f"config file {path}: compact_threshold must be a number above 0 and at most 1 (0.8: 80 %)")
+    share = data.get("lazy_tools", 0.25)
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+        raise ConfigError(f"config file {path}: lazy_tools must be a number from 0 to 1 (0.25: 25 % of the context)")
     if data.get("compact_summary_tokens", 1) < 1:
         raise ConfigError(f"config file {path}: compact_summary_tokens must be 1 or more; fix or remove that line")
     if data.get("prompt_cache_max_bytes", 0) < 0:

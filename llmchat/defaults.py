@@ -14,5 +14,10 @@ DEFAULT_MAX_CTX = 8192
 # themselves and report this value.
 DEFAULT_BATCH_SIZE = 512
 
+# Checkpoints of a recurrent or hybrid model's recurrent state (llmchat.engine.checkpoints), and
+# the most memory they take: llama-server's --ctx-checkpoints and --cache-ram defaults.
+DEFAULT_CTX_CHECKPOINTS = 32
+DEFAULT_CTX_CHECKPOINTS_MIB = 8192
+
 # Rounds of tool calls in one turn before the turn stops with a notice (--chain-limit).
 DEFAULT_CHAIN_LIMIT = 5

@@ -90,7 +90,18 @@ def engine_settings(
         lookup=opts.lookup,
         kv_shift=opts.kv_shift,
         draft_model=opts.draft_model,
+        mmproj=projector_path(opts, model, metadata),
+        ctx_checkpoints=opts.ctx_checkpoints,
+        ctx_checkpoints_mib=opts.ctx_checkpoints_mib,
     )
+
+
+def projector_path(opts: RunOptions, model: ResolvedModel, metadata: GGUFMetadata) -> Path | None:
+    """The model's multimodal projector, checked before libmtmd sees it (llmchat.media.projector)."""
+    from llmchat.media.projector import find_projector
+
+    found = find_projector(opts.mmproj, model.path, metadata)
+    return found.path if found is not None else None
 
 
 def flash_attn_choice(opts: RunOptions, config: Config) -> tuple[str, str]:

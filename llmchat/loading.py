@@ -308,18 +308,21 @@ def start_session(
         if store is not None:
             store.close()
         raise
+    from llmchat.turn.sampled import answer_sampling
+
+    answer_sampling(session)  # a server's sampling request: this model answers (where the run declared it)
     report_template(session, opts.verbose)
     return session
 
 
 def model_loader(opts: RunOptions, config: Config) -> ModelLoader:
     """How `/model NAME` loads a local model: with this run's options (context, threads, flash
-    attention...) as at start-up, and the config's template for it; not --template or
-    --draft-model, which were chosen for the first model."""
+    attention...) as at start-up, and the config's template for it; not --template,
+    --draft-model or --mmproj, which were chosen for the first model."""
     from llmchat.model_switch import SwitchedModel
 
     def load(name: str, disk_cache: bool) -> SwitchedModel:
-        switched = replace(opts, model=name, template=None, draft_model=None, server=())
+        switched = replace(opts, model=name, template=None, draft_model=None, server=(), mmproj=None)
         if server_specs(switched, config):
             raise UsageError(f"{name} names a configured server; /model switches between local models")
         loaded = load_model(switched, config=config, announce=False)

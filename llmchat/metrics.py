@@ -37,6 +37,7 @@ class TurnStats:
     total_s: float = 0.0
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    media_tokens: int = 0  # of the prompt's tokens, those that are image or audio embeddings
     generated_tokens: int = 0
     context_used: int = 0
     context_limit: int = 0
@@ -106,6 +107,8 @@ class TurnStats:
             decode_tok_s=round(self.decode_tok_s, 2),
             network_ms=None if self.network_ms is None else round(self.network_ms, 1),
         )
+        if not self.media_tokens:
+            del data["media_tokens"]  # a text-only turn's record stays as it was
         if self.draft_proposed:
             data["draft_acceptance"] = round(self.draft_acceptance or 0.0, 4)
         else:
@@ -127,7 +130,9 @@ class TurnStats:
             f"TTFT {self.ttft_s * 1000:.0f} ms",
             f"{self.decode_tok_s:.1f} tok/s",
             f"{self.generated_tokens} tokens",
-            f"prompt {self.prompt_tokens} ({self.cached_tokens} cached"
+            f"prompt {self.prompt_tokens} ("
+            + (f"{self.media_tokens} image/audio, " if self.media_tokens else "")
+            + f"{self.cached_tokens} cached"
             + (
                 f", {self.disk_cached_tokens} from disk in {self.restore_s * 1000:.0f} ms)"
                 if self.disk_cached_tokens

@@ -89,6 +89,7 @@ class _Host:
     engine: ChatEngine
     template: ResolvedTemplate
     structured: StructuredOutput | None
+    facts: ModelFacts
 
 
 def check_for(parts: ModelParts, structured: StructuredOutput | None, tools: ToolOffer | None) -> ToolOffer | None:
@@ -103,7 +104,7 @@ def check_for(parts: ModelParts, structured: StructuredOutput | None, tools: Too
 
     choice = tools.choice.name if tools.choice.mode == "named" and tools.choice.name else tools.choice.mode
     offer = make_offer(
-        _Host(parts.engine, parts.template, structured),
+        _Host(parts.engine, parts.template, structured, parts.facts),
         list(tools.specs.values()),
         tools.io,
         tool_choice=choice,
@@ -111,6 +112,7 @@ def check_for(parts: ModelParts, structured: StructuredOutput | None, tools: Too
         approve_all=tools.policy.approve_all,
         interactive=tools.policy.interactive,
         source=tools.source,  # a server's changed tools are still followed
+        lazy_share=tools.lazy_share,  # lazy again where they take too much of the new context
     )
     offer.policy = tools.policy  # the tools the person answered "always" for stay so
     offer.enabled = tools.enabled

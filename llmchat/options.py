@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from llmchat.defaults import DEFAULT_BATCH_SIZE
+from llmchat.defaults import DEFAULT_BATCH_SIZE, DEFAULT_CTX_CHECKPOINTS, DEFAULT_CTX_CHECKPOINTS_MIB
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,10 @@ class RunOptions:
     lookup: bool = False
     parallel: int = 1  # batch --parallel: sequences decoded together (flash attention auto: on above 1)
     kv_shift: bool = True
+    ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS  # recurrent and hybrid models (llmchat.engine.checkpoints)
+    ctx_checkpoints_mib: int = DEFAULT_CTX_CHECKPOINTS_MIB
     draft_model: Optional[Path] = None
+    mmproj: Optional[Path] = None  # the multimodal projector (llmchat.media.projector); None: found beside the model
     server: tuple[str, ...] = ()  # llama-server or OpenAI-compatible URLs (llmchat.engine.remote), in order
     connect_timeout: Optional[float] = None  # seconds; None: the server's config, else 10
     read_timeout: Optional[float] = None  # seconds between two chunks; None: the config, else 600

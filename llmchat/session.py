@@ -33,19 +33,20 @@ from llmchat import interrupts
 from llmchat.conversation import Budget, Conversation, default_reply_reserve, fit_to_context
 from llmchat.engine.interface import GenerateRequest, prompt_ids
 from llmchat.errors import UsageError
+from llmchat.media.use import give_media
 from llmchat.model_switch import SWITCHED, ModelLoader, as_text, check_for, model_parts
 from llmchat.prompt.model_facts import ModelFacts
 from llmchat.prompt.reasoning_history import preserve_variables
 from llmchat.prompt.render import RenderedPrompt, ResolvedTemplate, render_prompt
 from llmchat.reasoning import (
     ReasoningSettings,
-    ThinkingSplitter,
-    ThinkingTracker,
     starts_in_thinking,
+    thinking_preface,
     thinking_variables,
 )
 from llmchat.sampling import with_model_defaults
 from llmchat.session_changes import SessionChanges
+from llmchat.thinking import ThinkingSplitter, ThinkingTracker
 from llmchat.turn.compaction import compact_before_turn
 from llmchat.turn.observer import NullObserver, TurnObserver
 from llmchat.turn.plan import PreparedTurn, TurnScope, check_message_size, request_of
@@ -183,11 +184,15 @@ class ChatSession(SessionChanges):
         """`/think`, `/nothink`: switch thinking for the following turns."""
         self.configure_reasoning(replace(self.reasoning, think=on), say)
 
-    def _tracker(self, prepared: PreparedTurn) -> ThinkingTracker | None:
+    def _tracker(self, prepared: PreparedTurn, tools: ToolOffer | None) -> ThinkingTracker | None:
         fmt = self.reasoning_format
         if fmt is None:
             return None
-        splitter = ThinkingSplitter(fmt, start_in_thinking=prepared.starts_thinking)
+        openers = tools.family.triggers if tools is not None and tools.active else ()
+        preface = thinking_preface(fmt, prepared.rendered_text[-256:]) or ""
+        splitter = ThinkingSplitter(
+            fmt, start_in_thinking=prepared.starts_thinking, call_openers=openers, preface=preface
+        )
         return ThinkingTracker(splitter, budget=self.reasoning.budget, close_ids=self._close_ids)
 
     def close(self) -> None:
@@ -284,7 +289,7 @@ class ChatSession(SessionChanges):
         structured = scope.structured or self.structured
         prepared = PreparedTurn(user_text, conversation, sampling, budget, fit, stops, t_submit, starts, structured)
         prepared.rendered_text = text
-        prepared.tracker = self._tracker(prepared)
+        prepared.tracker = self._tracker(prepared, tools)
         prepared.markup = self._markup if prepared.tracker is not None else None
         return prepared
 
@@ -320,6 +325,9 @@ class ChatSession(SessionChanges):
         the result kept (history, KV cache on disk), then the exception that stopped the reply
         raised, or the observer told."""
         observer = observer or NullObserver()
+        # The conversation's images and audio, and the new message's: the engine takes them first.
+        kept = self.history.media_dir if self.history is not None else None
+        give_media(self.engine, attachments, self.conversation.messages, kept)
         # Past the threshold, the older exchanges are summarised first (llmchat.turn.compaction).
         compacted = compact_before_turn(self, user_text) if scope is None else []
         tools = (scope.tools if scope is not None else None) or self.tools

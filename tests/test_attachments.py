@@ -196,7 +196,10 @@ def test_a_file_bigger_than_the_context_exits_2_and_saves_nothing(cli, tmp_path,
 def test_a_binary_file_is_refused_before_the_model_loads(cli, tree):
     result = cli("ask", "-f", str(tree / "src" / "logo.png"), "what is this?")
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr == f"llmchat: error: {tree / 'src' / 'logo.png'} is a binary file; attach text files only\n"
+    assert result.stderr == (
+        f"llmchat: error: {tree / 'src' / 'logo.png'} is a binary file; attach text files, "
+        "or PNG, JPEG, BMP or GIF images, or WAV, MP3 or FLAC audio\n"
+    )
 
 
 def test_no_history_saves_no_attachment(cli, tree, smollm2_path, isolated_home):

@@ -967,3 +967,13 @@ def test_bare_llmchat_on_a_terminal_opens_the_chat(isolated_home):
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
+
+
+def test_quiet_terminal_leaves_a_stream_that_is_a_file_alone(tmp_path):
+    # A real file descriptor that is no terminal: tcgetattr raises termios.error, not OSError.
+    from llmchat.ui.terminal import quiet_terminal
+
+    with open(tmp_path / "out.txt", "w+", encoding="utf-8") as stream:
+        with quiet_terminal(stream):
+            stream.write("the reply")
+    assert (tmp_path / "out.txt").read_text(encoding="utf-8") == "the reply"

@@ -353,6 +353,7 @@ def run_info_json(model: Path, home: Path) -> dict[str, Any]:
 
 STABLE_FIELDS = {
     "path",
+    "media",
     "kind",
     "tools",
     "kind_evidence",

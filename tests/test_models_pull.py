@@ -21,15 +21,13 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 @pytest.fixture
-def hub(tmp_path, monkeypatch, smollm2_path):
+def hub(tmp_path, monkeypatch, smollm2_path, puppet_projector):
     for name in STORE_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    mmproj = tmp_path / "mmproj-bytes"
-    mmproj.write_bytes(b"GGUF-not-really")
-    with HubServer() as server:
-        server.state.add_repo(REPO, COMMIT, {FILE: smollm2_path, "mmproj-SmolLM2-F16.gguf": mmproj})
+    with HubServer() as server:  # the repo's projector: the puppet (tests/media_fixtures.py)
+        server.state.add_repo(REPO, COMMIT, {FILE: smollm2_path, "mmproj-SmolLM2-F16.gguf": puppet_projector})
         server.state.add_repo("gated/SmolLM2-GGUF", COMMIT, {FILE: smollm2_path}, gated=True)
         server.state.token = "hf_test_token"
         monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
@@ -42,7 +40,7 @@ def cache_repo(tmp_path: Path, repo: str = REPO) -> Path:
 
 def test_a_pull_writes_the_hf_cache_layout_and_prints_the_path(hub, cli, tmp_path, smollm2_path):
     # No quantization given: Q4_K_M, Q8_0, else the first model file. The bar is forced on (stderr is a pipe).
-    result = cli("models", "pull", f"hf:{REPO}", env={"LLMCHAT_PROGRESS": "1"})
+    result = cli("models", "pull", f"hf:{REPO}", "--no-mmproj", env={"LLMCHAT_PROGRESS": "1"})
     assert result.returncode == 0, result.stderr
     megabytes = f"{smollm2_path.stat().st_size / 1e6:.1f}"
     assert f"{FILE} " in result.stderr and f"{megabytes}/{megabytes} MB" in result.stderr  # the bar's last state
@@ -58,9 +56,22 @@ def test_a_pull_writes_the_hf_cache_layout_and_prints_the_path(hub, cli, tmp_pat
     # Other tools and llmchat see it: it is in the list, and `-m hf:REPO` names it.
     listed = json.loads(cli("models", "list", "--json").stdout)
     assert [e["ref"] for e in listed] == [f"hf:{REPO}:Q4_1"]
-    # The mmproj file was not downloaded, and the CDN got exactly one GET.
+    # --no-mmproj: the projector was not downloaded, and the CDN got exactly one GET.
     cdn_gets = [r for r in hub.state.log if r.server == "cdn" and r.method == "GET"]
     assert len(cdn_gets) == 1 and cdn_gets[0].range is None
+
+
+def test_a_pull_fetches_the_repos_projector_and_the_model_then_sees(hub, cli, tmp_path, puppet_projector):
+    result = cli("models", "pull", f"hf:{REPO}")
+    assert result.returncode == 0, result.stderr
+    snapshot = cache_repo(tmp_path) / "snapshots" / COMMIT
+    assert result.stdout.splitlines() == [str(snapshot / FILE), str(snapshot / "mmproj-SmolLM2-F16.gguf")]
+    assert (snapshot / "mmproj-SmolLM2-F16.gguf").read_bytes() == puppet_projector.read_bytes()
+    listed = json.loads(cli("models", "list", "--json").stdout)
+    assert [(e["ref"], e["media"]["vision"], e["media"]["audio"]) for e in listed] == [(f"hf:{REPO}:Q4_1", True, False)]
+    assert "instruct +images" in cli("models", "list", env={"COLUMNS": "200"}).stdout
+    info = json.loads(cli("info", "-m", f"hf:{REPO}", "--json").stdout)
+    assert info["media"]["vision"] is True and info["media"]["projector"].endswith("mmproj-SmolLM2-F16.gguf")
 
 
 def test_a_second_pull_downloads_nothing(hub, cli):
@@ -73,7 +84,7 @@ def test_a_second_pull_downloads_nothing(hub, cli):
 
 def test_a_connection_dropped_mid_file_is_resumed_with_range(hub, cli, tmp_path, smollm2_path):
     hub.state.cut_next = 30_000_000
-    result = cli("models", "pull", f"hf:{REPO}:Q4_1")
+    result = cli("models", "pull", f"hf:{REPO}:Q4_1", "--no-mmproj")
     assert result.returncode == 0, result.stderr
     ranges = [r.range for r in hub.state.log if r.server == "cdn" and r.method == "GET"]
     # huggingface_hub writes whole 10 MiB chunks, so it resumes from the last one it wrote.
@@ -87,7 +98,7 @@ def test_an_interrupted_pull_continues_where_it_stopped_on_the_next_run(hub, cli
     # The first GET gets 30 MB, then the network stays down: the retry is refused too.
     hub.state.cut_next = 30_000_000
     hub.state.refuse_after_cut = 503
-    first = cli("models", "pull", f"hf:{REPO}:Q4_1")
+    first = cli("models", "pull", f"hf:{REPO}:Q4_1", "--no-mmproj")
     assert first.returncode == 1, first.stderr
     assert first.stderr.startswith("llmchat: error: ") and first.stderr.count("\n") == 1
     assert "answered HTTP 503" in first.stderr
@@ -101,7 +112,7 @@ def test_an_interrupted_pull_continues_where_it_stopped_on_the_next_run(hub, cli
     # The network is back: the next run asks only for the rest.
     hub.state.refuse_cdn = hub.state.refuse_after_cut = None
     hub.state.log.clear()
-    second = cli("models", "pull", f"hf:{REPO}:Q4_1")
+    second = cli("models", "pull", f"hf:{REPO}:Q4_1", "--no-mmproj")
     assert second.returncode == 0, second.stderr
     ranges = [r.range for r in hub.state.log if r.server == "cdn" and r.method == "GET"]
     assert ranges == [f"bytes={kept}-"]

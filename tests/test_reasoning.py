@@ -23,14 +23,12 @@ from llmchat.reasoning import (
     ANSWER,
     THINKING,
     ReasoningSettings,
-    ThinkingSplitter,
-    ThinkingTracker,
     detect_format,
     parse_template_var,
-    split_reply,
     starts_in_thinking,
     thinking_variables,
 )
+from llmchat.thinking import ThinkingSplitter, ThinkingTracker, split_reply
 from llmchat.turn.plan import TurnScope
 from llmchat.turn.record import TurnResult, error_record
 
@@ -221,6 +219,33 @@ def test_a_second_close_tag_moves_the_text_before_it_into_the_reasoning():
     # The templates read a reply as content.split('</think>')[-1]; so does the parser.
     reasoning, answer = split_reply(_tags(), "a</think>\n\nnot yet\n</think>\n\nFinal.", start_in_thinking=True)
     assert answer == "Final." and "not yet" in reasoning and not THINK_TAG.search(answer)
+
+
+def test_a_close_tag_inside_a_tool_call_is_the_calls_text():
+    # Once a call has opened after the thinking, a `</think>` in an argument is argument text,
+    # streamed a character at a time as well as whole (llama.cpp's Ling 3.0 case).
+    reply = "weighing\n</think>\n<tool_call>f\n<arg_value>has </think> in it</arg_value></tool_call>"
+    for pieces in ([reply], list(reply)):
+        splitter = ThinkingSplitter(_tags(), start_in_thinking=True, call_openers=("<tool_call>",))
+        _feed_all(splitter, pieces)
+        assert splitter.reasoning == "weighing"
+        assert splitter.answer == reply.split("</think>\n", 1)[1]
+    # Without tools offered a second close tag still moves the text before it into the reasoning.
+    reasoning, answer = split_reply(_tags(), reply, start_in_thinking=True)
+    assert answer == "in it</arg_value></tool_call>" and "<tool_call>" in reasoning
+
+
+def test_a_repeated_channel_opener_is_not_the_answers_text():
+    template = Path(__file__).parent / "data" / "chat_cases" / "templates" / "google-gemma-4-31B-it.jinja"
+    gemma4 = detect_format(template.read_text(encoding="utf-8"))
+    assert gemma4 is not None and gemma4.open_tag == "<|channel>thought"
+    reply = "<|channel><|channel>thought\n<channel|>Hello."
+    for pieces in ([reply], list(reply)):
+        splitter = ThinkingSplitter(gemma4)
+        _feed_all(splitter, pieces)
+        assert (splitter.reasoning, splitter.answer.strip()) == ("", "Hello.")
+    # A reply that only begins like the opener is left alone.
+    assert split_reply(gemma4, "<|channel>x")[1] == "<|channel>x"
 
 
 def test_harmony_channels_split_into_analysis_and_final():

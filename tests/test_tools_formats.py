@@ -86,6 +86,10 @@ FAMILY_TEMPLATES = {
         "derived",
         "<｜tool▁output▁begin｜>sunny, 21 C<｜tool▁output▁end｜>",
     ),
+    "muse-glimmer.jinja": (
+        "muse_glimmer",
+        '<|start|>tool get_weather<|message|><tool_output name="get_weather">\nsunny, 21 C\n</tool_output>',
+    ),
     "openai-gpt-oss-120b.jinja": (
         "gpt_oss",
         '<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>"sunny, 21 C"',

@@ -21,6 +21,7 @@ from llmchat.errors import LlmchatError, UsageError
 from llmchat.sampling import parse_value
 
 if TYPE_CHECKING:
+    from llmchat.store.attachment_records import Attachment
     from llmchat.structured import StructuredOutput
 
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "max_tokens", "seed")
@@ -43,6 +44,7 @@ class BatchItem:
     structured: StructuredOutput | None = None  # the item's own `schema` (None: the run's --schema, if any)
     error: str | None = None  # the line could not be used
     files: list[str] = field(default_factory=list)  # "files": paths relative to the input file's folder
+    attachments: tuple[Attachment, ...] = ()  # what `files` attached: images and audio go to the engine
     tools: list[str] | None = None  # "tools": this item's own (None: the command line's)
     tool_choice: str | None = None  # "tool_choice": this item's own (None: the command line's)
 
@@ -172,7 +174,9 @@ def attach_files(items: list[BatchItem], base: Path, resources: Callable[[str], 
         if not item.files or item.error or item.user is None:
             continue
         try:
-            item.user = compose(tuple(collect(item.files, base=base, resources=resources)), item.user)
+            attached = tuple(collect(item.files, base=base, resources=resources))
+            item.user = compose(attached, item.user)  # an image or audio clip: its marker (llmchat.media)
+            item.attachments = attached
         except LlmchatError as err:
             item.error = f"line {item.line}: {err}"
 

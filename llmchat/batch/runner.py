@@ -123,7 +123,19 @@ class BatchRunner:
         assert item.user is not None
         if item.structured is not None:
             self.engine.check_grammar(item.structured.grammar)
+        if any(attachment.media for attachment in item.attachments):
+            from llmchat.media.use import give_media
+
+            give_media(self.engine, item.attachments, (), None)  # an engine that cannot take them: this item fails
         return self.session.prepare(item.user, self.scope_for(item))
+
+    def alone(self, item: BatchItem) -> bool:
+        """Whether the item is a turn of its own (`_tool_item`): one with tools, or on a local engine
+        one with images or audio, which libmtmd evaluates on the engine's own sequence (not in
+        ParallelDecoder's shared context)."""
+        if self.tools is not None and self.tools.for_item(item) is not None:
+            return True
+        return not self.engine.caps.remote and any(attachment.media for attachment in item.attachments)
 
     @property
     def servers(self) -> int:
@@ -185,15 +197,14 @@ class BatchRunner:
         (each alone, through the tool loop, which needs the session's own engine). One sequence at
         a time, the input order; with N sequences or several servers, every plain item first, so
         they decode together, then the tool items. The records come out in input order either way."""
-        tools = self.tools
-        if tools is None or not any(tools.for_item(item) for item in items):
+        if not any(self.alone(item) for item in items):
             return [items] if items else []
         if self.parallel > 1 or self.servers > 1:
-            plain = [item for item in items if tools.for_item(item) is None]
-            return [*([plain] if plain else []), *(item for item in items if tools.for_item(item) is not None)]
+            plain = [item for item in items if not self.alone(item)]
+            return [*([plain] if plain else []), *(item for item in items if self.alone(item))]
         phases: list[list[BatchItem] | BatchItem] = []
         for item in items:
-            if tools.for_item(item) is not None:
+            if self.alone(item):
                 phases.append(item)
             elif phases and isinstance(phases[-1], list):
                 phases[-1].append(item)
@@ -202,11 +213,13 @@ class BatchRunner:
         return phases
 
     def _tool_item(self, item: BatchItem, writer: InOrder, progress: Progress) -> None:
-        """An item with tools: a turn of its own, through the tool loop (llmchat.turn.tool_loop), as
-        `ask` runs it: `ChatSession.turn` in the item's scope, which leaves the session as it was."""
+        """An item with tools (or media, on a local engine: `alone`): a turn of its own, through the
+        tool loop (llmchat.turn.tool_loop) where it has tools, as `ask` runs it: `ChatSession.turn`
+        in the item's scope, which leaves the session as it was."""
         assert item.user is not None
         try:
-            result = self.session.turn(item.user, record=False, scope=self.scope_for(item))
+            scope = self.scope_for(item)
+            result = self.session.turn(item.user, record=False, scope=scope, attachments=item.attachments)
         except ServerError:
             raise
         except LlmchatError as err:  # it cannot fit, the engine refused it: this item fails

@@ -86,7 +86,7 @@ def ask(
         typer.Option(
             "--file",
             "-f",
-            help="Attach a text file, wrapped with its path (repeatable; - is stdin; a glob or folder: its text files, sorted; mcp:SERVER/URI: an MCP resource).",
+            help="Attach a text file, wrapped with its path (repeatable; - is stdin; a glob or folder: its text files, sorted; mcp:SERVER/URI: an MCP resource), or an image or audio clip for a model with a projector (--mmproj).",
         ),
     ] = None,
     prompt_arg: PromptArgOption = None,
@@ -113,15 +113,18 @@ def ask(
         from llmchat.attachments import STDIN, collect
         from llmchat.commands.turns import check_overflow, continue_conversation, run_turn
         from llmchat.mcp_sources import McpSources, joined, terminal_asker
+        from llmchat.media.use import check_before_loading
         from llmchat.output import StreamPrinter, write_json
         from llmchat.structured import from_options
         from llmchat.tools import options as tool_options
         from llmchat.tools.mcp.roots import use_roots
+        from llmchat.tools.mcp.run_mode import model_answers
         from llmchat.turn.policy import INVALID_REPLY_EXIT
         from llmchat.ui.markdown import MarkdownPrinter, wants_markdown
 
         check_overflow(overflow)
         use_roots(root)  # a --root that is not a folder: exit 2, before any MCP server starts
+        model_answers()  # the servers it starts may ask this run's model (sampling)
         if compact is not None:  # a bad --compact: exit 2
             # Imported here only: without --compact, the turn's modules it pulls in load on another
             # thread while llama.cpp loads the model (llmchat.loading), 40 ms off a one-shot's TTFT.
@@ -141,6 +144,7 @@ def ask(
                 env.config, mcp or (), stderr=env.stderr, shared=toolset, saved_conversation=saved
             ) as sources:
                 attachments = tuple(collect(files or (), resources=sources.resource_bytes))
+                check_before_loading(opts, config, attachments)  # an image and no projector: exit 2 now
                 asker = terminal_asker(env.stdin, env.stderr, env.stdin_isatty and env.stderr_isatty)
                 opening = sources.opening(opts.saved_prompt, prompt_arg or (), asker)
             typed = read_prompt(
@@ -153,7 +157,7 @@ def ask(
     try:
         session.hold_to(structured)
         if toolset is not None:
-            tool_options.offer(session, toolset, tools)
+            tool_options.offer(session, toolset, tools, lazy_share=config.lazy_tools)
         if continue_last or cid:
             continue_conversation(session, cid or "last")
         if attachments:  # imported after the load: the turn's modules load beside it (llmchat.loading)

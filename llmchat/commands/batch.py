@@ -85,12 +85,14 @@ def batch(
     """
     from llmchat.batch.runner import run_batch
     from llmchat.errors import ExitCode, LlmchatError
-    from llmchat.tools.mcp.elicitation import nobody_to_ask
     from llmchat.tools.mcp.roots import use_roots
+    from llmchat.tools.mcp.run_mode import model_answers
     from llmchat.tools.options import tool_request
 
     use_roots(root)  # a --root that is not a folder: exit 2, before any MCP server starts
-    nobody_to_ask()  # a server's elicitation is declined at once: items run unattended, maybe in parallel
+    # Items run unattended, maybe in parallel: a server's elicitation is declined at once, and its
+    # sampling is answered only where its config approves it.
+    model_answers(attended=False)
     tools = tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools, offered_elsewhere=True)
     try:
         failed, total = run_batch(

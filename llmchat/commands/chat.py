@@ -55,7 +55,7 @@ def chat(
         typer.Option(
             "--file",
             "-f",
-            help="Attach a text file to the first message (repeatable; a glob or folder: its text files; mcp:SERVER/URI: an MCP resource). In the chat: /file PATH.",
+            help="Attach a text file, an image or audio clip to the first message (repeatable; a glob or folder: its text files; mcp:SERVER/URI: an MCP resource). In the chat: /file PATH, /image PATH.",
         ),
     ] = None,
     prompt_arg: PromptArgOption = None,
@@ -78,11 +78,13 @@ def chat(
     from llmchat.structured import from_options
     from llmchat.tools import options as tool_options
     from llmchat.tools.mcp.roots import use_roots
+    from llmchat.tools.mcp.run_mode import model_answers
     from llmchat.turn.compaction import with_mode
     from llmchat.ui.markdown import wants_markdown
 
     check_overflow(overflow)
     use_roots(root)  # a --root that is not a folder: exit 2, before any MCP server starts
+    model_answers()  # the servers it starts may ask this run's model (sampling)
     config = with_mode(env.config, compact)  # a bad --compact: exit 2 before the load
     markdown = wants_markdown(render, env.config.render, env.stdout_isatty)  # a bad --render: exit 2 before the load
     if STDIN in (files or ()):
@@ -96,6 +98,9 @@ def chat(
     with tool_options.closed_on_failure(toolset):  # MCP servers stop if the model cannot load
         with sources:  # read before the model loads, its own servers stopped (a later /file mcp:... starts one again)
             attachments = tuple(collect(files or (), resources=sources.resource_bytes))  # a binary file: exit 2 now
+            from llmchat.media.use import check_before_loading
+
+            check_before_loading(opts, config, attachments)  # an image and no projector: exit 2 now
             asker = terminal_asker(env.stdin, env.stderr, env.stdin_isatty and env.stderr_isatty)
             opening = sources.opening(opts.saved_prompt, prompt_arg or (), asker)  # goes with the first message
         tool_options.say_down(toolset)  # after -f/-p mcp:... naming one of them: exit 2
@@ -104,7 +109,9 @@ def chat(
     try:
         session.hold_to(structured)
         if toolset is not None:
-            tool_options.offer(session, toolset, tools, dim=env.stdin_isatty and not json_output)
+            tool_options.offer(
+                session, toolset, tools, dim=env.stdin_isatty and not json_output, lazy_share=config.lazy_tools
+            )
         if resume:
             continue_conversation(session, resume)
         from llmchat.turn.room import check_room

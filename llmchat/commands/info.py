@@ -41,6 +41,8 @@ runtime part asks the installed llama.cpp build which devices it can use.
         offload_layers    layers --device auto offloads (repeating layers + output), 0 on CPU
         flash_attn        what ask would use: the config's setting, or what `auto` picks
         flash_attn_why    why (auto: measured by `llmchat bench --calibrate`, or the default)
+    media                                 {projector, vision, audio}: the mmproj*.gguf beside the
+                                          model that fits it (null: none; the model sees text only)
     notes                                 list of sentences: how the figures were computed
 """
 
@@ -77,12 +79,26 @@ def info(
     runtime = runtime_report(meta, env)
     report = model_report(meta, _with_ggml_gpus(runtime))
     kind = kind_of(meta, [model] if model else [])
+    media = media_report(path, meta)
     if as_json:
         import json
 
-        typer.echo(json.dumps(report.to_json() | kind.to_json() | {"runtime": runtime}, indent=2), file=env.stdout)
+        record = report.to_json() | kind.to_json() | {"runtime": runtime, "media": media}
+        typer.echo(json.dumps(record, indent=2), file=env.stdout)
     else:
-        _print_report(report, runtime, kind, env.stdout)
+        _print_report(report, runtime, kind, env.stdout, media)
+
+
+def media_report(path: Path, meta: Any) -> dict:
+    """Whether the model sees or hears: the projector beside it that fits it (llmchat.media.projector)."""
+    from llmchat.media.projector import find_projector
+
+    found = find_projector(None, path, meta)
+    return {
+        "projector": str(found.path) if found else None,
+        "vision": bool(found and found.vision),
+        "audio": bool(found and found.audio),
+    }
 
 
 def runtime_report(meta: Any, env: Environment) -> dict:
@@ -158,11 +174,11 @@ def _runtime_line(runtime: dict) -> str:
     return f"runtime: {gpus}; --device auto offloads all {runtime['offload_layers']} layers (the output layer included)"
 
 
-def _print_report(report: Any, runtime: dict, kind: Any, out: TextIO) -> None:
+def _print_report(report: Any, runtime: dict, kind: Any, out: TextIO, media: dict | None = None) -> None:
     from rich.console import Console
 
     console = Console(file=out, highlight=False)
-    console.print(_overview_table(report, kind))
+    console.print(_overview_table(report, kind, media))
     console.print(_kv_per_token_table(report))
     console.print(_contexts_table(report))
     console.print(_machine_line(report))
@@ -171,7 +187,7 @@ def _print_report(report: Any, runtime: dict, kind: Any, out: TextIO) -> None:
         console.print(f"[dim]• {note}[/dim]")
 
 
-def _overview_table(report: Any, kind: Any = None) -> Any:
+def _overview_table(report: Any, kind: Any = None, media: dict | None = None) -> Any:
     from rich.table import Table
 
     table = Table(title=report.name or Path(report.path).name, show_header=False, title_justify="left")
@@ -195,6 +211,14 @@ def _overview_table(report: Any, kind: Any = None) -> Any:
     ]
     if kind is not None:  # base / instruct / reasoning (llmchat/models/kind.py)
         rows.append(("kind", f"{kind.label} ({kind.why})"))
+    if media is not None:
+        senses = " and ".join(s for s, on in (("images", media["vision"]), ("audio", media["audio"])) if on)
+        seen = (
+            f"{senses} ({Path(media['projector']).name})"
+            if media["projector"]
+            else "text only (no mmproj*.gguf beside it)"
+        )
+        rows.append(("media", seen))
     for label, value in rows:
         table.add_row(label, value)
     return table

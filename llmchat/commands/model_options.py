@@ -125,6 +125,32 @@ _ENGINE_OPTIONS = {
             rich_help_panel=ENGINE,
         ),
     ],
+    "ctx_checkpoints": Annotated[
+        int,
+        typer.Option(
+            "--ctx-checkpoints",
+            min=0,
+            help="Recurrent and hybrid models (Qwen3.5, LFM2, Granite 4.0-H, Nemotron-H): copies of the recurrent state kept, so a prompt that leaves the cache (/retry, /undo, /edit) is prefilled from near there, as llama-server's flag. 0 = none.",
+            rich_help_panel=ENGINE,
+        ),
+    ],
+    "ctx_checkpoints_mib": Annotated[
+        int,
+        typer.Option(
+            "--ctx-checkpoints-mib",
+            min=0,
+            help="The most memory those checkpoints take, in MiB (the oldest go first).",
+            rich_help_panel=ENGINE,
+        ),
+    ],
+    "mmproj": Annotated[
+        Optional[Path],
+        typer.Option(
+            "--mmproj",
+            help="The multimodal projector (mmproj .gguf) that lets the model see images or hear audio (-f photo.png). Default: an mmproj*.gguf beside the model.",
+            rich_help_panel=ENGINE,
+        ),
+    ],
     "draft_model": Annotated[
         Optional[Path],
         typer.Option(

@@ -78,7 +78,7 @@ def _print_table(entries: list[Entry], env: Environment) -> None:
         table.add_row(
             e.shown_name,
             e.candidate.source,
-            e.kind.label,
+            e.kind.label + _senses(e),
             s.architecture or "?",
             s.size_label or _params(s.parameter_count),
             s.quantization or "?",
@@ -99,6 +99,12 @@ def _print_table(entries: list[Entry], env: Environment) -> None:
     default = _bundled_default()
     if default:
         console.print(f"[dim]{default}[/dim]")
+
+
+def _senses(entry: Entry) -> str:
+    """` +images`, ` +audio`: what the model's projector lets it take (llmchat.media.projector)."""
+    media = entry.media or {}
+    return "".join(f" +{what}" for what, key in (("images", "vision"), ("audio", "audio")) if media.get(key))
 
 
 def _bundled_default() -> str:
@@ -209,11 +215,15 @@ def _candidate_for(path: Path, config: Any) -> Candidate | None:
 def pull_command(
     spec: str = typer.Argument(..., metavar="hf:ORG/REPO[:QUANT|/FILE.gguf]", help="What to download."),
     revision: str = typer.Option("main", "--revision", help="A branch, tag or commit of the repository."),
+    no_mmproj: bool = typer.Option(
+        False, "--no-mmproj", help="Leave out the repository's multimodal projector (mmproj), fetched by default."
+    ),
 ) -> None:
     """Download a GGUF from Hugging Face into the HF cache (Q4_K_M unless a QUANT or FILE is given).
 
     An interrupted pull continues where it stopped when run again. HF_TOKEN is used for gated and
-    private repositories; HF_ENDPOINT points at a mirror. Prints the file's path."""
+    private repositories; HF_ENDPOINT points at a mirror. The repository's multimodal projector
+    (mmproj) for the model comes with it. Prints the files' paths, the model's first."""
     from dataclasses import replace
 
     from llmchat.env import current_environment
@@ -223,7 +233,7 @@ def pull_command(
     wanted = replace(parse_spec(spec), revision=revision)
     env = current_environment()
     show = env.stderr_isatty or bool(os.environ.get("LLMCHAT_PROGRESS"))
-    pulled = pull(wanted, show_progress=show)
+    pulled = pull(wanted, show_progress=show, projector=not no_mmproj)
     for path in pulled:
         typer.echo(str(path), file=env.stdout)
     notice(f"run it with: llmchat chat -m hf:{wanted.repo}/{_inside_repo(pulled[0])}", env.stderr)

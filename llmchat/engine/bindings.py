@@ -94,6 +94,7 @@ FUNCTIONS = (
     "llama_get_memory", "llama_memory_clear", "llama_memory_seq_rm", "llama_memory_seq_cp", "llama_memory_seq_add",
     "llama_memory_can_shift",
     "llama_state_seq_get_size", "llama_state_seq_get_data", "llama_state_seq_set_data",
+    "llama_state_seq_get_size_ext", "llama_state_seq_get_data_ext", "llama_state_seq_set_data_ext",
     "llama_sampler_chain_default_params", "llama_sampler_chain_init", "llama_sampler_chain_add",
     "llama_sampler_chain_get", "llama_sampler_init", "llama_sampler_init_penalties", "llama_sampler_init_grammar",
     "llama_sampler_init_greedy", "llama_sampler_init_dist", "llama_sampler_init_top_k", "llama_sampler_init_typical",
@@ -102,13 +103,14 @@ FUNCTIONS = (
     "llama_sampler_free",
 )  # fmt: skip
 TYPES_AND_CONSTANTS = (
-    "llama_token", "llama_log_callback", "llama_progress_callback", "llama_context_params",
+    "llama_token", "llama_pos", "llama_log_callback", "llama_progress_callback", "llama_context_params",
     "llama_sampler_i_name", "llama_sampler_i_accept", "llama_sampler_i_apply", "llama_sampler_i_reset",
     "llama_sampler_i_free", "llama_sampler_i_clone",
     "GGML_TYPE_F16", "GGML_TYPE_Q8_0", "GGML_TYPE_Q4_0",
     "LLAMA_LOAD_MODE_NONE", "LLAMA_LOAD_MODE_MMAP", "LLAMA_LOAD_MODE_MLOCK", "LLAMA_LOAD_MODE_MMAP_MLOCK",
     "LLAMA_FLASH_ATTN_TYPE_ENABLED", "LLAMA_FLASH_ATTN_TYPE_DISABLED",
     "LLAMA_TOKEN_ATTR_CONTROL", "LLAMA_TOKEN_ATTR_USER_DEFINED", "LLAMA_VOCAB_TYPE_SPM", "LLAMA_VOCAB_TYPE_BPE",
+    "LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY",
     "_lib",
 )  # fmt: skip
 # The fields of llama.cpp's structures that llmchat reads or sets, by structure.

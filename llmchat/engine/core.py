@@ -21,6 +21,7 @@ from llmchat.engine.drafting import CountingDrafter, DraftModelDrafter, PromptLo
 from llmchat.engine.driver import SequenceState, common_prefix
 from llmchat.engine.grammar import Grammar
 from llmchat.engine.interface import EngineCaps, EngineInfo, GenerateRequest, prompt_ids
+from llmchat.engine.media_marks import count_media
 from llmchat.engine.model_load import (
     EngineSettings,
     backend_notice,
@@ -34,6 +35,7 @@ from llmchat.errors import ModelError
 
 if TYPE_CHECKING:
     from llmchat.engine.interface import ChatEngine
+    from llmchat.engine.media_eval import MediaContext
 
 # Token attributes of markup tokens (<|im_end|>, <end_of_turn>): control or user-defined specials.
 _CONTROL_ATTRS = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
@@ -56,8 +58,9 @@ class Engine:
 
     @property
     def caps(self) -> EngineCaps:
+        kv_shift, media = self.settings.kv_shift, self.settings.mmproj is not None
         return EngineCaps(
-            grammar=True, kv_shift=self.settings.kv_shift, disk_cache=True, renders_template=False, token_ids=True
+            grammar=True, kv_shift=kv_shift, disk_cache=True, renders_template=False, token_ids=True, media=media
         )
 
     @property
@@ -125,6 +128,7 @@ class Engine:
         self.eos_text: str = self._token_text(self.eos_id)
         self.tuner = tuner  # the owner of the thread count
         model.observe_steps(tuner.observe)
+        self.media: MediaContext | None = None  # libmtmd's, opened with the first media (media_eval.add_media)
 
     # --- loading -----------------------------------------------------------------------------
     @classmethod
@@ -181,6 +185,10 @@ class Engine:
             notices.append(f"flash attention {'on' if flash_attn else 'off'}, KV cache {settings.kv_type}")
             if settings.flash_attn_why:
                 notices.append(f"flash attention {'on' if flash_attn else 'off'}: {settings.flash_attn_why}")
+            if model.checkpoints is not None:
+                notices.append(
+                    f"recurrent state: up to {settings.ctx_checkpoints} checkpoints, {settings.ctx_checkpoints_mib} MiB"
+                )
             if drafter is not None:
                 notices.append(
                     f"speculative decoding: {'prompt lookup' if settings.lookup else settings.draft_model}, up to {settings.draft_tokens} drafted tokens per pass"
@@ -197,6 +205,9 @@ class Engine:
         """Free the model and the draft model, each even when freeing the other fails."""
         with ExitStack() as frees:
             frees.callback(self.model.close)
+            media, self.media = self.media, None
+            if media is not None:  # freed first: it refers to the model
+                frees.callback(media.close)
             drafter = self._drafter.inner if self._drafter else None
             if isinstance(drafter, DraftModelDrafter):
                 frees.callback(drafter.draft.close)
@@ -267,7 +278,7 @@ class Engine:
 
     def prompt_tokens(self, pieces: Sequence[PromptPiece]) -> list[int]:
         """Token ids for a rendered prompt's pieces, by the rules in llmchat.engine.prompt_pieces."""
-        return tokens_for_pieces(self, pieces)
+        return tokens_for_pieces(self if self.media is None else self.media.tokenizer(self), pieces)
 
     def is_control(self, token_id: int) -> bool:
         """A markup token (<|im_end|>, <end_of_turn>): control or user-defined special."""
@@ -278,10 +289,10 @@ class Engine:
 
     # --- generation ----------------------------------------------------------------------------
     def cached_prefix(self, prompt: Sequence[int]) -> int:
-        """How many leading prompt tokens are already in the KV cache (what `generate` will reuse)."""
-        common = common_prefix(self.model.tokens, prompt)
-        # With nothing new to evaluate, the last token is replayed to refresh the logits.
-        return min(common, max(len(prompt) - 1, 0))
+        """How many leading prompt tokens `generate` will not evaluate again: the cached prefix, less
+        the last token (replayed for its logits), and on a recurrent model only up to the nearest
+        checkpoint where the prompt leaves the cache (LoadedModel.reusable)."""
+        return self.model.reusable(prompt)
 
     def shift_out_dropped(self, prompt: Sequence[int]) -> int:
         """Reuse the cache after the conversation's oldest exchanges were trimmed (a context shift).
@@ -345,15 +356,15 @@ class Engine:
         model = self.model
         ctx = model.ctx
         memory = llama_cpp.llama_get_memory(ctx)
-        llama_cpp.llama_memory_seq_rm(memory, 0, 0, -1)
-        model.tokens.clear()
-        model.logits_fresh = False
+        model.clear()
         buffer = (ctypes.c_uint8 * len(state)).from_buffer(state)
         if not llama_cpp.llama_state_seq_set_data(ctx, buffer, len(state), 0):
             llama_cpp.llama_memory_seq_rm(memory, 0, 0, -1)
             return False
         keep = min(keep, len(tokens))
-        llama_cpp.llama_memory_seq_rm(memory, 0, keep, -1)
+        if not llama_cpp.llama_memory_seq_rm(memory, 0, keep, -1):
+            model.clear()  # a recurrent state cannot be cut back: all of it or none
+            return False
         model.tokens.extend(int(token) for token in tokens[:keep])
         return True
 
@@ -377,6 +388,7 @@ class Generation:
     def __iter__(self) -> Iterator[TokenEvent]:
         engine, state, outcome = self.engine, self.state, self.outcome
         outcome.cached_tokens = engine.cached_prefix(self.prompt)
+        outcome.media_tokens = count_media(self.prompt)
         if engine._drafter is not None:
             engine._drafter.start_reply(len(self.prompt), self.request.sampling.repeat_penalty)
         if not state.start(time.perf_counter()):

@@ -36,6 +36,7 @@ class EngineCaps:
     # and an earlier reply goes back to the model as the ids it was sampled as.
     token_ids: bool
     remote: bool = False  # another process decodes: retries apply, and it owns its own settings
+    media: bool = False  # it takes images or audio (`add_media`): a projector is there
     slots: int = 0  # server slots a batch may pin one worker each to (0: the server picks)
 
 

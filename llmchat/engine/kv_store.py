@@ -221,8 +221,11 @@ class KVStore:
         if len(prompt) - 1 - in_memory < MIN_RESTORE_GAIN:
             return None  # the usual chat turn: memory already holds all but the new message
         best: tuple[int, Entry] | None = None
+        whole = self.engine.model.is_recurrent  # a recurrent state cannot be cut back: all of it or none
         for entry in self._entries():
             common = _common_prefix(entry.tokens, wanted)
+            if whole and common < entry.n_tokens:
+                continue
             if best is None or common > best[0]:
                 best = (common, entry)
         if best is None:

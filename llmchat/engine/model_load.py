@@ -18,7 +18,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from llmchat import interrupts
-from llmchat.defaults import DEFAULT_BATCH_SIZE, DEFAULT_MAX_CTX
+from llmchat.defaults import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_CTX_CHECKPOINTS,
+    DEFAULT_CTX_CHECKPOINTS_MIB,
+    DEFAULT_MAX_CTX,
+)
 from llmchat.engine import logs
 from llmchat.engine.bindings import llama_cpp
 from llmchat.engine.devices import cpu_has_amx
@@ -73,6 +78,9 @@ class EngineSettings:
     kv_shift: bool = True  # after a trim, shift the kept cache instead of prefilling it again
     draft_model: Path | None = None
     draft_tokens: int = 16  # the most drafted tokens per pass; the length adapts below it
+    mmproj: Path | None = None  # the multimodal projector, checked (llmchat.media.projector); opened on first media
+    ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS  # recurrent-state checkpoints (engine.checkpoints); 0: none
+    ctx_checkpoints_mib: int = DEFAULT_CTX_CHECKPOINTS_MIB  # and the most memory they take
 
 
 def backend_notice(gpu_layers: int, threads: int) -> str:
@@ -147,6 +155,8 @@ def open_model(
             extra_buffer_types=not cpu_has_amx(),
             progress_callback=_KEEP_LOADING,
             output_window=output_window,
+            checkpoints=settings.ctx_checkpoints,
+            checkpoint_bytes=settings.ctx_checkpoints_mib << 20,
         )
     except (ValueError, RuntimeError, OSError) as err:
         interrupts.raise_pending()  # a load aborted by Ctrl-C is an interruption, not a bad file

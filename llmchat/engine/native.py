@@ -4,7 +4,8 @@ This is what `Engine` (llmchat.engine.core) stands on, in place of llama-cpp-pyt
 which costs a one-shot `ask` numpy and the library's chat formats at import
 (llmchat.engine.bindings). It keeps only what llmchat uses:
 - the tokens the KV cache of sequence 0 holds (`tokens`), so that `generate` evaluates only what
-  follows the longest prefix a new prompt shares with them: a chat prefills only its new turn;
+  follows the longest prefix a new prompt shares with them: a chat prefills only its new turn
+  (on a recurrent or hybrid model, from the nearest checkpoint of its state: engine.checkpoints);
 - `eval`, which asks llama.cpp for logits only where they are sampled from: the last position, or
   the last `output_window` positions when a drafter's guesses are verified in one pass;
 - `generate`, the decode loop: sample through the caller's sampler chain, evaluate, and, with a
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Generator, Protocol, Sequence
 
 from llmchat.engine.bindings import llama_cpp
+from llmchat.engine.checkpoints import Checkpoints
 
 _INT32_MAX = 0x7FFFFFFF  # n_gpu_layers: every layer
 _backend: dict[str, bool] = {"ready": False}
@@ -67,8 +69,11 @@ class LoadedModel:
         progress_callback: Any = None,
         output_window: int = 1,
         vocab_only: bool = False,
+        checkpoints: int = 0,
+        checkpoint_bytes: int = 0,
     ):
         ensure_backend()
+        self._checkpoint_limits = (checkpoints, checkpoint_bytes)
         self.path = path
         self.output_window = max(1, output_window)
         params = llama_cpp.llama_model_default_params()
@@ -118,6 +123,10 @@ class LoadedModel:
             llama_cpp.llama_model_is_recurrent(self.model) or llama_cpp.llama_model_is_hybrid(self.model)
         )
         self.tokens: list[int] = []  # what the KV cache of sequence 0 holds, in order
+        self.checkpoints: Checkpoints | None = None
+        # Images and audio in the prompt (engine.media_eval.MediaContext): set by the engine once
+        # media are given; their positions are negative ids that `eval` hands to it.
+        self.media: Any = None
         self.logits_fresh = False  # the last eval's logits belong to `tokens` (not a restored state)
         self.n_threads = threads
         if vocab_only:
@@ -143,6 +152,10 @@ class LoadedModel:
             raise ValueError("Failed to create llama_context")
         self.n_ctx = int(llama_cpp.llama_n_ctx(self.ctx))
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        count, max_bytes = self._checkpoint_limits
+        # Where the cache cannot drop a suffix, copies of its recurrent state stand in (engine.checkpoints).
+        if self.is_recurrent and count > 0:
+            self.checkpoints = Checkpoints(self.ctx, count=count, max_bytes=max_bytes)
 
     def close(self) -> None:
         # Each handle leaves its field before it is freed: a signal landing between a free and the
@@ -232,22 +245,71 @@ class LoadedModel:
         llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.ctx), False)
         self.tokens.clear()
         self.logits_fresh = False
+        if self.checkpoints is not None:
+            self.checkpoints.clear()
 
     def keep(self, n: int) -> bool:
         """Cut the sequence back to its first `n` tokens. False where the cache cannot drop a
         suffix (a recurrent model): the caller starts over instead."""
         if n >= len(self.tokens):
             return True
-        if not llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), -1, n, -1):
+        if not llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), 0, n, -1):
             return False
         del self.tokens[n:]
         self.logits_fresh = False
         return True
 
+    def reusable(self, prompt: Sequence[int]) -> int:
+        """How many leading tokens of `prompt` the next `generate` keeps rather than evaluates."""
+        common = 0
+        for cached, wanted in zip(self.tokens, prompt):
+            if cached != wanted:
+                break
+            common += 1
+        reuse = common - 1 if common == len(prompt) else common  # the last token brings the logits
+        if reuse >= len(self.tokens) or not self.is_recurrent:
+            return max(reuse, 0)
+        return self.checkpoints.nearest(reuse) if self.checkpoints is not None else 0
+
+    def rewind(self, n: int) -> int:
+        """Cut the sequence back to its first `n` tokens or fewer, and return how many it keeps: a
+        recurrent state goes back to the nearest checkpoint (0: none, and the cache is cleared)."""
+        if n >= len(self.tokens):
+            return len(self.tokens)
+        if not self.is_recurrent:
+            if n > 0 and self.keep(n):
+                return n
+            self.clear()
+            return 0
+        at = self.checkpoints.restore(n) if self.checkpoints is not None else 0
+        # The recurrent part is now that of the first `at` tokens: the attention cells after it can go.
+        if not (at and llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), 0, at, -1)):
+            self.clear()
+            return 0
+        del self.tokens[at:]
+        self.logits_fresh = False
+        return at
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        """`eval(tokens)`, stopping where a checkpoint of the recurrent state is worth saving."""
+        done = 0
+        # Not around images or audio (negative ids): a cut could split one (llama-server takes none there).
+        if self.checkpoints is not None and (not tokens or min(tokens) >= 0):
+            start = len(self.tokens)
+            for cut in self.checkpoints.cuts(start, start + len(tokens), self.n_batch):
+                if cut - start > done:
+                    self.eval(tokens[done : cut - start])
+                done = cut - start
+                self.checkpoints.save(cut)
+        self.eval(tokens[done:])
+
     def eval(self, tokens: Sequence[int]) -> None:
         """Evaluate `tokens` after the sequence so far, in chunks of `n_batch`. Logits are kept for
         the last `output_window` of them, where sampling reads them."""
-        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), -1, len(self.tokens), -1)
+        if self.media is not None and tokens and min(tokens) < 0:
+            self.media.eval(self, tokens)
+            return
+        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), 0, len(self.tokens), -1)
         batch = self._batch
         first_needed = len(tokens) - self.output_window
         for start in range(0, len(tokens), self.n_batch):
@@ -288,26 +350,27 @@ class LoadedModel:
         if common == len(tokens) == len(self.tokens) and self.logits_fresh and tokens:
             tokens = []
         else:
-            reuse = common - 1 if common == len(tokens) else common
-            if not (reuse > 0 and self.keep(reuse)):
-                self.clear()
-                reuse = 0
-            tokens = tokens[reuse:]
+            tokens = tokens[self.rewind(self.reusable(tokens)) :]
         sample_at = len(self.tokens) + len(tokens) - 1
+        self.prefill(tokens)
         while True:
-            self.eval(tokens)
             while sample_at < len(self.tokens):
                 token = int(llama_cpp.llama_sampler_sample(sampler, self.ctx, sample_at - len(self.tokens)))
                 sample_at += 1
                 yield token
                 tokens = [token]
                 if sample_at < len(self.tokens) and token != self.tokens[sample_at]:
-                    # The drafts from here on were not the chain's picks: drop them (a cache that
-                    # cannot drop a suffix is evaluated again up to here).
-                    if not self.keep(sample_at):
-                        tokens = self.tokens[:sample_at] + tokens
-                        self.clear()
+                    # The drafts from here on were not the chain's picks: drop them. A recurrent
+                    # state goes back to the copy held before the batch, and what was accepted is
+                    # evaluated again on its own, so the next copy is held after it.
+                    accepted = self.tokens[:sample_at]
+                    missing = accepted[self.rewind(sample_at) :]
+                    if missing:
+                        self.eval(missing)
                     break
             if drafter is not None:
                 drafted = drafter(self.tokens + tokens)
                 tokens.extend(drafted[: max(0, self.n_ctx - len(self.tokens) - len(tokens))])
+            if len(tokens) > 1 and self.checkpoints is not None:
+                self.checkpoints.hold(len(self.tokens))  # where a rejected draft comes back to
+            self.eval(tokens)

@@ -35,7 +35,7 @@ class Vocabulary(Protocol):
 
 class Steering(Protocol):
     """Asked between two sampled tokens: token ids to force into the reply now (none: go on).
-    llmchat.reasoning.ThinkingTracker ends a thinking block this way when its budget is spent.
+    llmchat.thinking.ThinkingTracker ends a thinking block this way when its budget is spent.
     `ending`: the model just sampled an end-of-generation token (dropped if tokens are forced)."""
 
     def forced_tokens(self, generated: int, *, ending: bool = False) -> Sequence[int]: ...
@@ -66,6 +66,7 @@ class GenerationOutcome:
     finish_reason: str = "stop"  # stop | length | loop | interrupted | error
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    media_tokens: int = 0  # prompt positions that are image or audio embeddings, not text tokens
     generated_tokens: int = 0
     t_start: float = 0.0  # perf_counter when the sequence began (its prefill starts)
     t_first_token: float | None = None  # the first sampled token, end-of-generation included

@@ -66,6 +66,7 @@ class Entry:
     file_size: int  # all split parts together
     kind: ModelKind
     fits: str  # "VRAM" | "RAM" | "no" | "?"
+    media: dict[str, Any] | None = None  # its projector: {projector, vision, audio} (media_of)
 
     @property
     def runnable(self) -> bool:
@@ -106,6 +107,7 @@ class Entry:
             "n_ctx": s.n_ctx,
             "total_bytes": s.total_bytes,
             "fits": self.fits,
+            "media": self.media,
         }
 
 
@@ -308,7 +310,26 @@ def make_entry(candidate: Candidate, summary: Summary, memory: SystemMemory) -> 
         other_names=[candidate.path.name, *candidate.names],
         features=TemplateFeatures(summary.has_template, summary.thinking_template, summary.tools_template),
     )
-    return Entry(candidate, summary, first + rest, kind, fits_verdict(total, memory))
+    media = media_of(candidate.path) if summary.problem is None and candidate.problem is None else None
+    return Entry(candidate, summary, first + rest, kind, fits_verdict(total, memory), media)
+
+
+def media_of(path: Path) -> dict[str, Any] | None:
+    """The projector the model would use (llmchat.media.projector: beside it, or kept by its store),
+    and whether it sees and hears; None without one. Headers are read only where a file is found."""
+    from llmchat.models.projectors import store_projectors
+
+    if not any(path.parent.glob("mmproj*.gguf")) and not store_projectors(path):
+        return None
+    from llmchat.errors import LlmchatError
+    from llmchat.gguf.header_cache import read_metadata_cached
+    from llmchat.media.projector import find_projector
+
+    try:
+        found = find_projector(None, path, read_metadata_cached(path))
+    except LlmchatError:
+        return None
+    return None if found is None else {"projector": str(found.path), "vision": found.vision, "audio": found.audio}
 
 
 def catalogue(config: Config | None = None, memory: SystemMemory | None = None) -> list[Entry]:

@@ -16,7 +16,8 @@ blob is renamed into place only when it has the size the hub announced. Plain HT
 Xet: a Xet transfer cannot continue a partial file.
 
 The file is picked as llama.cpp's `-hf` picks it (llmchat/models/quant.py): Q4_K_M by default, then
-Q8_0; a missing quantization lists the ones the repository has.
+Q8_0; a missing quantization lists the ones the repository has. The repository's projector
+(mmproj) for it comes too, as with `-hf`, so that the model sees where it can (--no-mmproj: not).
 """
 
 from __future__ import annotations
@@ -149,14 +150,18 @@ def choose_files(files: list[str], spec: PullSpec) -> list[str]:
     return quant.split_all_parts(files, chosen)
 
 
-def pull(spec: PullSpec, *, show_progress: bool = True) -> list[Path]:
-    """Download the file(s) `spec` means into the HF cache; return their snapshot paths."""
+def pull(spec: PullSpec, *, show_progress: bool = True, projector: bool = True) -> list[Path]:
+    """Download the file(s) `spec` means into the HF cache, and with them the repository's
+    multimodal projector for that model (`projector`; quant.pick_projector), as llama.cpp's `-hf`
+    does; return their snapshot paths, the model's first."""
     hub = _hub()
     current: str | None = None
     try:
         info = hub.HfApi().model_info(spec.repo, revision=spec.revision)
         files = [s.rfilename for s in (info.siblings or [])]
         chosen = choose_files(files, PullSpec(spec.repo, spec.quant, spec.file, spec.revision))
+        mmproj = quant.pick_projector(files, chosen[0]) if projector else None
+        chosen += [mmproj] if mmproj else []
         commit = info.sha or spec.revision
         pulled: list[Path] = []
         with _progress(show_progress) as bars:

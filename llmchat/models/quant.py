@@ -72,3 +72,28 @@ def split_all_parts(files: Iterable[str], first: str) -> list[str]:
     wanted = {f"{prefix}-{i:05d}-of-{count:05d}.gguf".lower(): i for i in range(1, count + 1)}
     found = sorted((f for f in files if f.lower() in wanted), key=lambda f: wanted[f.lower()])
     return found or [first]
+
+
+def pick_projector(files: Iterable[str], model: str) -> str | None:
+    """The repository's multimodal projector for `model`, as llama.cpp's `-hf` picks it
+    (common/download.cpp `find_best_sibling`): an `mmproj` .gguf in the model's folder or one above
+    it, the deepest, then the one whose bits are nearest the model's (F16 for a Q4 model, of F16
+    and F32); None when there is none."""
+    model_dir = model.rsplit("/", 1)[0] + "/" if "/" in model else ""
+
+    def bits(path: str) -> int:
+        found = re.search(r"(?:IQ|Q|TQ|BF|F)(\d+)", quant_from_name(path.rsplit("/", 1)[-1]) or "", re.IGNORECASE)
+        return int(found.group(1)) if found else 0
+
+    best: tuple[int, int] | None = None
+    chosen = None
+    for path in files:
+        folder = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
+        if not path.lower().endswith(".gguf") or "mmproj" not in path.rsplit("/", 1)[-1].lower():
+            continue
+        if not model_dir.startswith(folder):
+            continue
+        rank = (-folder.count("/"), abs(bits(path) - bits(model)))
+        if best is None or rank < best:
+            best, chosen = rank, path
+    return chosen

@@ -17,6 +17,7 @@ from typing import Any
 
 from llmchat.prompt.layout import ID_SLOT, INDEX_SLOT, KEY_SLOT, CallLayout
 from llmchat.prompt.literals import literal_at
+from llmchat.prompt.xml_arguments import nested_value
 
 _DECODER = json.JSONDecoder()
 _NAME = r"[^\s<>{}()\[\]\"',:=|]+"
@@ -326,6 +327,9 @@ def _tagged_value(layout: CallLayout, compiled: _Compiled, text: str, pos: int, 
             raw, end = _raw_until(text, start, layout.string_suffix, layout)
             closed = re.compile(_pattern(layout.string_suffix)).match(text, end)
             value = raw if (distinct or wants_string) else _maybe_json(raw)
+            if isinstance(value, str) and not wants_string:
+                nested = nested_value(raw, schema, layout.preamble)  # MiniMax M3's nested elements
+                value = value if nested is None else nested
             return value, closed.end() if closed is not None else end
     opened = compiled.value_prefix.match(text, pos)
     start = _skip_space(text, opened.end() if opened is not None else pos)

@@ -7,7 +7,7 @@ context is the job of llmchat.attachments, which builds on these definitions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 
@@ -16,15 +16,21 @@ class Attachment:
     path: str  # as the user named it (a glob or folder member: as found); "<stdin>" for -
     size: int  # bytes
     sha256: str
-    text: str
+    text: str  # an image's or audio clip's: its marker (llmchat.engine.media_marks)
+    media: str = ""  # "image" or "audio" (llmchat.media.kinds); "" for text
+    data: bytes = field(default=b"", repr=False, compare=False)  # a media file's bytes, for the engine
 
     @property
     def block(self) -> str:
-        """The attachment as the model sees it."""
-        return wrap(self.path, self.text)
+        """The attachment as the model sees it: a text file wrapped with its path, media as its
+        marker, which the engine replaces by the media's own tokens."""
+        return self.text if self.media else wrap(self.path, self.text)
 
     def describe(self) -> dict[str, object]:
-        return {"path": self.path, "size": self.size, "sha256": self.sha256}
+        described: dict[str, object] = {"path": self.path, "size": self.size, "sha256": self.sha256}
+        if self.media:
+            described["media"] = self.media
+        return described
 
 
 def wrap(path: str, text: str) -> str:

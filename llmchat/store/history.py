@@ -275,6 +275,7 @@ class HistoryStore:
             NewMessage("assistant", assistant, interrupted, finish_reason, stats, sampling, reasoning, model=model),
         ]
         self._write(lambda db: append_messages(db, conversation_id, messages))
+        media_files.keep_attached(self.media_dir, attachments)  # after the commit: no file without its turn
 
     @interrupts.changes_state  # a chat command's write is made whole (llmchat.interrupts)
     def fork(self, id_or_name: str, at: int, *, name: str | None = None) -> str:

@@ -9,6 +9,11 @@ name the same file (it is named by its content's hash), and a conversation saved
 module existed names its files the same way. So when messages are deleted (`history rm`, /undo),
 each file their text named that no message left names is removed, in the same transaction's
 view of the database; `history rm --all` removes the whole folder (`clear`).
+
+An image or audio clip attached to a user message (`-f photo.png`) is kept here too, once per
+content, as `attached-SHA256`: the message's marker (`<__media__ SHA256>`, llmchat.engine.
+media_marks) names it, so it goes with the last message whose attachment names it, and a resumed
+conversation shows the model the same image (llmchat.media.use).
 """
 
 from __future__ import annotations
@@ -19,7 +24,13 @@ import re
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import Sequence
 
+from llmchat.engine.media_marks import MARKER, marker
+from llmchat.private_files import own_private_dir, write_private_atomic
+from llmchat.store.attachment_records import Attachment
+
+ATTACHED = "attached-"  # the name an attached image or audio clip is kept under, before its SHA-256
 # The names results.save_media gives: STEM-HASH.EXT, from these characters only.
 FILE_NAME = r"[A-Za-z0-9_.-]+"
 
@@ -34,7 +45,21 @@ def named_in(texts: list[str], folder: Path) -> set[Path]:
     """The files of `folder` that these texts name by their full path."""
     pattern = re.compile(re.escape(str(folder) + os.sep) + f"({FILE_NAME})")
     # A name is followed by `]` or `,` in a placeholder; a sentence's full stop is not part of it.
-    return {folder / match.group(1).rstrip(".") for text in texts if text for match in pattern.finditer(text)}
+    named = {folder / match.group(1).rstrip(".") for text in texts if text for match in pattern.finditer(text)}
+    return named | {attached_file(folder, found.group(1)) for text in texts if text for found in MARKER.finditer(text)}
+
+
+def attached_file(folder: Path, sha256: str) -> Path:
+    return folder / f"{ATTACHED}{sha256}"
+
+
+def keep_attached(folder: Path, attachments: Sequence[Attachment]) -> None:
+    """Keep each image or audio clip of a saved message, once per content, private (0600 in 0700)."""
+    for attachment in attachments:
+        if attachment.media and attachment.data:
+            path = attached_file(own_private_dir(folder), attachment.sha256)
+            if not path.exists():
+                write_private_atomic(path, attachment.data)
 
 
 def texts_of_conversation(db: sqlite3.Connection, conversation_id: str) -> list[str]:
@@ -56,8 +81,13 @@ def texts_of_messages(db: sqlite3.Connection, ids: list[int]) -> list[str]:
 def unnamed(db: sqlite3.Connection, files: set[Path]) -> list[Path]:
     """Those of `files` that no message (or attachment) left in the database names."""
     return sorted(
-        path for path in files if not any(db.execute(sql, (str(path),)).fetchone() for sql in NAMED_ANYWHERE_SQL)
+        path for path in files if not any(db.execute(sql, (_name_of(path),)).fetchone() for sql in NAMED_ANYWHERE_SQL)
     )
+
+
+def _name_of(path: Path) -> str:
+    """How the database's text names a file: its full path, or an attached one's marker."""
+    return marker(path.name[len(ATTACHED) :]) if path.name.startswith(ATTACHED) else str(path)
 
 
 def remove(files: list[Path]) -> None:

@@ -333,6 +333,39 @@ def parse_gpt_oss(text: str, schemas: Mapping[str, Any] | None = None) -> Parsed
     return ParsedReply(strip_end_markers(content).strip(), tuple(calls))
 
 
+# --- Muse Glimmer (ATEM): each message addressed `to=RECIPIENT` -------------------------------------------
+_MUSE_MESSAGE = re.compile(
+    r"(?:^|<\|start\|>assistant)\s*to=(\S+?)<\|message\|>(.*?)(?=<\|eom\|>|<\|eot\|>|<\|start\|>|$)", re.DOTALL
+)
+_ATEM_INVOKE = re.compile(r'<atem:invoke name="([^"]+)">(.*?)(?:</atem:invoke>|$)', re.DOTALL)
+_ATEM_PARAM = re.compile(r'<atem:parameter name="([^"]+)">(.*?)</atem:parameter>', re.DOTALL)
+MUSE_OWN_RECIPIENTS = ("self", "user")
+
+
+def parse_muse_glimmer(text: str, schemas: Mapping[str, Any] | None = None) -> ParsedReply:
+    """`to=user<|message|>TEXT<|eot|>` is the answer, `to=self` thinking, and a message to a tool
+    (`to=NAME<|message|><atem:function_calls>…`) its call: an `<atem:function_calls>` block in a
+    message to the user or to self is text, as llama.cpp reads it. A reply with no header is all
+    answer."""
+    messages = [(match.group(1), match.group(2)) for match in _MUSE_MESSAGE.finditer(text)]
+    if not messages:
+        return ParsedReply(strip_end_markers(text).strip())
+    calls: list[ParsedCall] = []
+    for recipient, body in messages:
+        if recipient in MUSE_OWN_RECIPIENTS:
+            continue
+        for invoke in _ATEM_INVOKE.finditer(body):
+            name = invoke.group(1)
+            properties = ((schemas or {}).get(name) or {}).get("properties", {})
+            arguments = {
+                param.group(1): _xml_value(param.group(2), properties.get(param.group(1), {}))
+                for param in _ATEM_PARAM.finditer(invoke.group(2))
+            }
+            calls.append(ParsedCall(name, arguments))
+    content = "".join(body for recipient, body in messages if recipient == "user")
+    return ParsedReply(content.strip(), tuple(calls))
+
+
 # --- generic: {"tool_call": ...} or {"response": ...} -------------------------------------------------------
 def parse_generic(text: str, schemas: Mapping[str, Any] | None = None) -> ParsedReply:
     """The generic format's reply is one JSON object: `{"tool_call": {"name": ..., "arguments": {...}}}`,

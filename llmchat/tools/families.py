@@ -81,6 +81,13 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family("gpt_oss", "gpt-oss (harmony)", ("<|channel|>",), (" to=functions.",), p.parse_gpt_oss),
     Family(
+        "muse_glimmer",
+        "Muse Glimmer (ATEM)",
+        ("<atem:function_calls>", "to=self"),
+        ("<atem:function_calls>",),
+        p.parse_muse_glimmer,
+    ),
+    Family(
         "functionary_v3_2",
         "Functionary v3.2",
         (">>>all",),
@@ -164,6 +171,14 @@ _CALL_TEXT: dict[str, Callable[[str, Any], str]] = {
     "gpt_oss": lambda name, args: (
         f"<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>{_json(args)}<|call|>"
     ),
+    "muse_glimmer": lambda name, args: (
+        f' to={name}<|message|><atem:function_calls>\n<atem:invoke name="{name}">\n'
+        + "".join(
+            f'<atem:parameter name="{key}">{value if isinstance(value, str) else _json(value)}</atem:parameter>\n'
+            for key, value in (args or {}).items()
+        )
+        + "</atem:invoke>\n</atem:function_calls>"
+    ),
     "functionary_v3_2": lambda name, args: f"{name}\n{_json(args)}",
     "firefunction_v2": lambda name, args: f" functools[{_json({'name': name, 'arguments': args})}]",
     "functionary_v3_1": lambda name, args: f"<function={name}>{_json(args)}</function>",
@@ -190,7 +205,11 @@ GENERIC = Family("generic", "generic (JSON reply)", (), (), p.parse_generic)
 # - Firefunction v2: the template never renders a call (it reads `functions` as JSON text).
 # A derived layout with no opener (Llama 3.x: a bare JSON object) gives way to a row whose
 # markers the template holds: Llama 3.x's built-in tools' `<|python_tag|>` form is only in its text.
-HANDWRITTEN_FIRST = ("gpt_oss", "functionary_v3_2", "firefunction_v2")
+# - Muse Glimmer: like harmony, a call is a message addressed to the tool (`to=NAME<|message|>`).
+HANDWRITTEN_FIRST = ("gpt_oss", "muse_glimmer", "functionary_v3_2", "firefunction_v2")
+# The families whose calls are read from the whole reply: their headers name the call, and the
+# reasoning split leaves headers out of the answer.
+CALLS_IN_HEADERS = ("gpt_oss", "muse_glimmer")
 
 
 def derived_family(layout: CallLayout, chat_format: ChatFormat | None = None, row: Family | None = None) -> Family:
@@ -227,7 +246,7 @@ def call_in_reasoning(family: Family, reasoning: str) -> int | None:
     """Where a call opens inside thinking text, or None. A model whose generation prompt opened
     the thinking block may write its call without closing it (Kimi K2 Thinking, DeepSeek V4,
     Qwen 3.5): llama.cpp ends the thinking at the call, and so does a turn here."""
-    if not reasoning:
+    if not reasoning or family.id in CALLS_IN_HEADERS:  # a call there is a message of its own
         return None
     if family.layout is not None:
         found = format_parser.find_opener(family.layout, reasoning)

@@ -105,6 +105,24 @@ def _qwen3_coder_call(spec: ToolSpec, args: str, index: int, rules: list[str]) -
     return f'"<function=" {literal(spec.name)} ">\\n" {param}* "</function>"'
 
 
+def _atem_invoke(spec: ToolSpec, args: str, index: int, rules: list[str]) -> str:
+    """Muse Glimmer's `<atem:invoke name="NAME">` with its parameters, each value as-is text."""
+    names = list(spec.parameters.get("properties", {}))
+    param = f"t{index}-param"
+    choice = " | ".join(literal(name) for name in names) or '"_"'
+    rules.append(
+        f"{param} ::= {literal('<atem:parameter name=' + chr(34))} ({choice}) "
+        f"{literal(chr(34) + '>')} xml-value {literal('</atem:parameter>' + chr(10))}"
+    )
+    return f'{literal("<atem:invoke name=" + chr(34))} {literal(spec.name)} {literal(chr(34) + ">" + chr(10))} {param}* "</atem:invoke>"'
+
+
+def _atem_message(spec: ToolSpec, args: str, index: int, rules: list[str]) -> str:
+    """A whole Muse Glimmer call: the message to the tool, then its function_calls block."""
+    invoke = _atem_invoke(spec, args, index, rules)
+    return f'" to=" {literal(spec.name)} "<|message|><atem:function_calls>\n" {invoke} "\n</atem:function_calls>"'
+
+
 _CALL_BODY: dict[str, Callable[[ToolSpec, str, int, list[str]], str]] = {
     "hermes": lambda s, a, i, r: _json_call(s.name, a),
     "granite": lambda s, a, i, r: _json_call(s.name, a),
@@ -127,6 +145,7 @@ _CALL_BODY: dict[str, Callable[[ToolSpec, str, int, list[str]], str]] = {
         f'"<|channel|>commentary to=functions." {literal(s.name)} " <|constrain|>json<|message|>" {a}'
     ),
     "qwen3_coder": _qwen3_coder_call,
+    "muse_glimmer": _atem_message,
 }
 
 _ROOT: dict[str, str] = {
@@ -141,6 +160,7 @@ _ROOT: dict[str, str] = {
     "functionary_v3_2": "call",
     "deepseek_r1": '"<｜tool▁calls▁begin｜>" call ("\\n" call)* "<｜tool▁calls▁end｜>"',
     "gpt_oss": "call",
+    "muse_glimmer": "call",
 }
 
 
@@ -150,9 +170,11 @@ _ROOT: dict[str, str] = {
 _LAZY_ROOT: dict[str, str] = {
     "functionary_v3_2": '">>>" call',
     "gpt_oss": '" to=functions." call',
+    "muse_glimmer": '"<atem:function_calls>\\n" call "\\n</atem:function_calls>"',
 }
 _LAZY_CALL_BODY: dict[str, Callable[[ToolSpec, str, int, list[str]], str]] = {
     "gpt_oss": lambda s, a, i, r: f'{literal(s.name)} " <|constrain|>json<|message|>" {a}',
+    "muse_glimmer": _atem_invoke,
 }
 
 
@@ -172,7 +194,7 @@ def call_grammar(family: Family, tools: Sequence[ToolSpec], *, forced: bool = Fa
         return ToolGrammar(Grammar(text, f"the {family.label} tool call"), family.triggers)
     root, rules = _per_family(family, tools, lazy)
     parts = [f"root ::= {root}", *rules, WS]
-    if family.id == "qwen3_coder":
+    if family.id in ("qwen3_coder", "muse_glimmer"):
         parts.append("xml-value ::= [^<]*")
     for index, spec in enumerate(tools):
         parts.append(_tool_rules(spec, f"t{index}"))

@@ -13,6 +13,9 @@ notifications/tools/list_changed and offers the new list from that turn on, with
 server ("MCP server X changed its tools: +a -b"). Not between the rounds of one turn: the tools
 are rendered before the user's message, so a new list would change the prompt's prefix that the
 later rounds keep in the KV cache.
+
+Tools whose schemas would take more than `lazy_share` of the context are offered lazily
+(llmchat.tools.lazy): one loader tool in their place, and each tool the model loads joins the offer.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from llmchat.tools.schema_hold import offered_tools
 if TYPE_CHECKING:
     from llmchat.engine.grammar import Grammar
     from llmchat.engine.interface import ChatEngine
+    from llmchat.prompt.model_facts import ModelFacts
     from llmchat.prompt.render import ResolvedTemplate
     from llmchat.tools.approval import Answer
     from llmchat.tools.families import Family
@@ -61,6 +65,9 @@ class ToolHost(Protocol):
 
     @property
     def structured(self) -> object | None: ...
+
+    @property
+    def facts(self) -> ModelFacts: ...  # what the template renders with (counting the tools' tokens)
 
 
 class ToolTaker(ToolHost, Protocol):
@@ -100,6 +107,12 @@ class ToolOffer:
     said: set[str] = field(default_factory=set)  # notices given once per session
     source: ToolSource | None = None  # the tools followed when a server changes them (refresh)
     engine: ChatEngine | None = None  # checks the grammars of a refreshed list
+    # Lazily offered tools (llmchat.tools.lazy): those not loaded yet, and the share of the context
+    # past which the tools are offered so (None: never).
+    catalog: dict[str, ToolSpec] = field(default_factory=dict)
+    lazy_share: float | None = None
+    lazily: bool = False  # offered lazily: the loader is among the specs
+    _loaded_now: bool = False  # a tool was loaded since the tool loop last asked (take_loaded)
     _grammars: dict[tuple[tuple[str, ...], bool, bool], Grammar] = field(default_factory=dict, repr=False)
 
     @property
@@ -129,8 +142,39 @@ class ToolOffer:
         listed = {spec.name: spec for spec in offered_tools(source.specs(), self.notice_once, grammar=grammar)}
         # A tool switched off stays off under its new definition; one that is gone is forgotten.
         self.switched_off = {name: listed.pop(name) for name in self.switched_off if name in listed}
-        self.specs = listed
+        self.specs = self._lazily(listed, list(self.specs)) if self.lazily else listed
         self._after_change("that tool is gone")
+
+    def _lazily(self, listed: dict[str, ToolSpec], loaded: Sequence[str] = ()) -> dict[str, ToolSpec]:
+        """The tools to render when `listed` is offered lazily: the loader, then the `loaded` ones
+        (and a forced one) still listed; the rest go to the catalog."""
+        from llmchat.tools.lazy import loader_name, loader_spec
+
+        wanted = [name for name in loaded if name in listed]
+        if self.choice.mode == "named" and self.choice.name in listed and self.choice.name not in wanted:
+            wanted.append(self.choice.name)
+        self.catalog = {name: spec for name, spec in listed.items() if name not in wanted}
+        loader = loader_spec(loader_name(list(listed)), list(self.catalog.values()), self.load)
+        return {loader.name: loader, **{name: listed[name] for name in wanted}}
+
+    def load(self, name: str) -> str:
+        """The loader's call: `name` joins the tools offered from the next round on."""
+        if name in self.specs:
+            return f"{name} is already loaded: call it with its parameters."
+        spec = self.catalog.pop(name, None)
+        if spec is None:
+            return f"Error: no tool {name} to load"
+        self.specs[name] = spec  # at the end of the tool block: what comes before it stays in the KV cache
+        self._loaded_now = True
+        self._grammars.clear()
+        if self.engine is not None and not self.native:
+            self._check_grammars(self.engine)
+        return f"{name} is loaded: it is among your tools now, with its parameters; call it."
+
+    def take_loaded(self) -> bool:
+        """Whether a tool was loaded since the last time this was asked (the prompt's tools changed)."""
+        loaded, self._loaded_now = self._loaded_now, False
+        return loaded
 
     def switch(self, patterns: Sequence[str], on: bool) -> list[str]:
         """/tool on|off NAME: offer these tools (names or globs) from the next turn, or keep them
@@ -138,14 +182,20 @@ class ToolOffer:
         them. A tool switched back on goes to the end of the list (the prompt changes either way)."""
         from fnmatch import fnmatchcase
 
-        every = [*self.specs, *self.switched_off]
+        every = [*self.specs, *self.catalog, *self.switched_off]
         for pattern in patterns:
             if not any(fnmatchcase(name, pattern) for name in every):
                 raise UsageError(f"{pattern}: no tool of that name (tools: {', '.join(every)})")
-        source, target = (self.switched_off, self.specs) if on else (self.specs, self.switched_off)
-        names = [name for name in source if any(fnmatchcase(name, pattern) for pattern in patterns)]
-        for name in names:
-            target[name] = source.pop(name)
+        # A lazily offered tool not loaded yet (the catalog): on loads it, off keeps it aside.
+        sources, target = (
+            ((self.switched_off, self.catalog), self.specs) if on else ((self.specs, self.catalog), self.switched_off)
+        )
+        names = []
+        for source in sources:
+            picked = [name for name in source if any(fnmatchcase(name, pattern) for pattern in patterns)]
+            for name in picked:
+                target[name] = source.pop(name)
+            names += picked
         self._after_change("that tool is switched off")
         return names
 
@@ -202,11 +252,13 @@ def make_offer(
     approve_all: bool = False,
     interactive: bool = False,
     source: ToolSource | None = None,
+    lazy_share: float | None = None,
 ) -> ToolOffer:
     """The tools `specs` offered to `host`'s model; every grammar is built and checked here, before
     anything is generated (what a grammar cannot hold of a tool's schema is said once). A server that renders its own
     template gets the tools natively, and no grammar (llmchat.tools.native). `source`: the tools
-    to follow when a server changes them (ToolOffer.refresh)."""
+    to follow when a server changes them (ToolOffer.refresh). `lazy_share`: past this share of the
+    context, the tools are offered lazily (llmchat.tools.lazy; None: never)."""
     engine = host.engine
     if host.structured is not None:
         raise UsageError("tools and --schema/--format/--grammar cannot be combined; drop one of them")
@@ -237,7 +289,14 @@ def make_offer(
         said=said,
         source=source,
         engine=engine,
+        lazy_share=lazy_share,
     )
+    if lazy_share is not None and offer.active and not offer.native and _too_big(host, offer, lazy_share):
+        offer.specs, offer.lazily = offer._lazily(by_name), True
+        io.notice(
+            f"the {len(by_name)} tools' schemas would take more than {lazy_share:.0%} of the context: the model "
+            f"gets their names and {next(iter(offer.specs))} to load the ones it needs (lazy_tools in the config)"
+        )
     if offer.active and not offer.native:
         offer._check_grammars(engine)
         if family is GENERIC:
@@ -247,6 +306,15 @@ def make_offer(
             template = host.template
             io.notice(generic.notice(f"{template.name} ({template.source_detail})", analyze(template.text).missing))
     return offer
+
+
+def _too_big(host: ToolHost, offer: ToolOffer, share: float) -> bool:
+    """Whether the offer's tools take more than `share` of the context, as its template renders them."""
+    from llmchat.tools.lazy import is_lazy
+    from llmchat.tools.token_cost import prompt_counter
+
+    count = prompt_counter(host.engine.prompt_tokens, host.template, host.facts, offer.family, offer.caps)
+    return is_lazy(count(offer.listed()) - count([]), host.engine.n_ctx, share)
 
 
 def control_markers(engine: ChatEngine, grammar_texts: Sequence[str]) -> dict[int, bytes]:

@@ -127,8 +127,11 @@ def closed_on_failure(toolset: ToolSet | None) -> Iterator[None]:
         raise
 
 
-def offer(session: ToolTaker, toolset: ToolSet, request: ToolRequest, *, dim: bool = False) -> None:
-    """Offer the tools to the session's model. `dim`: calls shown dimmed (the interactive chat)."""
+def offer(
+    session: ToolTaker, toolset: ToolSet, request: ToolRequest, *, dim: bool = False, lazy_share: float | None = None
+) -> None:
+    """Offer the tools to the session's model. `dim`: calls shown dimmed (the interactive chat).
+    `lazy_share`: the config's lazy_tools (llmchat.tools.lazy; None: never lazily)."""
     from llmchat.output import is_tty, notice
     from llmchat.tools.offer import ToolIO, make_offer
 
@@ -159,6 +162,7 @@ def offer(session: ToolTaker, toolset: ToolSet, request: ToolRequest, *, dim: bo
             approve_all=request.approve_all,
             interactive=interactive,
             source=toolset,  # a server that changes its tools: offered again from the next turn
+            lazy_share=lazy_share,
         )
     )
 

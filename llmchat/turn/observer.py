@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 from llmchat.reasoning import THINKING
 
 if TYPE_CHECKING:
-    from llmchat.reasoning import Segment
+    from llmchat.thinking import Segment
     from llmchat.turn.record import TurnResult
 
 

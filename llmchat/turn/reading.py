@@ -1,6 +1,6 @@
 """A model's raw output read as a turn reads it, without a model: reasoning split, then calls.
 
-The same two steps a turn takes on the decoded text (llmchat.reasoning's ThinkingSplitter, fed
+The same two steps a turn takes on the decoded text (llmchat.thinking's ThinkingSplitter, fed
 piece by piece, then `read_finished_reply`: the call format's parser and the template's content markers,
 the one reading the tool loop gives each round's reply too), so `llmchat template parse` answers
 "why didn't my tool call run?" with the turn's own reading, and the reference cases of llama.cpp's
@@ -15,9 +15,10 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from llmchat.prompt.sandbox import compile_template, render_compiled
-from llmchat.reasoning import ThinkingSplitter, detect_format, starts_in_thinking, thinking_variables
+from llmchat.reasoning import detect_format, starts_in_thinking, thinking_preface, thinking_variables
 from llmchat.structured import unfenced
-from llmchat.tools.families import call_in_reasoning, detect_family
+from llmchat.thinking import ThinkingSplitter
+from llmchat.tools.families import CALLS_IN_HEADERS, call_in_reasoning, detect_family
 from llmchat.turn.markers import reply_content
 
 if TYPE_CHECKING:
@@ -104,7 +105,11 @@ def split_thinking(
     except Exception:  # noqa: BLE001 - a template that cannot render a fresh turn starts outside thinking
         prompt = ""
     if fmt is not None:
-        splitter = ThinkingSplitter(fmt, start_in_thinking=starts_in_thinking(fmt, prompt))
+        openers = detect_family(template_source).triggers if tools else ()
+        preface = thinking_preface(fmt, prompt)
+        splitter = ThinkingSplitter(
+            fmt, start_in_thinking=preface is not None, call_openers=openers, preface=preface or ""
+        )
         for piece in pieces:
             splitter.feed(piece)
         splitter.flush()
@@ -144,8 +149,8 @@ def read_finished_reply(
     `whole_reply`: everything decoded, where the split took the thinking out of `answer` (None:
     the answer is all of it)."""
     parsed = family.parse(answer, schemas)
-    if family.id == "gpt_oss" and whole_reply is not None:
-        # Harmony writes a call's name in its header, which the reasoning split leaves out of the
+    if family.id in CALLS_IN_HEADERS and whole_reply is not None:
+        # Harmony (and Muse Glimmer) write a call's name in its header, which the reasoning split leaves out of the
         # answer: the calls come from the whole reply, the content from the answer.
         parsed = replace(family.parse(whole_reply, schemas), content=parsed.content)
     at = call_in_reasoning(family, reasoning) if not parsed.calls else None

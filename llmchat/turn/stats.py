@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 from llmchat.metrics import TurnStats
-from llmchat.reasoning import split_reply
+from llmchat.thinking import split_reply
 from llmchat.turn.markers import reply_content
 from llmchat.turn.policy import LOOP_NOTICE
 from llmchat.turn.record import TurnResult
@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from llmchat.engine.interface import ChatEngine
     from llmchat.engine.reply import GenerationOutcome
     from llmchat.prompt.render import ResolvedTemplate
-    from llmchat.reasoning import ReasoningFormat, ThinkingTracker
+    from llmchat.reasoning import ReasoningFormat
+    from llmchat.thinking import ThinkingTracker
     from llmchat.turn.plan import PreparedTurn
 
 
@@ -64,6 +65,7 @@ def result_of(
         total_s=time.perf_counter() - start,
         prompt_tokens=outcome.prompt_tokens,
         cached_tokens=outcome.cached_tokens,
+        media_tokens=outcome.media_tokens,
         generated_tokens=outcome.generated_tokens,
         context_used=outcome.prompt_tokens + outcome.generated_tokens,
         context_limit=prepared.budget.n_ctx,

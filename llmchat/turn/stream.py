@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING
 
 from llmchat import interrupts
 from llmchat.errors import ModelError, ServerError
-from llmchat.reasoning import ANSWER, Segment
+from llmchat.reasoning import ANSWER
+from llmchat.thinking import Segment
 from llmchat.turn.markers import MarkerFilter
 from llmchat.turn.observer import ThinkingDisplay
 
 if TYPE_CHECKING:
     from llmchat.engine.interface import GenerationLike
-    from llmchat.reasoning import ThinkingTracker
+    from llmchat.thinking import ThinkingTracker
     from llmchat.turn.observer import TurnObserver
 
 

@@ -17,6 +17,8 @@ from a plain turn is only what surrounds the decode (the offer itself: llmchat.t
 The rounds extend one prompt, so each round prefills only the calls and results (KV prefix reuse);
 for that reason a server's changed tool list (notifications/tools/list_changed) is offered from the
 next turn, never between two rounds (ToolOffer.refresh, before the first round).
+A tool the model loads where the tools are offered lazily (llmchat.tools.lazy) is the one exception:
+it joins from the next round, whose prompt is kept anew from there (one break of the reuse per load).
 The chain stops when a reply calls nothing, or after `--chain-limit` rounds of calls, or at a reply
 that only repeats calls already made with the same arguments (not run twice; one notice each): the
 round after that still lists the tools (the same prefix) but runs no call.
@@ -42,7 +44,7 @@ from llmchat import interrupts
 from llmchat.tools import native
 from llmchat.tools.approval import format_call
 from llmchat.tools.choice import ChainGuard, plan_round
-from llmchat.tools.families import GENERIC
+from llmchat.tools.families import CALLS_IN_HEADERS, GENERIC
 from llmchat.tools.prompt import assistant_tool_calls, tool_result
 from llmchat.tools.spec import CallRecord
 from llmchat.turn.reading import read_finished_reply
@@ -167,9 +169,7 @@ def tool_rounds(
     if not offer.active:  # its last tools are gone: a turn without tools
         plain = runner.prepare(user_text, scope)
         return (plain, *runner.decode(plain, observer))
-    names = list(offer.specs)
     guard = ChainGuard(offer.chain_limit)
-    schemas = {name: spec.parameters for name, spec in offer.specs.items()}
     held = _RoundText(observer)
     after_user: list[dict[str, Any]] = []
     calls: list[CallRecord] = []
@@ -179,6 +179,9 @@ def tool_rounds(
     last_prepared = None
     kept: KeptPrefix | None = None  # later rounds extend the first one's prompt: its tokens stay as they were
     while True:
+        # A lazily offered tool loaded by the last round's calls joins the list (llmchat.tools.lazy).
+        names = list(offer.specs)
+        schemas = {name: spec.parameters for name, spec in offer.specs.items()}
         final = guard.exhausted
         if final:
             line = guard.notice()
@@ -200,7 +203,7 @@ def tool_rounds(
         else:
             prepared.tool_grammar = offer.grammar(plan.grammar_tools, False, lazy=True)
             prepared.tool_trigger = offer.family.triggers[0]
-        if not rounds:
+        if kept is None:  # the first round, or the first after a load changed the tool block
             ids = prepared.prompt
             kept = (prepared.rendered_text, list(ids)) if isinstance(ids, list) else None
         if offer.markup:
@@ -250,6 +253,8 @@ def tool_rounds(
             made[keys[number]] = done.text_for_model
             messages.append(tool_result(first_index + number, call.name, done.text_for_model))
         after_user.extend(messages)
+        if offer.take_loaded():  # the tools rendered before the conversation changed: once per load
+            kept = None
         if cut is not None:
             # The turn ends here and is saved with the calls made so far, marked interrupted,
             # as a reply cut by Ctrl-C is; a SIGTERM then ends the process.
@@ -289,7 +294,7 @@ def _streamed_triggers(offer: ToolOffer, forced: bool) -> tuple[str, ...] | None
     if offer.native:
         return ()
     # Functionary v3.2 begins every reply with a recipient (`all` for text) that is no answer.
-    if forced or offer.family is GENERIC or offer.family.id in ("gpt_oss", "functionary_v3_2"):
+    if forced or offer.family is GENERIC or offer.family.id in (*CALLS_IN_HEADERS, "functionary_v3_2"):
         return None
     return offer.family.triggers
 

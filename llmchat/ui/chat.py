@@ -235,6 +235,8 @@ class ChatUI:
             pending = ""
             if not line.strip():
                 continue
+            if is_command(line) and self._attach_pasted(line) == "":
+                continue  # an absolute path dropped on the prompt, not a command: attached to the next message
             if is_command(line):
                 try:
                     with interrupts.Command():
@@ -263,7 +265,31 @@ class ChatUI:
                     continue
                 pending = self.run_turn(outcome.text or "", outcome.attachments)
                 continue
-            pending = self.run_turn(unescape_message(line))
+            text = unescape_message(line)
+            kept = self._attach_pasted(text)
+            if kept is not None:  # a path alone (attached to the next message), or one that failed
+                pending = kept
+                continue
+            pending = self.run_turn(text)
+
+    def _attach_pasted(self, text: str) -> str | None:
+        """Attach the image and audio files whose paths the message holds (llmchat.ui.pasted_paths),
+        as /file does. None: send the message now. Else the text to leave at the prompt: nothing
+        after a message that was only a path, the message itself when a file could not be attached
+        (said above it), so that nothing goes without what it names."""
+        from llmchat.ui.file_commands import cmd_file
+        from llmchat.ui.pasted_paths import pasted_media
+
+        paths, whole = pasted_media(text)
+        if is_command(text) and not whole:
+            return None  # a command that names a file (/file photo.png) is the command's
+        for path in paths:
+            cmd_file(self.context, path)
+        if whole:
+            return ""
+        if all(any(a.path == path for a in self.context.attachments) for path in paths):
+            return None
+        return text
 
 
 def run_interactive(

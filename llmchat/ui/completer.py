@@ -61,6 +61,8 @@ class SlashCompleter(Completer):
                 return words[0], [(key, "setting") for key in (*SETTABLE, "preset") if key.startswith(words[0].lower())]
             if len(words) == 2 and words[0].lower() == "preset":
                 return words[1], [(p, _preset_meta(p)) for p in PRESETS if p.startswith(words[1].lower())]
+        if name == "/image":
+            return _path_candidates(rest)
         if name == "/file":
             if rest.startswith("mcp:"):
                 return rest, self._mcp_candidates("resources", rest)

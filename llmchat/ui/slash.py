@@ -104,8 +104,12 @@ COMMANDS: dict[str, Command] = _table(
             "/resources", "[SERVER]", "the MCP servers' resources and templates (/file mcp:...)", mcp.cmd_resources
         ),
         Command(
-            "/file", "PATH", "attach a text file (a glob, a folder, mcp:SERVER/URI) to the next message", files.cmd_file
+            "/file",
+            "PATH",
+            "attach a file to the next message: text (a glob, a folder, mcp:SERVER/URI), an image or audio",
+            files.cmd_file,
         ),
+        Command("/image", "PATH", "attach an image or audio clip (as /file)", files.cmd_file),
         Command("/files", "", "the files attached to the next message, with their tokens", files.cmd_files),
         Command("/drop", "[PATH]", "remove an attached file (all of them without PATH)", files.cmd_drop),
         Command("/model", "[NAME]", "switch the model, same conversation (alone: the current one)", models.cmd_model),

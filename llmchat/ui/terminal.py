@@ -129,10 +129,13 @@ def quiet_terminal(stream: IO[str]) -> Iterator[None]:
     Signals still work: ISIG is untouched, so Ctrl-C still interrupts the reply."""
     try:
         import termios
-
+    except ImportError:  # no termios (Windows)
+        yield
+        return
+    try:
         fd = stream.fileno()
         saved = termios.tcgetattr(fd)
-    except (ImportError, OSError, ValueError, AttributeError):  # not a terminal (tests, pipes), or no termios
+    except (OSError, ValueError, AttributeError, termios.error):  # not a terminal (tests, pipes, a file)
         yield
         return
     quiet = list(saved)

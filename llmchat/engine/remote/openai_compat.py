@@ -17,7 +17,9 @@ Such a server renders the chat template itself, so llmchat sends messages, not t
 - tools (llmchat.tools.native) go in the request's own `tools` and `tool_choice`, and the server
   renders them with its template; the stand-in template writes them next to the messages, so they
   are counted with the prompt. The reply's `delta.tool_calls` fragments (index, id, name, argument
-  pieces) are assembled into `GenerationOutcome.server_calls`, apart from the text.
+  pieces) are assembled into `GenerationOutcome.server_calls`, apart from the text;
+- images and audio the engine was given (`add_media`) go as `image_url` and `input_audio` content
+  parts where a message's marker names them (llmchat.engine.remote.media_parts).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from llmchat.defaults import DEFAULT_BATCH_SIZE
 from llmchat.engine.driver import draw_seed, reply_limit
 from llmchat.engine.interface import ChatMessages, EngineCaps, EngineInfo, GenerateRequest
 from llmchat.engine.prompt_pieces import PromptPiece
+from llmchat.engine.remote.media_parts import RemoteMedia, estimated_media, text_of
 from llmchat.engine.remote.served import RemoteOutcome, RemoteToken
 from llmchat.engine.reply import ServerCall
 from llmchat.errors import ServerError, UsageError
@@ -73,7 +76,7 @@ class OpenAICompatEngine:
     rules that read ids (the loop stop, a thinking budget) can act on it (`STEERING_NOTICE`)."""
 
     caps = EngineCaps(
-        grammar=False, kv_shift=False, disk_cache=False, renders_template=True, token_ids=False, remote=True
+        grammar=False, kv_shift=False, disk_cache=False, renders_template=True, token_ids=False, remote=True, media=True
     )
     batch_size = DEFAULT_BATCH_SIZE  # the server batches by itself
 
@@ -99,6 +102,7 @@ class OpenAICompatEngine:
         self.tool_choice_strings_only = False
         # More servers of the same model, for batch to spread over (llmchat.engine.remote.group).
         self.peers: list[RemoteEngine] = []
+        self.media = RemoteMedia()  # images and audio go as content parts (media_parts)
 
     @classmethod
     def open(cls, client: ServerClient, spec: ServerSpec, *, kind: str) -> OpenAICompatEngine:
@@ -148,6 +152,11 @@ class OpenAICompatEngine:
         self.client.close()
 
     # --- prompts -----------------------------------------------------------------------------------
+    def add_media(self, data: bytes, kind: str, format: str) -> int:
+        """Take an image or audio clip, sent as a content part where a message's marker names it;
+        whether the server's model takes it, the server says when it is sent."""
+        return self.media.add(data, kind, format)
+
     def has_single_token(self, text: str) -> bool:
         return False  # the vocabulary is on the server, and so is the template that would need it
 
@@ -181,7 +190,7 @@ class OpenAICompatEngine:
     def prompt_tokens(self, pieces: Sequence[PromptPiece]) -> ChatMessages:
         """The messages (and tools) the stand-in template wrote, with their token count."""
         data = json.loads("".join(piece[0] for piece in pieces))
-        messages = [_wire_message(m) for m in data["messages"]]
+        messages = [self.media.wire(_wire_message(m)) for m in data["messages"]]
         add_generation_prompt = bool(data.get("add_generation_prompt", True))
         tools = data.get("tools") or None
         return ChatMessages(messages, add_generation_prompt, self.count(messages, add_generation_prompt, tools), tools)
@@ -211,11 +220,12 @@ class OpenAICompatEngine:
         if self.counter == "text":
             try:
                 counted = sum(self._count_text(text) + _MESSAGE_OVERHEAD for text in texts)
-                return counted + self._count_text(tools_text)
+                return counted + self._count_text(tools_text) + estimated_media(messages)
             except ServerError:
                 self.counter = "estimate"
         # On the high side: trimming a little early beats a server refusing the prompt.
-        return sum(_estimate(text) + _MESSAGE_OVERHEAD for text in texts) + _estimate(tools_text)
+        counted = sum(_estimate(text) + _MESSAGE_OVERHEAD for text in texts) + _estimate(tools_text)
+        return counted + estimated_media(messages)
 
     def _count_text(self, text: str) -> int:
         if not text:
@@ -251,7 +261,7 @@ def _wire_message(message: dict[str, Any]) -> dict[str, Any]:
 def _message_text(message: dict[str, Any]) -> str:
     """What a message holds to be counted: its content, and its calls' names and arguments."""
     calls = message.get("tool_calls")
-    return (message.get("content") or "") + (json.dumps(calls, ensure_ascii=False) if calls else "")
+    return text_of(message.get("content")) + (json.dumps(calls, ensure_ascii=False) if calls else "")
 
 
 def _estimate(text: str) -> int:

@@ -13,6 +13,9 @@
     bearer_token_env = "EVERYTHING_TOKEN"   # `Authorization: Bearer $EVERYTHING_TOKEN`, read when used
     transport = "sse"               # only for older servers (HTTP+SSE); a URL ending in /sse is SSE too
 
+A url server without a token of its own that asks for one (401) is logged in to with OAuth:
+`llmchat mcp login NAME` (llmchat.tools.mcp.oauth).
+
 `--mcp "COMMAND ARGS"` starts a server over stdio (named after its program: `mcp-server-time` ->
 `time`); `--mcp URL` connects over Streamable HTTP (named after the host, or `NAME=URL`).
 """
@@ -71,6 +74,19 @@ class McpServerConfig:
                 )
             headers["Authorization"] = f"Bearer {token}"
         return headers
+
+    @property
+    def logs_in(self) -> bool:
+        """Whether it may use an OAuth login (llmchat.tools.mcp.oauth): reached by url, and no token
+        of its own (bearer_token_env, an Authorization header)."""
+        own_token = self.bearer_token_env or any(key.lower() == "authorization" for key in self.headers)
+        return self.transport != "stdio" and not own_token
+
+    def status_hint(self, status: int) -> str:
+        """What to do about an HTTP refusal, said after its status: log in (OAuth), or check the token."""
+        if status == 401 and self.logs_in:
+            return f": log in with `llmchat mcp login {self.name}`"
+        return ": check its token (bearer_token_env) and headers" if status in (401, 403) else ""
 
 
 def server_from_config(name: str, settings: Any, config_path: Path | str) -> McpServerConfig:

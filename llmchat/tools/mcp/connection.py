@@ -9,8 +9,7 @@ fails, an McpFailure for a resource or prompt request.
 The client declares roots (llmchat.tools.mcp.roots: the working directory and each --root) and
 elicitation (llmchat.tools.mcp.elicitation: asked on the terminal, declined at once without one).
 A question is asked on the thread that waits for the call (llmchat.tools.mcp.desk), and the call's
-time limit stops while it is open. Sampling is not declared: a server that asks gets the SDK's
-"not supported" error at once, and a request that comes anyway never hangs a call.
+time limit stops while it is open; so is sampling, where the run has a model (llmchat.tools.mcp.sampling).
 Ctrl-C during a call cancels that request (the SDK sends `notifications/cancelled`) before the
 KeyboardInterrupt goes on to end the turn. Tools with `taskSupport` run as tasks (llmchat.tools.mcp.tasks).
 """
@@ -42,10 +41,10 @@ from llmchat.tools.mcp.catalog import (
 )
 from llmchat.tools.mcp.config import McpServerConfig, tool_name
 from llmchat.tools.mcp.desk import PersonDesk
-from llmchat.tools.mcp.elicitation import Elicitation
 from llmchat.tools.mcp.failures import McpFailure, McpServerDown, ProtocolBroken, answered, describe, malformed, root
 from llmchat.tools.mcp.progress import ProgressLine
 from llmchat.tools.mcp.results import HandledResult, block_text, decoded, handle_result, media_folder
+from llmchat.tools.mcp.sampling import person_callbacks
 from llmchat.tools.mcp.tasks import call_as_task, left_out_reason, runs_as_task
 from llmchat.tools.spec import DEFAULT_TIMEOUT_S, EMPTY_OBJECT_SCHEMA, ToolFailure, ToolSpec
 
@@ -151,7 +150,7 @@ class McpConnection:
                     message_handler=self._on_message,
                     client_info=Implementation(name="llmchat", version=__version__),
                     list_roots_callback=answer_list_roots,
-                    elicitation_callback=Elicitation(self.label, sys.stdin, self.stderr, self._desk),
+                    **person_callbacks(self.label, self.server, self._desk, self.stderr),
                 )
                 try:
                     self._client = self._stack.enter_context(self._portal.wrap_async_context_manager(client))
@@ -470,7 +469,7 @@ class McpConnection:
     def _failure(self, err: BaseException) -> str:
         message = describe(err)
         if self._http_status is not None:
-            hint = ": check its token (bearer_token_env) and headers" if self._http_status in (401, 403) else ""
+            hint = self.server.status_hint(self._http_status)
             message = f"{message} (HTTP {self._http_status}{hint})"
             self._http_status = None
         if answered(err):  # the server answered with an error: its stderr adds nothing

@@ -60,16 +60,21 @@ class PersonDesk:
 
     # --- the event loop --------------------------------------------------------------------------
 
-    async def ask(self, question: Callable[[], _T]) -> _T:
-        """Have the waiting thread run question() (it reads the terminal), the request's clock stopped."""
+    async def ask(self, question: Callable[[], _T], *, taken_within_s: float = math.inf) -> _T:
+        """Have the waiting thread run question() (it reads the terminal), the request's clock stopped.
+        TimeoutError when no waiting thread took it within `taken_within_s` (none is waiting: a
+        server asked outside any request of llmchat's), so such a question never hangs."""
         import anyio
 
         answer: concurrent.futures.Future[_T] = concurrent.futures.Future()
         self._questions.put((question, answer))
+        give_up = anyio.current_time() + taken_within_s
         with self._off_the_clock():
             try:
                 while not answer.done():
                     await anyio.sleep(POLL_S)
+                    if anyio.current_time() > give_up and answer.cancel():  # cancel(): False once it runs
+                        raise TimeoutError
             except BaseException:  # cancelled: the question, if not yet asked, never is
                 answer.cancel()
                 raise

@@ -20,19 +20,11 @@ from urllib.parse import urlsplit
 
 from llmchat import interrupts
 from llmchat.output import notice
+from llmchat.tools.mcp import run_mode
 from llmchat.tools.mcp.desk import PersonDesk
 from llmchat.tools.mcp.form import FormError, fill_form, form_fields, terminal_ask
 
 URL_QUESTION = "Open it in your browser? [y/N] (Ctrl-C: cancel): "
-
-# True in a run nobody attends even on a terminal (batch): every request is declined at once.
-_unattended = False
-
-
-def nobody_to_ask() -> None:
-    """For the rest of this run, decline every elicitation at once (set by `llmchat batch`)."""
-    global _unattended
-    _unattended = True
 
 
 class Elicitation:
@@ -96,10 +88,7 @@ class Elicitation:
 
     def _can_ask(self) -> bool:
         """Whether a person can be asked: stdin and stderr are a terminal, and this is not a batch."""
-        try:
-            return not _unattended and self.stdin.isatty() and self.stderr.isatty()
-        except (AttributeError, ValueError, OSError):  # closed, or replaced by something without a tty
-            return False
+        return run_mode.person_at(self.stdin, self.stderr)
 
     def _heading(self, message: str) -> str:
         return f"llmchat: {self.label} asks: {message}"

@@ -23,6 +23,10 @@ class ProtocolBroken(Exception):
     """The server sent something that is not MCP while a request was waiting for it."""
 
 
+class LoginRefused(Exception):
+    """The server refused the OAuth login stored for it (llmchat.tools.mcp.oauth): someone must log in again."""
+
+
 def malformed(err: Exception) -> str:
     if type(err).__name__ in ("ValidationError", "JSONDecodeError"):
         return "a line that is not a JSON-RPC message"
@@ -51,7 +55,7 @@ def root(err: BaseException) -> BaseException:
 def describe(err: BaseException) -> str:
     """A one-line reason from what the SDK raised."""
     err = root(err)
-    if isinstance(err, ProtocolBroken):
+    if isinstance(err, (ProtocolBroken, LoginRefused)):
         return str(err)
     if isinstance(err, FileNotFoundError):
         return f"program not found ({err.filename or err})"

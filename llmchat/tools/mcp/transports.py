@@ -3,7 +3,8 @@
 HTTP connects within CONNECT_TIMEOUT_S (as the remote engines' --connect-timeout default) and
 waits at most STREAM_READ_TIMEOUT_S between two chunks of a response stream; each request is also
 bounded as a whole by the connection (its timeout). A bearer token is read from its environment
-variable here, when the transport is made, and never kept in the config object.
+variable here, when the transport is made, and never kept in the config object; so is an OAuth
+login (llmchat.tools.mcp.oauth), sent and refreshed by the SDK's auth.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TextIO
 
 from llmchat.tools.mcp.config import McpServerConfig
+from llmchat.tools.mcp.oauth import run_auth
 
 CONNECT_TIMEOUT_S = 10.0
 STREAM_READ_TIMEOUT_S = 300.0
@@ -29,18 +31,40 @@ def client_transport(server: McpServerConfig, errlog: TextIO, on_http_error: Cal
         params = StdioServerParameters(command=server.command, args=list(server.args), env=server.env)
         return stdio_client(params, errlog=errlog)
     headers = {"User-Agent": USER_AGENT, **server.http_headers()}
+    auth = run_auth(server)  # an OAuth login `llmchat mcp login` stored, or None
     if server.transport == "sse":
         from mcp.client.sse import sse_client
 
         return sse_client(
-            server.url, headers=headers, timeout=CONNECT_TIMEOUT_S, sse_read_timeout=STREAM_READ_TIMEOUT_S
+            server.url,
+            headers=headers,
+            timeout=CONNECT_TIMEOUT_S,
+            sse_read_timeout=STREAM_READ_TIMEOUT_S,
+            httpx_client_factory=_hearing_client_factory(on_http_error),
+            auth=auth,
         )
-    return _streamable_http(server.url, headers, on_http_error)
+    return _streamable_http(server.url, headers, on_http_error, auth)
+
+
+def _hearing_client_factory(on_http_error: Callable[[int], None]) -> Callable[..., Any]:
+    """The SSE transport's HTTP client (as the SDK's own, redirects left to the transport), with
+    each error status heard."""
+    import httpx2
+
+    async def heard(response: Any) -> None:
+        if response.status_code >= 400:
+            on_http_error(response.status_code)
+
+    def make(headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None) -> Any:
+        timeout = timeout or httpx2.Timeout(CONNECT_TIMEOUT_S, read=STREAM_READ_TIMEOUT_S)
+        return httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, event_hooks={"response": [heard]})
+
+    return make
 
 
 @asynccontextmanager
 async def _streamable_http(
-    url: str, headers: dict[str, str], on_http_error: Callable[[int], None]
+    url: str, headers: dict[str, str], on_http_error: Callable[[int], None], auth: Any
 ) -> AsyncIterator[Any]:
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
@@ -50,6 +74,7 @@ async def _streamable_http(
             on_http_error(response.status_code)
 
     timeout = httpx2.Timeout(CONNECT_TIMEOUT_S, read=STREAM_READ_TIMEOUT_S)
-    async with httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks={"response": [heard]}) as http_client:
+    hooks = {"response": [heard]}
+    async with httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks=hooks, auth=auth) as http_client:
         async with streamable_http_client(url, http_client=http_client) as streams:
             yield streams

@@ -1,0 +1,91 @@
+"""A server's sampling request (llmchat.tools.mcp.sampling) answered by the session's model.
+
+The completion is a turn of its own through the session's one road (`prepare` + `decode`: the
+template, the stop rules, the stats), scoped (llmchat.turn.plan.TurnScope) to the server's
+messages and system prompt, with no tools, the server's temperature and stop sequences and its
+maxTokens as the reply cap. It is never part of the conversation nor saved.
+
+It runs while the conversation's turn waits for a tool call, between two rounds of the same KV
+prefix. On the local engine the conversation's sequence state is kept in memory first and put
+back after, so the next round reuses its whole prefix as if nothing had run; a server engine
+(--server) has its own prefix cache, whose next round is prefilled again where needed.
+
+Only the run's switches (llmchat.tools.mcp.run_mode) are imported with this module: the MCP
+machinery comes with the first request, so a one-shot `ask` that starts no server never loads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from llmchat.conversation import Conversation
+from llmchat.tools.mcp.run_mode import answer_with, sampling_declared
+from llmchat.turn.observer import NullObserver
+from llmchat.turn.plan import TurnScope
+from llmchat.turn.policy import reply_cap
+
+if TYPE_CHECKING:
+    from llmchat.session import ChatSession
+    from llmchat.tools.mcp.sampling import Sampled, SampleRequest
+
+
+def answer_sampling(session: ChatSession) -> None:
+    """Where this run declares sampling, the session's model answers it from now on."""
+    if sampling_declared():
+        answer_with(SessionSampler(session))
+
+
+class SessionSampler:
+    """The session's model as a SamplingModel: its cap is the session's reply cap (--max-tokens)."""
+
+    def __init__(self, session: ChatSession):
+        self.session = session
+
+    @property
+    def cap(self) -> int:
+        return reply_cap(self.session.sampling)
+
+    def __call__(self, request: SampleRequest) -> Sampled:
+        session = self.session
+        *earlier, (_, user_text) = request.messages
+        conversation = Conversation(system=request.system)
+        conversation.messages = [{"role": role, "content": text} for role, text in earlier]
+        sampling = replace(
+            session.sampling,
+            max_tokens=request.max_tokens,
+            temperature=session.sampling.temperature if request.temperature is None else request.temperature,
+            stop=tuple(session.sampling.stop) + request.stop,
+        )
+        tools = replace(session.tools, enabled=False) if session.tools is not None else None
+        scope = TurnScope(conversation=conversation, sampling=sampling, overflow="error", tools=tools)
+        with kept_sequence(session):
+            prepared = session.prepare(user_text, scope)
+            prepared.structured = None  # a --schema holds the conversation's replies, not the server's
+            result, stopped = session.decode(prepared, NullObserver(), restore=False)
+        if stopped is not None:
+            raise stopped
+        stats = result.stats
+        from llmchat.tools.mcp.sampling import Sampled
+
+        return Sampled(result.reply, session.model_label, result.finish_reason, stats.generated_tokens, stats.total_s)
+
+
+class kept_sequence:
+    """The local engine's sequence (its tokens and KV cells) as it was, put back on the way out."""
+
+    def __init__(self, session: ChatSession):
+        engine = session.engine
+        # Only an engine whose state can be saved (the local one) has a state to put back.
+        self.engine: Any = engine if engine.caps.disk_cache and hasattr(engine, "sequence_state") else None
+        self.tokens: list[int] = []
+        self.state = bytearray()
+
+    def __enter__(self) -> None:
+        if self.engine is not None:
+            self.tokens = self.engine.evaluated_tokens()
+            self.state = bytearray(self.engine.sequence_state())
+
+    def __exit__(self, *exc: object) -> None:
+        if self.engine is not None and self.tokens:
+            self.engine.restore_sequence(self.tokens, self.state, len(self.tokens))
