@@ -38,6 +38,7 @@ from tests.media_fixtures import quadrants, word_embeddings, write_puppet_projec
 PROMPT = "What colours are these?"
 WORDS = " red green blue red"  # what the image's four patches encode to
 CTX, BATCH = 2048, 512
+SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"  # its template's default
 
 
 def follow_up_ttfts(model: str, projector: Path, image: Path, rounds: int) -> tuple[list[float], list[float]]:
@@ -92,8 +93,12 @@ def main() -> None:
         ]  # fmt: skip
         argvs = {
             "ask -f image": [*ask, "--mmproj", str(projector), "-f", str(image), PROMPT],
+            # mtmd-cli formats a first message without the template's default system prompt (it
+            # renders each message as the difference from the history before it): given here, as
+            # the template gives it to ask; and the marker where ask puts the image, before the text.
             "llama-mtmd-cli": [
-                str(args.mtmd_cli), "-m", model, "--mmproj", str(projector), "--image", str(image), "-p", PROMPT,
+                str(args.mtmd_cli), "-m", model, "--mmproj", str(projector), "--image", str(image),
+                "-sys", SMOLLM2_SYSTEM, "-p", f"<__media__>\n\n{PROMPT}",
                 "-n", str(args.tokens), "-c", str(CTX), "-b", str(BATCH), "-ub", str(BATCH), "-t", str(threads),
                 "-fa", "off", "--temp", "0", "--repeat-penalty", "1", "--seed", "1",
             ],
