@@ -127,12 +127,7 @@ def write_puppet_projector(path: Path, embeddings: np.ndarray, *, width: int | N
     tensors["v.blk.0.ffn_up.bias"] = np.zeros(n_ff, dtype=np.float32)
     tensors["v.blk.0.ffn_down.weight"] = np.zeros((n_embd, n_ff), dtype=np.float32)
     tensors["v.blk.0.ffn_down.bias"] = np.zeros(n_embd, dtype=np.float32)
-    for name, data in tensors.items():
-        writer.add_tensor(name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    _write_tensors(writer, tensors)
     return path
 
 
@@ -175,22 +170,8 @@ def write_gemma3_projector(path: Path, text_width: int) -> Path:
         "mm.soft_emb_norm.weight": np.ones(n_embd, dtype=np.float32),
         "mm.input_projection.weight": weights(n_embd, text_width),  # ggml: [text_width, n_embd]
     }
-    for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
-        tensors[f"v.blk.0.{name}.weight"] = weights(n_embd, n_embd)
-        tensors[f"v.blk.0.{name}.bias"] = weights(n_embd)
-    for name in ("ln1", "ln2"):
-        tensors[f"v.blk.0.{name}.weight"] = np.ones(n_embd, dtype=np.float32)
-        tensors[f"v.blk.0.{name}.bias"] = np.zeros(n_embd, dtype=np.float32)
-    tensors["v.blk.0.ffn_up.weight"] = weights(n_ff, n_embd)
-    tensors["v.blk.0.ffn_up.bias"] = weights(n_ff)
-    tensors["v.blk.0.ffn_down.weight"] = weights(n_embd, n_ff)
-    tensors["v.blk.0.ffn_down.bias"] = weights(n_embd)
-    for name, data in tensors.items():
-        writer.add_tensor(name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    tensors |= _encoder_layer("v.blk.0", n_embd, n_ff, weights)
+    _write_tensors(writer, tensors)
     return path
 
 
@@ -245,24 +226,36 @@ def write_qwen2a_projector(
     else:
         tensors["mm.a.fc.weight"] = weights(text_width, n_embd)
         tensors["mm.a.fc.bias"] = weights(text_width)
+    tensors |= _encoder_layer("a.blk.0", n_embd, n_ff, weights, key_bias=key_bias)  # whisper's key: no bias
+    _write_tensors(writer, tensors)
+    return path
+
+
+def _encoder_layer(prefix: str, n_embd: int, n_ff: int, weights, *, key_bias: bool = True) -> dict[str, np.ndarray]:
+    """One random encoder layer's tensors (attention, its norms, the feed-forward), in the order
+    the writers draw them from their generator."""
+    tensors = {}
     for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
-        tensors[f"a.blk.0.{name}.weight"] = weights(n_embd, n_embd)
-        if name != "attn_k" or key_bias:  # whisper's key projection has no bias
-            tensors[f"a.blk.0.{name}.bias"] = weights(n_embd)
+        tensors[f"{prefix}.{name}.weight"] = weights(n_embd, n_embd)
+        if name != "attn_k" or key_bias:
+            tensors[f"{prefix}.{name}.bias"] = weights(n_embd)
     for name in ("ln1", "ln2"):
-        tensors[f"a.blk.0.{name}.weight"] = np.ones(n_embd, dtype=np.float32)
-        tensors[f"a.blk.0.{name}.bias"] = np.zeros(n_embd, dtype=np.float32)
-    tensors["a.blk.0.ffn_up.weight"] = weights(n_ff, n_embd)
-    tensors["a.blk.0.ffn_up.bias"] = weights(n_ff)
-    tensors["a.blk.0.ffn_down.weight"] = weights(n_embd, n_ff)
-    tensors["a.blk.0.ffn_down.bias"] = weights(n_embd)
+        tensors[f"{prefix}.{name}.weight"] = np.ones(n_embd, dtype=np.float32)
+        tensors[f"{prefix}.{name}.bias"] = np.zeros(n_embd, dtype=np.float32)
+    tensors[f"{prefix}.ffn_up.weight"] = weights(n_ff, n_embd)
+    tensors[f"{prefix}.ffn_up.bias"] = weights(n_ff)
+    tensors[f"{prefix}.ffn_down.weight"] = weights(n_embd, n_ff)
+    tensors[f"{prefix}.ffn_down.bias"] = weights(n_embd)
+    return tensors
+
+
+def _write_tensors(writer, tensors: dict[str, np.ndarray]) -> None:
     for name, data in tensors.items():
         writer.add_tensor(name, data)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return path
 
 
 def wav_bytes(seconds: float = 1.0, rate: int = 16000, hertz: float = 440.0) -> bytes:

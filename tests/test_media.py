@@ -148,18 +148,23 @@ def _session(smollm2_path, projector):
     return start_session(opts, config=load_config(), overflow="drop", with_history=True)
 
 
+def _type_into_chat(session, keys: list[str]) -> None:
+    """The chat as a person uses it: each line typed and sent, then Ctrl-D."""
+    from llmchat.ui.chat import run_interactive
+
+    with create_pipe_input() as pipe, create_app_session(input=pipe, output=DummyOutput()):
+        pipe.send_text("\r".join(keys) + "\r\x04")
+        run_interactive(session, show_stats=False, markdown=False, verbose=False)
+
+
 def test_chat_slash_image_and_the_next_turn_reuses_the_image_from_the_kv_cache(
     smollm2_path, puppet_projector, rgb_png, monkeypatch, capsys
 ):
-    from llmchat.ui.chat import run_interactive
-
     monkeypatch.chdir(rgb_png.parent)
     session = _session(smollm2_path, puppet_projector)
     try:
         keys = ["/image rgb.png", "What colours are these?", "And the first one?"]
-        with create_pipe_input() as pipe, create_app_session(input=pipe, output=DummyOutput()):
-            pipe.send_text("\r".join(keys) + "\r\x04")
-            run_interactive(session, show_stats=False, markdown=False, verbose=False)
+        _type_into_chat(session, keys)
         out, err = capsys.readouterr()
         assert "rgb.png: 4 tokens" in err, err
         first, second = session.conversation.messages[0], session.conversation.messages[2]
@@ -357,8 +362,6 @@ def test_a_batch_image_for_a_model_without_a_projector_fails_that_item_only(cli,
 def test_an_image_path_dropped_into_the_chat_prompt_attaches_it(
     smollm2_path, puppet_projector, rgb_png, monkeypatch, capsys
 ):
-    from llmchat.ui.chat import run_interactive
-
     monkeypatch.chdir(rgb_png.parent)
     (rgb_png.parent / "notes.txt").write_text("red\n")
     session = _session(smollm2_path, puppet_projector)
@@ -366,9 +369,7 @@ def test_an_image_path_dropped_into_the_chat_prompt_attaches_it(
         # A path alone (an absolute one, as a terminal drops it: not a command) waits for the
         # message; a quoted path inside a message goes with it, as typed; a text file's path stays text.
         keys = [str(rgb_png), "What colours are these?", 'Is "rgb.png" like "notes.txt"?']
-        with create_pipe_input() as pipe, create_app_session(input=pipe, output=DummyOutput()):
-            pipe.send_text("\r".join(keys) + "\r\x04")
-            run_interactive(session, show_stats=False, markdown=False, verbose=False)
+        _type_into_chat(session, keys)
         out, err = capsys.readouterr()
         assert "rgb.png: 4 tokens" in err, err
         first, second = session.conversation.messages[0], session.conversation.messages[2]

@@ -83,7 +83,12 @@ def every_template() -> list[Path]:
     return sorted([*(DATA / "templates").glob("*.jinja"), *CASES.glob("*.jinja")])
 
 
-NOT_READING = [path for path in every_template() if not renders_reasoning(path.read_text())]
+# Templates that refuse a plain chat whatever its messages hold (Command R+'s tool-use template
+# needs tools): nothing to compare there.
+NO_PLAIN_CHAT = {"CohereForAI-c4ai-command-r-plus-tool_use.jinja"}
+NOT_READING = [
+    path for path in every_template() if not renders_reasoning(path.read_text()) and path.name not in NO_PLAIN_CHAT
+]
 
 
 @pytest.mark.parametrize("path", NOT_READING, ids=lambda p: p.name)
@@ -92,10 +97,7 @@ def test_a_template_that_does_not_read_it_gets_the_prompt_it_always_got(path):
     conversation.add_exchange("What is 2+2?", "4")
     plain = conversation.prompt_messages("And 3+3?")
     conversation.messages[-1]["reasoning"] = "SECRET-CHAIN"
-    try:
-        before = render(path, plain, {})
-    except Exception:  # a template that refuses this plain chat refuses it either way
-        pytest.skip("does not render a plain chat")
+    before = render(path, plain, {})
     after = render(path, conversation.prompt_messages("And 3+3?"), {})
     assert after == before
 

@@ -22,13 +22,17 @@ import ctypes
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 from llmchat.engine import logs
 from llmchat.engine.bindings import library_module, llama_cpp
 from llmchat.engine.media_marks import MARKER, is_media, sentinels
 from llmchat.engine.native import DecodeError, LoadedModel
 from llmchat.errors import ModelError, UsageError
+
+if TYPE_CHECKING:
+    from llmchat.engine.model_load import EngineSettings
+    from llmchat.engine.prompt_pieces import PieceTokenizer
 
 KINDS = {1: "image", 2: "audio"}  # MTMD_INPUT_CHUNK_TYPE_IMAGE, _AUDIO
 # What llmchat uses of the libmtmd bindings: one that an upgrade renamed or dropped is named in one
@@ -155,7 +159,7 @@ class MediaContext:
             placed += n
         return MediaItem(sha, kind, tokens, placed, chunks)
 
-    def tokenizer(self, engine: Any) -> Any:
+    def tokenizer(self, engine: PieceTokenizer) -> PieceTokenizer:
         """What the engine tokenizes a rendered prompt with: itself, or, once it holds media, a
         tokenizer that puts their tokens where their markers are."""
         return MediaTokenizer(engine, self) if self.items else engine
@@ -198,7 +202,7 @@ class MediaContext:
         return everything
 
     def _eval_chunk(self, model: LoadedModel, chunk: Any) -> None:
-        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(model.ctx), -1, len(model.tokens), -1)
+        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(model.ctx), 0, len(model.tokens), -1)
         model.logits_fresh = False
         new_past = llama_cpp.llama_pos(0)
         code = self._mtmd.mtmd_helper_eval_chunk_single(
@@ -209,7 +213,20 @@ class MediaContext:
         self.encoded += 1
 
 
-def add_media(engine: Any, data: bytes, name: str, kind: str) -> MediaItem:
+class MediaHost(Protocol):
+    """What of a local `Engine` (llmchat.engine.core) media need: its settings, its model, and the
+    MediaContext it owns."""
+
+    settings: EngineSettings
+    model_path: Path
+    model: LoadedModel
+    media: MediaContext | None
+
+    @property
+    def threads(self) -> int: ...
+
+
+def add_media(engine: MediaHost, data: bytes, name: str, kind: str) -> MediaItem:
     """Give a local `Engine` an image or audio clip, whose marker in a message then becomes its
     tokens; its MediaContext (`engine.media`, which the engine owns and frees) opens with the first."""
     projector = engine.settings.mmproj
@@ -228,7 +245,7 @@ def add_media(engine: Any, data: bytes, name: str, kind: str) -> MediaItem:
     return media.add(data, name, kind)
 
 
-def holds_media(engine: Any, sha256: str) -> bool:
+def holds_media(engine: MediaHost, sha256: str) -> bool:
     """Whether a local `Engine` was given the media of this hash already (no need to read it again)."""
     return engine.media is not None and sha256 in engine.media.items
 
@@ -236,7 +253,7 @@ def holds_media(engine: Any, sha256: str) -> bool:
 class MediaTokenizer:
     """An engine's tokenizer for rendered prompts in which markers of given media stand."""
 
-    def __init__(self, engine: Any, media: MediaContext):
+    def __init__(self, engine: PieceTokenizer, media: MediaContext):
         self._engine = engine
         self._media = media
         self.add_bos: bool = engine.add_bos

@@ -23,6 +23,7 @@ from typing import Any, Callable, Generator, Protocol, Sequence
 
 from llmchat.engine.bindings import llama_cpp
 from llmchat.engine.checkpoints import Checkpoints
+from llmchat.engine.driver import common_prefix
 
 _INT32_MAX = 0x7FFFFFFF  # n_gpu_layers: every layer
 _backend: dict[str, bool] = {"ready": False}
@@ -261,11 +262,7 @@ class LoadedModel:
 
     def reusable(self, prompt: Sequence[int]) -> int:
         """How many leading tokens of `prompt` the next `generate` keeps rather than evaluates."""
-        common = 0
-        for cached, wanted in zip(self.tokens, prompt):
-            if cached != wanted:
-                break
-            common += 1
+        common = common_prefix(self.tokens, prompt)
         reuse = common - 1 if common == len(prompt) else common  # the last token brings the logits
         if reuse >= len(self.tokens) or not self.is_recurrent:
             return max(reuse, 0)
@@ -342,11 +339,7 @@ class LoadedModel:
         if not prompt:
             raise ValueError("an empty prompt has nothing to sample after")
         tokens = list(prompt)
-        common = 0
-        for cached, wanted in zip(self.tokens, tokens):
-            if cached != wanted:
-                break
-            common += 1
+        common = common_prefix(self.tokens, tokens)
         if common == len(tokens) == len(self.tokens) and self.logits_fresh and tokens:
             tokens = []
         else:

@@ -12,6 +12,7 @@ from llmchat.errors import UsageError
 
 if TYPE_CHECKING:
     from llmchat.config import Config
+    from llmchat.engine.core import Engine
     from llmchat.engine.interface import ChatEngine
     from llmchat.engine.remote.openai_compat import OpenAICompatEngine
     from llmchat.options import RunOptions
@@ -49,7 +50,7 @@ def _add(engine: ChatEngine, data: bytes, name: str, kind: str) -> int:
         return cast("OpenAICompatEngine", engine).add_media(data, kind, found.format if found else "")
     from llmchat.engine.media_eval import add_media
 
-    return add_media(engine, data, name, kind).media_tokens
+    return add_media(cast("Engine", engine), data, name, kind).media_tokens
 
 
 def _holds(engine: ChatEngine, sha256: str) -> bool:
@@ -57,7 +58,7 @@ def _holds(engine: ChatEngine, sha256: str) -> bool:
         return sha256 in cast("OpenAICompatEngine", engine).media.items
     from llmchat.engine.media_eval import holds_media
 
-    return holds_media(engine, sha256)
+    return holds_media(cast("Engine", engine), sha256)
 
 
 def check_before_loading(opts: RunOptions, config: Config, attachments: Sequence[Attachment]) -> None:

@@ -17,7 +17,7 @@ machinery comes with the first request, so a one-shot `ask` that starts no serve
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from llmchat.conversation import Conversation
 from llmchat.tools.mcp.run_mode import answer_with, sampling_declared
@@ -26,6 +26,7 @@ from llmchat.turn.plan import TurnScope
 from llmchat.turn.policy import reply_cap
 
 if TYPE_CHECKING:
+    from llmchat.engine.core import Engine
     from llmchat.session import ChatSession
     from llmchat.tools.mcp.sampling import Sampled, SampleRequest
 
@@ -76,8 +77,8 @@ class kept_sequence:
 
     def __init__(self, session: ChatSession):
         engine = session.engine
-        # Only an engine whose state can be saved (the local one) has a state to put back.
-        self.engine: Any = engine if engine.caps.disk_cache and hasattr(engine, "sequence_state") else None
+        # Only an engine whose state can be saved (the local one: disk_cache) has a state to put back.
+        self.engine: Engine | None = cast("Engine", engine) if engine.caps.disk_cache else None
         self.tokens: list[int] = []
         self.state = bytearray()
 

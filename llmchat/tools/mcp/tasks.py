@@ -19,10 +19,14 @@ session's dispatcher, stamped as the session stamps its own requests; `tasks/get
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmchat.tools.mcp.progress import ProgressLine
 from llmchat.tools.spec import ToolFailure
+
+if TYPE_CHECKING:
+    from mcp.client.session import ClientSession
+    from mcp.shared.dispatcher import CallOptions
 
 DEFAULT_POLL_S = 1.0  # when the server suggests no interval
 MIN_POLL_S = 0.1  # a server that suggests 0 must not make the client spin
@@ -54,7 +58,9 @@ def left_out_reason(tool: Any, capabilities: Any) -> str | None:
     return None
 
 
-async def call_as_task(session: Any, tool: str, arguments: dict[str, Any], line: ProgressLine, timeout_s: float) -> Any:
+async def call_as_task(
+    session: ClientSession, tool: str, arguments: dict[str, Any], line: ProgressLine, timeout_s: float
+) -> Any:
     """The tool's CallToolResult, run as a task; ToolFailure when the server fails or cancels it."""
     created = await _create(session, tool, arguments, _ttl_ms(timeout_s))
     if not hasattr(created, "task_id"):  # the server ran it at once (allowed for an optional one)
@@ -73,13 +79,13 @@ async def call_as_task(session: Any, tool: str, arguments: dict[str, Any], line:
         raise
 
 
-async def _create(session: Any, tool: str, arguments: dict[str, Any], ttl_ms: int | None) -> Any:
+async def _create(session: ClientSession, tool: str, arguments: dict[str, Any], ttl_ms: int | None) -> Any:
     """The created Task, or the CallToolResult of a server that did not make one."""
     from mcp_types import CallToolRequest, CallToolRequestParams, CallToolResult, CreateTaskResult, TaskMetadata
 
     params = CallToolRequestParams(name=tool, arguments=arguments, task=TaskMetadata(ttl=ttl_ms))
     data = CallToolRequest(params=params).model_dump(by_alias=True, mode="json", exclude_none=True)
-    options: dict[str, Any] = {}
+    options: CallOptions = {}
     session._stamp(data, options)  # the headers send_request would add (the protocol version over HTTP)
     answer = await session._dispatcher.send_raw_request(data["method"], data.get("params"), options)
     if "task" not in answer:
@@ -87,7 +93,7 @@ async def _create(session: Any, tool: str, arguments: dict[str, Any], ttl_ms: in
     return CreateTaskResult.model_validate(answer, by_name=False).task
 
 
-async def _get(session: Any, task_id: str) -> Any:
+async def _get(session: ClientSession, task_id: str) -> Any:
     from mcp_types import GetTaskRequest, GetTaskRequestParams, GetTaskResult
 
     request = GetTaskRequest(params=GetTaskRequestParams(task_id=task_id))
@@ -95,7 +101,7 @@ async def _get(session: Any, task_id: str) -> Any:
     return await session.send_request(request, GetTaskResult, request_read_timeout_seconds=math.inf)
 
 
-async def _outcome(session: Any, task: Any, tool: str) -> Any:
+async def _outcome(session: ClientSession, task: Any, tool: str) -> Any:
     """The result of a task that left `working`: completed (or waiting for input, which
     tasks/result delivers while it waits for the end), or a ToolFailure."""
     from mcp_types import CallToolResult, GetTaskPayloadRequest, GetTaskPayloadRequestParams
@@ -108,7 +114,7 @@ async def _outcome(session: Any, task: Any, tool: str) -> Any:
     return await session.send_request(request, CallToolResult, request_read_timeout_seconds=math.inf)
 
 
-async def _cancel_quietly(session: Any, task_id: str) -> None:
+async def _cancel_quietly(session: ClientSession, task_id: str) -> None:
     """tasks/cancel, shielded from the cancellation that asks for it and bounded in time; a server
     that cannot cancel (or is gone) changes nothing: the call ends either way."""
     import anyio
