@@ -1,18 +1,18 @@
-"""The command line: app assembly, and the one place where errors become exit codes.
+"""The command line: app assembly, and the run of a command under Typer.
 
 Each command lives in `llmchat/commands/` as a plain function; this module registers them, in
 the order a newcomer needs them (ask, chat, batch first), and runs them under `main`, which maps
-every exception to one line on stderr and a documented exit code. `main` builds the run's one
+every exception to one line on stderr and a documented exit code (llmchat.exits; click's usage
+errors here). A one-shot `ask` whose options llmchat.quick_ask can read runs without this
+module, and so without Typer. `main` builds the run's one
 `Environment` (llmchat.env: the streams, the config read once, the paths) and hands it to the
 command as click's context object. (No `from __future__ import annotations` here: Typer reads the
 annotations at run time.)
 """
 
-import errno
 import importlib
-import os
 import sys
-from typing import Any, Callable, Optional, TextIO
+from typing import Any, Callable, Optional
 
 import typer
 
@@ -23,7 +23,8 @@ except ImportError:  # pragma: no cover - older Typer
 
 from llmchat import interrupts
 from llmchat.env import Environment, current_environment
-from llmchat.errors import ExitCode, LlmchatError
+from llmchat.errors import ExitCode
+from llmchat.exits import report_error, run_guarded
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok, 1 error, 2 usage, 3 model, 4 context, 5 structured output invalid, 6 server, "
@@ -163,47 +164,6 @@ def _root(
 
 
 # --- entry point ----------------------------------------------------------------------------------
-def report_error(message: str, stderr: TextIO) -> None:
-    """One line on stderr: the whole contract for errors the user can act on."""
-    stderr.write(f"llmchat: error: {message}\n")
-    stderr.flush()
-
-
-def _from_broken_pipe(exc: BaseException) -> bool:
-    """Whether an exit was caused by writing to a closed stdout. Typer turns that into a plain
-    sys.exit(1), and rich into SystemExit(1); both raise it while handling the EPIPE error."""
-    seen = exc.__context__
-    while seen is not None:
-        if isinstance(seen, BrokenPipeError) or (isinstance(seen, OSError) and seen.errno == errno.EPIPE):
-            return True
-        seen = seen.__context__
-    return False
-
-
-def _stopped(env: Environment, message: str, code: ExitCode) -> None:
-    # On a terminal the line starts fresh after the echoed ^C; elsewhere it is exactly one line.
-    try:
-        env.stderr.write(("\n" if env.stderr_isatty else "") + f"llmchat: {message}\n")
-        env.stderr.flush()
-    except (OSError, ValueError):
-        pass
-    sys.exit(int(code))
-
-
-def _interrupted(env: Environment) -> None:
-    _stopped(env, "interrupted", ExitCode.INTERRUPTED)
-
-
-def _quiet_broken_pipe() -> None:
-    """The reader went away (`| head -c 20`): stop quietly. Point stdout at /dev/null so the
-    interpreter's final flush does not raise again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-
-
 def _app_for(args: list) -> tuple[typer.Typer, list, str]:
     """The app that runs `args`, the arguments it gets, and its program name. For a top-level
     command (`llmchat ask ...`), an app holding that command alone: Typer turns every registered
@@ -222,64 +182,39 @@ def main(argv: Optional[list] = None, env: Optional[Environment] = None) -> None
     """Run one command line in `env` (by default the process's own streams and config file)."""
     args = sys.argv[1:] if argv is None else argv
     env = env if env is not None else Environment()
-    debug = "--debug" in args
     interrupts.install()  # already done by llmchat.launch; here too for in-process callers
-    try:
-        # Outside standalone mode, click turns `typer.Exit(code)` into the return value.
-        runner, runner_args, prog_name = _app_for(args)
-        returned = runner(args=runner_args, prog_name=prog_name, standalone_mode=False, obj=env)
-        # A signal that landed inside one of llama.cpp's callbacks late in the run (after the last
-        # decoded token) was recorded, not raised: it still ends the process by its code.
-        interrupts.raise_pending()
+
+    def run() -> None:
+        try:
+            # Outside standalone mode, click turns `typer.Exit(code)` into the return value.
+            runner, runner_args, prog_name = _app_for(args)
+            returned = runner(args=runner_args, prog_name=prog_name, standalone_mode=False, obj=env)
+        except typer.Exit as done:
+            sys.exit(done.exit_code)
+        except typer.Abort:
+            raise KeyboardInterrupt from None
+        except click.ClickException as err:
+            _usage_error(err, env)
         if returned == ExitCode.INTERRUPTED:
             # Typer turns KeyboardInterrupt into a *returned* 130, without a word: say it here.
             # (batch reports its own interruption and raises SystemExit, which is not returned.)
-            _interrupted(env)
+            raise KeyboardInterrupt
         if isinstance(returned, int) and returned:
             sys.exit(returned)
-    except SystemExit as done:
-        if interrupts.terminated():
-            _stopped(env, "terminated (SIGTERM)", ExitCode.TERMINATED)
-        if done.code and _from_broken_pipe(done):
-            _quiet_broken_pipe()
-            sys.exit(141)
-        raise
-    except LlmchatError as err:
-        if debug:
-            raise
-        report_error(str(err), env.stderr)
-        sys.exit(int(err.exit_code))
-    except typer.Exit as done:
-        sys.exit(done.exit_code)
-    except typer.Abort:
-        _interrupted(env)
-    except click.ClickException as err:
-        context: click.Context | None = getattr(err, "ctx", None)
-        if type(err).__name__ == "NoArgsIsHelpError" and context is not None:
-            env.stdout.write(context.get_help() + "\n")
-            sys.exit(int(ExitCode.USAGE))
-        hint = (
-            f" (see llmchat {context.command_path.split(' ', 1)[1]} --help)"
-            if context is not None and " " in context.command_path
-            else " (see llmchat --help)"
-        )
-        report_error(err.format_message().replace("\n", " ") + hint, env.stderr)
+
+    run_guarded(env, run, debug="--debug" in args)
+
+
+def _usage_error(err: "click.ClickException", env: Environment) -> None:
+    """click's complaint about the command line, as one line and exit 2 (a bare group: its help)."""
+    context: click.Context | None = getattr(err, "ctx", None)
+    if type(err).__name__ == "NoArgsIsHelpError" and context is not None:
+        env.stdout.write(context.get_help() + "\n")
         sys.exit(int(ExitCode.USAGE))
-    except KeyboardInterrupt:
-        _interrupted(env)
-    except RuntimeError as err:  # a signal's exception that Python wrapped during a late import
-        if interrupts.signal_behind(err) is None:
-            raise
-        if interrupts.terminated():
-            _stopped(env, "terminated (SIGTERM)", ExitCode.TERMINATED)
-        _interrupted(env)
-    except BrokenPipeError:
-        _quiet_broken_pipe()
-        sys.exit(141)
-    except OSError as err:
-        if debug:
-            raise
-        where = f" ({err.filename})" if err.filename else ""
-        report_error(f"{err.strerror or err}{where}; check the path and free space", env.stderr)
-        sys.exit(int(ExitCode.ERROR))
-    sys.exit(0)
+    hint = (
+        f" (see llmchat {context.command_path.split(' ', 1)[1]} --help)"
+        if context is not None and " " in context.command_path
+        else " (see llmchat --help)"
+    )
+    report_error(err.format_message().replace("\n", " ") + hint, env.stderr)
+    sys.exit(int(ExitCode.USAGE))

@@ -202,11 +202,28 @@ def join_whole(thread: Any) -> None:
     interrupted: BaseException | None = None
     while thread.is_alive():
         try:
-            thread.join()
+            _release_a_leaked_import_lock()
+            thread.join(0.1)  # a bounded wait: the check above again, in case a lock leaks meanwhile
         except BaseException as error:  # noqa: BLE001 - raised below, once the thread is done
             interrupted = interrupted or error
     if interrupted is not None:
         raise interrupted
+
+
+def _release_a_leaked_import_lock() -> None:
+    """A Ctrl-C raised in importlib's module-lock callback between its acquire of the global import
+    lock and its `try` leaves this thread holding that lock for good (CPython 3.11 reports the raise
+    as "Exception ignored in ... _get_module_lock.<locals>.cb"). The thread being joined then waits
+    forever at its next import, and the join with it. A thread that waits for another is not inside
+    an import itself, so an import lock it holds is such a leak: released here. One that another
+    thread holds is that thread's own (`release_lock` refuses it)."""
+    import _imp
+
+    while _imp.lock_held():
+        try:
+            _imp.release_lock()
+        except RuntimeError:
+            return
 
 
 class Command:

@@ -6,11 +6,15 @@ Ctrl-C during it used to print a traceback from llmchat's imports. Here the hand
 ends in one line and exit 130 (143 for SIGTERM). Before this module runs, Python's own start-up
 handles the signal: the process is killed by it.
 
+A one-shot `ask` whose options llmchat.quick_ask reads runs from there, without Typer; every other
+command line goes to llmchat.cli.
+
 The process's `hashlib` is also set up here, before anything imports it: CPython's own hash
 functions instead of OpenSSL's (see `_hashlib_without_openssl`).
 """
 
 import sys
+from typing import Callable, NoReturn
 
 
 def main() -> None:
@@ -19,20 +23,13 @@ def main() -> None:
 
     interrupts.install()
     try:
-        from llmchat.cli import main as run
-    except KeyboardInterrupt:
-        _stopped("interrupted", 130)
+        run = _runner(sys.argv[1:])
     except SystemExit:
         if interrupts.terminated():
             _stopped("terminated (SIGTERM)", interrupts.TERMINATED_EXIT)
         raise
-    except RuntimeError as err:  # a signal's exception that Python wrapped during an import
-        signum = interrupts.signal_behind(err)
-        if signum is None:
-            raise
-        if interrupts.terminated():
-            _stopped("terminated (SIGTERM)", interrupts.TERMINATED_EXIT)
-        _stopped("interrupted", 130)
+    except (KeyboardInterrupt, RuntimeError) as err:  # Python wraps a signal's exception in some imports
+        _stopped_by_signal(err)
     try:
         run()
     except SystemExit as done:
@@ -40,7 +37,35 @@ def main() -> None:
             _exit_now(int(done.code))
         _collector_off_for_teardown()
         raise
+    except (KeyboardInterrupt, RuntimeError) as err:  # in the few steps before the command's own handling
+        _stopped_by_signal(err)
     _collector_off_for_teardown()
+
+
+def _stopped_by_signal(err: BaseException) -> NoReturn:
+    """One line and the signal's exit code for an interrupt raised outside a command's own handling
+    (llmchat.exits); a RuntimeError that wraps no signal is raised again."""
+    from llmchat import interrupts
+
+    if isinstance(err, RuntimeError) and interrupts.signal_behind(err) is None:
+        raise err
+    if interrupts.terminated():
+        _stopped("terminated (SIGTERM)", interrupts.TERMINATED_EXIT)
+    _stopped("interrupted", 130)
+
+
+def _runner(args: list[str]) -> Callable[[], None]:
+    """What runs this command line: a one-shot `ask` that llmchat.quick_ask reads, without Typer;
+    anything else, the command line of llmchat.cli."""
+    if args[:1] == ["ask"]:
+        from llmchat import quick_ask
+
+        given = quick_ask.parse(args[1:])
+        if given is not None:
+            return quick_ask.runner(given)
+    from llmchat.cli import main as run
+
+    return run
 
 
 def _hashlib_without_openssl() -> None:
@@ -93,7 +118,7 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
-def _stopped(message: str, code: int) -> None:
+def _stopped(message: str, code: int) -> NoReturn:
     try:
         sys.stderr.write(("\n" if sys.stderr.isatty() else "") + f"llmchat: {message}\n")
         sys.stderr.flush()

@@ -175,6 +175,79 @@ def write_gemma3_projector(path: Path, text_width: int) -> Path:
     return path
 
 
+QWEN2VL_PATCH = 14  # Qwen2-VL's patch; 2×2 patches merge into one image token of 28×28 pixels
+
+
+def write_qwen2vl(target: Path, tokenizer_source: Path, *, seed: int = 0) -> Path:
+    """A random-weight text model of architecture `qwen2vl` (Qwen2 with M-RoPE: each head's rotary
+    dimensions split into temporal, height and width sections), with `tokenizer_source`'s tokenizer
+    and the size of the hybrids in tests/hybrid_models.py (n_embd 64, 2 heads of 32)."""
+    from tests.hybrid_models import N_EMBD, N_HEAD, N_LAYER, _write
+
+    head_dim = N_EMBD // N_HEAD
+
+    def layers(writer, weights) -> None:
+        writer.add_head_count(N_HEAD)
+        writer.add_head_count_kv(N_HEAD)
+        # Sections of the head's rotary pairs (head_dim / 2): time, height, width, unused (Qwen2-VL's 16, 24, 24, 0 scaled).
+        writer.add_rope_dimension_sections([head_dim // 8, 3 * head_dim // 16, 3 * head_dim // 16, 0])
+        writer.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+        for layer in range(N_LAYER):
+            blk = f"blk.{layer}"
+            writer.add_tensor(f"{blk}.attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+            writer.add_tensor(f"{blk}.ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+            for name in ("attn_q", "attn_k", "attn_v"):
+                writer.add_tensor(f"{blk}.{name}.weight", weights(N_EMBD, N_EMBD))
+                writer.add_tensor(f"{blk}.{name}.bias", weights(N_EMBD))
+            writer.add_tensor(f"{blk}.attn_output.weight", weights(N_EMBD, N_EMBD))
+
+    return _write(target, tokenizer_source, "qwen2vl", layers, seed)
+
+
+def write_qwen2vl_projector(path: Path, text_width: int) -> Path:
+    """A small random projector of type `qwen2vl_merger` (tools/mtmd/models/qwen2vl.cpp): two patch
+    kernels (Qwen2-VL's 3D convolution split along time), one encoder layer with 2D M-RoPE, and the
+    merger MLP (`mm.0`, GELU, `mm.2`) over each 2×2 group of patches. libmtmd resizes an image to
+    whole 28×28 tokens, at least 8 of them: 56×112 gives 2×4 tokens, which advance the position by
+    max(2, 4) = 4, not 8."""
+    import gguf
+
+    rng = np.random.default_rng(13)
+    n_embd, n_ff, n_merged = 16, 32, 64  # vision width, its feed-forward, the merger's hidden width
+
+    def weights(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.1).astype(np.float32)
+
+    writer = gguf.GGUFWriter(str(path), "clip")
+    writer.add_bool("clip.has_vision_encoder", True)
+    writer.add_string("clip.projector_type", "qwen2vl_merger")
+    for key, value in (
+        ("embedding_length", n_embd),
+        ("attention.head_count", 2),
+        ("feed_forward_length", n_ff),
+        ("block_count", 1),
+        ("projection_dim", text_width),
+        ("image_size", 560),
+        ("patch_size", QWEN2VL_PATCH),
+    ):
+        writer.add_uint32(f"clip.vision.{key}", value)
+    writer.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    writer.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+    writer.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+    patch = (n_embd, 3, QWEN2VL_PATCH, QWEN2VL_PATCH)
+    tensors = {
+        "v.patch_embd.weight": weights(*patch) * 0.1,
+        "v.patch_embd.weight.1": weights(*patch) * 0.1,
+        "mm.0.weight": weights(n_merged, 4 * n_embd),  # ggml: [4 * n_embd, n_merged]
+        "mm.0.bias": weights(n_merged),
+        "mm.2.weight": weights(text_width, n_merged) * 10,
+        "mm.2.bias": weights(text_width),
+    }
+    tensors |= _encoder_layer("v.blk.0", n_embd, n_ff, weights)
+    _write_tensors(writer, tensors)
+    return path
+
+
 AUDIO_POSITIONS = 1500  # the whisper encoder's positions: a 30 s chunk's 3,000 mel frames, halved by the stride-2 conv
 
 

@@ -264,3 +264,33 @@ def test_ask_goes_on_without_a_login_and_keeps_no_token_in_the_history(guarded, 
     assert b"a logged-in llmchat" in saved  # the history holds the call, and none of the tokens
     assert not any(token.encode() in saved for token in secrets_of(guarded, isolated_home))
     assert_no_token_in(guarded, isolated_home, plain, forced)
+
+
+def test_ctrl_c_while_the_login_waits_for_the_browser_ends_in_one_line(guarded, isolated_home):
+    """The login waits up to minutes for the browser's redirect: Ctrl-C there is exit 130 and one
+    line, nothing kept, and the loopback listener gone with the process."""
+    import signal
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "llmchat", "mcp", "login", "guarded", "--no-browser"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        first = process.stderr.readline()  # the event: llmchat waits for the browser from here on
+        assert "in your browser: " in first, first
+        redirect_uri = httpx.URL(first.split("in your browser: ", 1)[1].strip()).params["redirect_uri"]
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=WAIT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert (process.returncode, out) == (130, "")
+    assert err == "llmchat: interrupted\n"
+    assert not login_file(isolated_home).exists()
+    with pytest.raises(httpx.TransportError):  # nothing listens there any more
+        httpx.get(redirect_uri, timeout=WAIT_S, trust_env=False)

@@ -283,3 +283,34 @@ def test_on_a_terminal_the_person_approves_or_declines_the_request(smollm2_path,
         assert json.loads(call["result"])["model"] == "SmolLM2-135M-Instruct.Q4_1"
     else:
         assert call["error"] == "MCP server python failed: the user declined the sampling request"
+
+
+def test_ctrl_c_at_the_approval_question_declines_and_the_turn_goes_on(smollm2_path, tmp_path):
+    """As at every question llmchat asks (tool approval, elicitation), Ctrl-C there is a "no": the
+    request is declined, the call fails with that, and the turn ends as usual."""
+    record_path = tmp_path / "record.json"
+    command = " ".join(
+        [
+            "exec",  # the terminal's Ctrl-C goes to its foreground group: llmchat alone, not a shell too
+            sys.executable,
+            "-m llmchat ask -m",
+            str(smollm2_path),
+            *FORCED,
+            "--mcp",
+            f"'{SPEC}'",
+            "--tool-choice python_complete --approve-tools --json",
+            "'Ask the server to name a colour.'",
+            f"> {record_path}",
+        ]
+    )
+    child = pexpect.spawn(
+        "/bin/sh", ["-c", command], env=dict(os.environ), encoding="utf-8", timeout=300, dimensions=(50, 400)
+    )
+    child.expect_exact(sampling.QUESTION)
+    child.sendintr()
+    child.expect_exact("declined")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0 and "Traceback" not in child.before, child.before
+    [call] = json.loads(record_path.read_text())["tool_calls"]
+    assert call["error"] == "MCP server python failed: the user declined the sampling request"

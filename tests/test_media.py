@@ -181,6 +181,36 @@ def test_chat_slash_image_and_the_next_turn_reuses_the_image_from_the_kv_cache(
         session.close()
 
 
+# --------------------------------------------------------------------------- drafting
+
+
+def test_prompt_lookup_never_drafts_an_image_position():
+    from llmchat.engine.drafting import PromptLookupDrafter
+    from llmchat.engine.media_marks import sentinels
+
+    image = sentinels("ab" * 32, 3)
+    drafter = PromptLookupDrafter(8)
+    # The match's follower runs into the image: the draft stops before it, or falls to a shorter match.
+    assert drafter([1, 2, 3, 4, *image, 9, 1, 2, 3]) == [4]
+    drafter = PromptLookupDrafter(8)
+    assert drafter([7, 1, 2, 3, *image, 9, 1, 2, 3]) == []
+
+
+def test_an_image_turn_with_lookup_gives_the_reply_without_it(cli, smollm2_path, puppet_projector, rgb_png):
+    """Prompt lookup drafts from the token ids around the image; the reply stays the model's own.
+    Flash attention on for both: drafting turns it on (engine.calibrate)."""
+    copy = "Repeat exactly: the red fox and the green frog met the blue bird by the red barn."
+    args = ("ask", "-m", str(smollm2_path), "--mmproj", str(puppet_projector), *GREEDY, "--flash-attn", "on")
+    plain = cli(*args, "-f", str(rgb_png), copy)
+    drafted = cli(*args, "--lookup", "-f", str(rgb_png), copy)
+    assert plain.returncode == 0 and drafted.returncode == 0, plain.stderr + drafted.stderr
+    alone, helped = json.loads(plain.stdout), json.loads(drafted.stdout)
+    assert helped["reply"] == alone["reply"] and alone["reply"]
+    assert helped["stats"]["media_tokens"] == 4 and helped["stats"]["draft_proposed"] > 0
+    refused = cli(*args, "--draft-model", str(smollm2_path), "-f", str(rgb_png), copy)
+    assert refused.returncode == 2 and "do not combine with --draft-model" in refused.stderr, refused.stderr
+
+
 # --------------------------------------------------------------------------- bad input
 
 

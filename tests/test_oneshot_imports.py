@@ -2,7 +2,8 @@
 
 Each module a process imports stays in its memory, and a one-shot `ask` on a small model is
 measured against `llama-completion`'s peak RSS (bench/oneshot_vs_completion.py). These tests pin
-the cuts: the other commands' modules (llmchat.cli builds the invoked command alone), OpenSSL
+the cuts: Typer and every command's declaration (llmchat.quick_ask reads a one-shot `ask`'s options
+itself; for other commands llmchat.cli builds the invoked command alone), OpenSSL
 (llmchat.launch gives hashlib CPython's own hash functions), importlib.resources with zipfile
 (the built-in templates are read from their folder) and the tool machinery when no tool is asked
 for, and standard-library modules a plain one-shot does not use (statistics, glob, shlex).
@@ -40,11 +41,12 @@ def test_one_shot_ask_imports_no_other_command_nor_openssl_nor_the_tools(smollm2
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip()
-    assert "llmchat.commands.ask" in loaded and "jinja2" in loaded and "hashlib" in loaded
-    others = {f"llmchat.commands.{module}" for module, _, _ in TOP_COMMANDS.values()} - {"llmchat.commands.ask"}
-    others |= {f"llmchat.commands.{group}" for group, _, _ in GROUPS}
-    others.discard("llmchat.commands.tools")  # ask's tool options take their help texts from it
-    assert not others & loaded
+    assert "llmchat.commands.ask_run" in loaded and "jinja2" in loaded and "hashlib" in loaded
+    # Its options are read without Typer (llmchat.quick_ask): no command's declaration, ask's either.
+    commands = {f"llmchat.commands.{module}" for module, _, _ in TOP_COMMANDS.values()}
+    commands |= {f"llmchat.commands.{group}" for group, _, _ in GROUPS}
+    assert not commands & loaded
+    assert not {"llmchat.cli", "typer", "click"} & loaded
     assert "_hashlib" not in loaded  # OpenSSL's libcrypto: 3.5 MiB resident
     assert not {"zipfile", "importlib.resources"} & loaded
     assert not {"llmchat.tools.offer", "llmchat.tools.native", "llmchat.tools.families"} & loaded

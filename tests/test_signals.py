@@ -279,6 +279,34 @@ assert not interrupts.pending()
     assert "Exception ignored" not in result.stderr
 
 
+def test_a_join_releases_an_import_lock_a_ctrl_c_leaked():
+    """A Ctrl-C raised in importlib's module-lock callback, after it took the global import lock and
+    before its `try`, leaves the interrupted thread holding that lock: the load-ahead thread then
+    waits forever at its next import, and `join_whole` with it (seen once in a sweep above: a run
+    hung after its `model:` line). Here the leak is made by hand, and the join must end. (In a child
+    process, bounded by its timeout: the bug is a hang.)"""
+    script = """
+import _imp, threading
+from llmchat import interrupts
+
+go = threading.Event()
+
+def load():
+    go.wait()
+    import json.tool  # any import not done yet takes the global import lock first
+
+loading = threading.Thread(target=load, daemon=True)
+loading.start()
+_imp.acquire_lock()  # the leak: taken, never released by this thread's own code
+go.set()
+interrupts.join_whole(loading)
+print("joined", _imp.lock_held())
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "joined False"
+
+
 def test_a_signal_that_python_wraps_during_an_import_is_still_one_line():
     """Python 3.11 wraps an exception raised while a class is created ("RuntimeError: Error calling
     __set_name__") around the KeyboardInterrupt of a Ctrl-C that lands there, in the middle of an

@@ -1,10 +1,14 @@
-"""`llmchat ask`: one prompt (argument and/or piped stdin), one streamed reply on stdout."""
+"""`llmchat ask`: one prompt (argument and/or piped stdin), one streamed reply on stdout.
 
-from functools import partial
-from typing import Annotated, Optional
+Its options as Typer declares them; the work is llmchat.commands.ask_run's. `flags_table` writes
+them out for llmchat.quick_ask, which parses a one-shot `ask` without Typer.
+"""
+
+from typing import Annotated, Any, Optional
 
 import typer
 
+from llmchat.commands import ask_run
 from llmchat.commands.model_options import PromptArgOption, RenderOption, model_command
 from llmchat.commands.tool_options import (
     ApproveToolsOption,
@@ -17,38 +21,7 @@ from llmchat.commands.tool_options import (
 )
 from llmchat.defaults import DEFAULT_CHAIN_LIMIT
 from llmchat.env import Environment
-from llmchat.errors import LlmchatError, UsageError
 from llmchat.options import RunOptions
-
-
-def read_prompt(
-    argument: Optional[str], env: Environment, *, from_stdin: bool = True, may_be_empty: bool = False
-) -> str:
-    """The prompt from piped stdin, the argument, or both (stdin first: `cat notes | llmchat ask "summarise"`).
-    `from_stdin=False`: stdin is a file (`-f -`), not the prompt; `may_be_empty`: files carry the message."""
-    parts = []
-    if from_stdin and not env.stdin_isatty:
-        raw = env.stdin.buffer.read()
-        try:
-            piped = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise UsageError(
-                f"stdin is not UTF-8 text (bad byte at offset {err.start}); convert it first, e.g. with iconv"
-            ) from None
-        if piped.strip():
-            parts.append(piped.strip("\n"))
-    if argument:
-        try:
-            argument.encode("utf-8")
-        except UnicodeEncodeError:  # undecodable argv bytes arrive as lone surrogates
-            raise UsageError("the prompt argument is not UTF-8 text; convert it first, e.g. with iconv") from None
-        parts.append(argument)
-    prompt = "\n\n".join(parts)
-    if "\x00" in prompt:
-        raise UsageError("the prompt contains NUL bytes (binary input?); pass text")
-    if not prompt.strip() and not may_be_empty:
-        raise UsageError('empty prompt: pass it as an argument (llmchat ask "...") or pipe it on stdin')
-    return prompt
 
 
 @model_command()
@@ -103,87 +76,68 @@ def ask(
     env: Environment,
 ) -> None:
     """One prompt, one streamed reply on stdout."""
-    from llmchat.loading import loading_ahead, start_session
+    # The work is ask_run's, parameter for parameter (a one-shot runs it without Typer: llmchat.quick_ask).
+    ask_run.run(**locals())
 
-    config = env.config
-    # From here llama.cpp loads the model on another thread while this command's imports and
-    # checks run, MCP servers start and stdin is read; `start_session` takes it
-    # (llmchat.loading.loading_ahead). A check that fails cancels it.
-    with loading_ahead(opts, config):
-        from llmchat.attachments import STDIN, collect
-        from llmchat.commands.turns import check_overflow, continue_conversation, run_turn
-        from llmchat.mcp_sources import McpSources, joined, terminal_asker
-        from llmchat.media.use import check_before_loading
-        from llmchat.output import StreamPrinter, write_json
-        from llmchat.structured import from_options
-        from llmchat.tools import options as tool_options
-        from llmchat.tools.mcp.roots import use_roots
-        from llmchat.tools.mcp.run_mode import model_answers
-        from llmchat.turn.policy import INVALID_REPLY_EXIT
-        from llmchat.ui.markdown import MarkdownPrinter, wants_markdown
 
-        check_overflow(overflow)
-        use_roots(root)  # a --root that is not a folder: exit 2, before any MCP server starts
-        model_answers()  # the servers it starts may ask this run's model (sampling)
-        if compact is not None:  # a bad --compact: exit 2
-            # Imported here only: without --compact, the turn's modules it pulls in load on another
-            # thread while llama.cpp loads the model (llmchat.loading), 40 ms off a one-shot's TTFT.
-            from llmchat.turn.compaction import with_mode
+def flags_table() -> str:
+    """The source of llmchat.commands.ask_flags: each option of `ask` as click reads this declaration,
+    its parameter and what its value is. tests/test_quick_ask.py checks that the file is current;
+    after a change to the options, write it again:
+    python -c "from llmchat.commands.ask import flags_table; print(flags_table(), end='')" > llmchat/commands/ask_flags.py"""
+    import inspect
+    import json
 
-            config = with_mode(config, compact)
-        # A bad --render is exit 2 (the load cancelled); --json and a pipe get the model's text as it is.
-        markdown = wants_markdown(render, env.config.render, env.stdout_isatty) and not json_output
-        tools = tool_options.tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools)
-        saved = not no_history and config.history  # else the MCP servers' images go at exit, with the exchange
-        toolset = tool_options.gather(tools, env.config, saved_conversation=saved)  # a bad -T: exit 2
-        with tool_options.closed_on_failure(toolset):  # MCP servers stop if anything fails before the turn
-            # Before the model is used: a binary or non-UTF-8 file is refused. MCP resources (-f
-            # mcp:SERVER/URI) and an MCP prompt (-p mcp:SERVER/NAME) are read now, through the tools'
-            # own connections where the server offers tools too.
-            with McpSources(
-                env.config, mcp or (), stderr=env.stderr, shared=toolset, saved_conversation=saved
-            ) as sources:
-                attachments = tuple(collect(files or (), resources=sources.resource_bytes))
-                check_before_loading(opts, config, attachments)  # an image and no projector: exit 2 now
-                asker = terminal_asker(env.stdin, env.stderr, env.stdin_isatty and env.stderr_isatty)
-                opening = sources.opening(opts.saved_prompt, prompt_arg or (), asker)
-            typed = read_prompt(
-                prompt, env, from_stdin=STDIN not in (files or ()), may_be_empty=bool(attachments) or bool(opening)
-            )
-            text = joined(opening, typed)
-            tool_options.say_down(toolset)  # after -f/-p mcp:... naming one of them: exit 2
-            structured = from_options(opts, env.config)  # a bad schema is a usage error (exit 2)
-            session = start_session(opts, config=config, overflow=overflow, with_history=not no_history)
-    try:
-        session.hold_to(structured)
-        if toolset is not None:
-            tool_options.offer(session, toolset, tools, lazy_share=config.lazy_tools)
-        if continue_last or cid:
-            continue_conversation(session, cid or "last")
-        if attachments:  # imported after the load: the turn's modules load beside it (llmchat.loading)
-            from llmchat.turn.room import check_room
+    from typer.main import get_command
 
-            check_room(session, attachments, text, in_chat=False)  # too big for the room the turn makes: exit 2
-        on_terminal = env.stderr_isatty
-        show_stats = on_terminal if stats is None else stats
-        printer_class = MarkdownPrinter if markdown else partial(StreamPrinter, echo_text=not json_output)
-        printer = printer_class(
-            env.stdout,
-            env.stderr,
-            show_live=show_stats and on_terminal and not json_output,
-            show_summary=show_stats and not json_output,
-            mark_interrupted=False,  # `main` reports the interruption in its one line
-            out_isatty=env.stdout_isatty,
-            err_isatty=env.stderr_isatty,
-        )
-        result = run_turn(session, text, printer, attachments)
-        if json_output:
-            write_json(result.to_record(), env.stdout)
-        if result.interrupted:
-            raise KeyboardInterrupt
-        if result.error is not None:  # the policy every mode follows (llmchat.turn.policy)
-            raise LlmchatError(result.error, exit_code=INVALID_REPLY_EXIT)
-    finally:
-        session.close()
-        if toolset is not None:
-            toolset.close()
+    app = typer.Typer(add_completion=False)  # as llmchat.cli runs a top-level command alone
+    app.command("ask")(ask)
+    options: dict[str, tuple[str, str]] = {}
+    argument = ""
+    for param in get_command(app).params:
+        if param.param_type_name == "argument":
+            argument = str(param.name)
+            continue
+        kind = _value_kind(param)
+        for name in param.opts:
+            options[name] = (str(param.name), "flag" if kind == "bool" else kind)
+        for name in getattr(param, "secondary_opts", ()):
+            options[name] = (str(param.name), "no-flag")
+    own = set(inspect.signature(ask_run.run).parameters) - {"opts", "env"}
+    shared = sorted({name for name, _ in options.values()} - own)
+    quoted = json.dumps  # the names are ASCII: JSON's strings are Python's, as ruff formats them
+    rows = "".join(f"    {quoted(flag)}: ({quoted(name)}, {quoted(kind)}),\n" for flag, (name, kind) in options.items())
+    names = "".join(f"    {quoted(name)},\n" for name in shared)
+    return (
+        '"""`llmchat ask`\'s options as its Typer declaration has them (llmchat.commands.ask), for\n'
+        "llmchat.quick_ask. Written by llmchat.commands.ask.flags_table; do not edit.\n"
+        '"""\n\n'
+        f"ARGUMENT = {quoted(argument)}\n"
+        "# option -> (parameter, value): flag (True), no-flag (False), str, int, int>=0, float, path, list (of str)\n"
+        f"OPTIONS = {{\n{rows}}}\n"
+        "# the model options (llmchat.commands.model_options), taken as one RunOptions\n"
+        f"SHARED = (\n{names})\n"
+    )
+
+
+def _value_kind(param: Any) -> str:
+    """What a click option's value is, in the few kinds llmchat.quick_ask converts; ValueError for
+    any other, so that a new kind of option is met here, not misread there."""
+    kind = type(param.type).__name__
+    if param.multiple:
+        if kind != "StringParamType":
+            raise ValueError(f"{param.name}: a repeatable option of type {kind}")
+        return "list"
+    if getattr(param, "is_flag", False) and kind == "BoolParamType":
+        return "bool"
+    if kind == "IntRange" and (param.type.min, param.type.max, param.type.clamp, param.type.min_open) == (
+        0,
+        None,
+        False,
+        False,
+    ):
+        return "int>=0"
+    kinds = {"StringParamType": "str", "IntParamType": "int", "FloatParamType": "float", "TyperPath": "path"}
+    if kind not in kinds or param.callback is not None or param.envvar or param.nargs != 1:
+        raise ValueError(f"{param.name}: an option of type {kind} that llmchat.quick_ask does not read")
+    return kinds[kind]

@@ -1,23 +1,22 @@
 """The options shared by every command that loads a model, declared once for the command line.
 
 `@model_command` adds the engine and sampling options to a Typer command's signature and hands
-the function one `RunOptions` value (llmchat.options) and the run's `Environment` (llmchat.env),
-so `ask`, `chat`, `batch` and `bench` accept the same flags with the same help and validation. A
-saved prompt (`-p NAME`) fills what the flags left unset here, from the environment's config.
+the function one `RunOptions` value (llmchat.options, taken by llmchat.commands.run_options) and
+the run's `Environment` (llmchat.env), so `ask`, `chat`, `batch` and `bench` accept the same flags
+with the same help and validation.
 (No `from __future__ import annotations`: Typer reads the annotations at run time.)
 """
 
 import functools
 import inspect
-from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Callable, Optional
 
 import typer
 
+from llmchat.commands.run_options import LISTS, option_defaults, take_run_options
 from llmchat.defaults import DEFAULT_MAX_CTX
 from llmchat.env import current_environment
-from llmchat.options import RunOptions
 
 ENGINE = "Model and engine"
 SAMPLING = "Sampling"
@@ -340,12 +339,6 @@ PromptArgOption = Annotated[
     ),
 ]
 
-_LISTS = ("stop", "template_var", "server")  # repeatable options: a list from Typer, a tuple in RunOptions
-
-
-def _defaults() -> dict:
-    return {f.name: f.default for f in fields(RunOptions)}
-
 
 def model_command(*, sampling: bool = True) -> Callable:
     """Decorate a Typer command taking `opts: RunOptions` and `env: Environment` so it also accepts
@@ -353,7 +346,7 @@ def model_command(*, sampling: bool = True) -> Callable:
     shared = dict(_ENGINE_OPTIONS) | (
         dict(_SAMPLING_OPTIONS) | dict(_REASONING_OPTIONS) | dict(_STRUCTURED_OPTIONS) if sampling else {}
     )
-    defaults = _defaults()
+    defaults = option_defaults()
 
     def decorate(func: Callable) -> Callable:
         signature = inspect.signature(func)
@@ -362,7 +355,7 @@ def model_command(*, sampling: bool = True) -> Callable:
             inspect.Parameter(
                 name,
                 inspect.Parameter.KEYWORD_ONLY,
-                default=(None if name in _LISTS else defaults[name]),
+                default=(None if name in LISTS else defaults[name]),
                 annotation=annotation,
             )
             for name, annotation in shared.items()
@@ -371,15 +364,8 @@ def model_command(*, sampling: bool = True) -> Callable:
         @functools.wraps(func)
         def wrapper(**kwargs):
             # Missing when called directly (bare `llmchat` invokes `chat` itself): the defaults.
-            values = {name: kwargs.pop(name, None if name in _LISTS else defaults[name]) for name in shared}
-            for name in _LISTS:
-                values[name] = tuple(values.get(name) or ())
-            opts = RunOptions(**values)
             env = current_environment()
-            if opts.saved_prompt:
-                from llmchat.saved_prompts import apply_to_options
-
-                opts = apply_to_options(opts, env.config)
+            opts = take_run_options(kwargs, shared, env.config)
             return func(**kwargs, opts=opts, env=env)
 
         wrapper.__signature__ = signature.replace(parameters=own + added)  # type: ignore[attr-defined]

@@ -341,16 +341,17 @@ class Engine:
         ctx = self.model.ctx
         memory = llama_cpp.llama_get_memory(ctx)
         # Cells past the sequence (a rejected draft) are stale; drop them so they are not saved.
-        llama_cpp.llama_memory_seq_rm(memory, 0, len(self.model.tokens), -1)
+        llama_cpp.llama_memory_seq_rm(memory, 0, self.model.position(len(self.model.tokens)), -1)
         size = llama_cpp.llama_state_seq_get_size(ctx, 0)
         buffer = (ctypes.c_uint8 * size)()
         written = llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0)
         return ctypes.string_at(buffer, written)
 
-    def restore_sequence(self, tokens: Sequence[int], state: bytearray, keep: int) -> bool:
-        """Load a `sequence_state()` saved for `tokens` and keep its first `keep` tokens.
+    def restore_sequence(self, tokens: Sequence[int], state: bytearray, keep: int) -> int | None:
+        """Load a `sequence_state()` saved for `tokens`, keep its first `keep` tokens or fewer (not
+        past media this engine was not given), and return how many it keeps.
 
-        False (and an empty cache) when llama.cpp refuses the data: another model, KV type or
+        None (and an empty cache) when llama.cpp refuses the data: another model, KV type or
         attention layout. The next `generate` evaluates at least the last prompt token, which
         brings fresh logits (the restored state has none)."""
         model = self.model
@@ -360,13 +361,8 @@ class Engine:
         buffer = (ctypes.c_uint8 * len(state)).from_buffer(state)
         if not llama_cpp.llama_state_seq_set_data(ctx, buffer, len(state), 0):
             llama_cpp.llama_memory_seq_rm(memory, 0, 0, -1)
-            return False
-        keep = min(keep, len(tokens))
-        if not llama_cpp.llama_memory_seq_rm(memory, 0, keep, -1):
-            model.clear()  # a recurrent state cannot be cut back: all of it or none
-            return False
-        model.tokens.extend(int(token) for token in tokens[:keep])
-        return True
+            return None
+        return model.take_restored([int(token) for token in tokens], keep)
 
     def generate(self, request: GenerateRequest, *, feeds_steering: bool = False) -> "Generation":
         """Stream the reply to `request` (token ids: the local engine renders no template).

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from llmchat.engine.bindings import llama_cpp
+from llmchat.engine.media_marks import is_media
 
 if TYPE_CHECKING:
     from llmchat.engine.native import LoadedModel
@@ -72,7 +73,8 @@ class PromptLookupDrafter:
     the context only grows by accepted tokens; the first call of a reply checks it against what
     was indexed and starts over where it is not a continuation (another conversation, an edited
     history). An index that missed a change could only give worse drafts, never another reply:
-    the model verifies every draft."""
+    the model verifies every draft. Images and audio in the context are ids too
+    (llmchat.engine.media_marks), which a draft must not hold: one stops before the first."""
 
     def __init__(self, max_tokens: int, min_ngram: int = 3, max_ngram: int = 4):
         self.length = DraftLength(max_tokens)
@@ -92,8 +94,15 @@ class PromptLookupDrafter:
         n = len(ids)
         for size in range(min(self.max_ngram, n - 1), self.min_ngram - 1, -1):
             follows = self._follower.get(tuple(ids[n - size :]))
-            if follows is not None:
-                return self.length.proposed(n, list(ids[follows : follows + self.length.current]))
+            if follows is None:
+                continue
+            drafted = list(ids[follows : follows + self.length.current])
+            for at, token in enumerate(drafted):
+                if is_media(token):
+                    del drafted[at:]
+                    break
+            if drafted:
+                return self.length.proposed(n, drafted)
         return []
 
     def _index(self, ids: Sequence[int]) -> None:

@@ -98,16 +98,22 @@ def engine_identity(engine: Engine) -> dict:
     """Everything that must match for a saved state to be valid in this engine."""
     from llmchat.engine.bindings import LIBRARY_VERSION
 
-    path = Path(engine.model_path).resolve()
-    stat = path.stat()
     settings = engine.settings
     return {
-        "model": {"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns},
+        "model": _file_identity(Path(engine.model_path)),
         "n_ctx": engine.n_ctx,
         "kv_type": settings.kv_type,
+        # An image's cells hold its projector's embeddings: another projector, another state.
+        "mmproj": _file_identity(settings.mmproj) if settings.mmproj is not None else None,
         "flash_attn": settings.flash_attn,
         "llama_cpp": LIBRARY_VERSION,
     }
+
+
+def _file_identity(path: Path) -> dict:
+    resolved = path.resolve()
+    stat = resolved.stat()
+    return {"path": str(resolved), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
 def _digest(value: object) -> str:
@@ -238,12 +244,13 @@ class KVStore:
         state = self._read_state(entry)
         if state is None:
             return None
-        if not self.engine.restore_sequence(entry.token_ids(), state, common):
+        kept = self.engine.restore_sequence(entry.token_ids(), state, common)
+        if kept is None:
             self._discard(entry.path, "was refused by llama.cpp")
             return None
         with contextlib.suppress(OSError):
             os.utime(entry.path)  # recently used: evicted last
-        return Restored(common, time.perf_counter() - start)
+        return Restored(kept, time.perf_counter() - start)
 
     def _read_state(self, entry: Entry) -> bytearray | None:
         expected = int(entry.header["payload_bytes"])

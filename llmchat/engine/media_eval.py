@@ -14,6 +14,10 @@ the chat template put them, so the prefix matching of `LoadedModel.generate` reu
   usual path, each media chunk is encoded by the projector and its embeddings decoded with
   `mtmd_helper_eval_chunk_single` (non-causal attention where the projector asks for it). A chunk
   the cache holds already is never encoded again: it is part of the common prefix.
+- On a model that places images by M-RoPE (Qwen2-VL to Qwen3.5) an image takes a KV cell per
+  embedding but fewer positions (its larger side in tokens): `LoadedModel.eval_media` starts each
+  chunk at the position the model says and keeps the gap libmtmd reports, so the text after it,
+  and every later cut, lands where libmtmd's own whole-prompt evaluation puts it.
 """
 
 from __future__ import annotations
@@ -39,10 +43,11 @@ KINDS = {1: "image", 2: "audio"}  # MTMD_INPUT_CHUNK_TYPE_IMAGE, _AUDIO
 # line when the projector opens, not met as an AttributeError in the middle of a turn.
 MTMD_NAMES = (
     "mtmd_helper_log_set", "mtmd_context_params_default", "mtmd_init_from_file", "mtmd_free",
-    "mtmd_support_vision", "mtmd_support_audio", "mtmd_decode_use_mrope", "mtmd_default_marker",
+    "mtmd_support_vision", "mtmd_support_audio", "mtmd_default_marker",
     "mtmd_helper_bitmap_init_from_buf", "mtmd_bitmap_free", "mtmd_input_chunks_init", "mtmd_input_chunks_free",
     "mtmd_input_chunks_size", "mtmd_input_chunks_get", "mtmd_input_text", "mtmd_bitmap_p_ctypes", "mtmd_tokenize",
     "mtmd_input_chunk_get_type", "mtmd_input_chunk_get_tokens_text", "mtmd_input_chunk_get_n_tokens",
+    "mtmd_input_chunk_get_n_pos",
     "mtmd_helper_eval_chunk_single",
 )  # fmt: skip
 
@@ -66,6 +71,7 @@ class MediaContext:
         self._mtmd = mtmd = library_module("mtmd_cpp")
         self.items: dict[str, MediaItem] = {}
         self._where: dict[int, tuple[Any, int, int]] = {}  # sentinel -> (chunk, offset in it, its length)
+        self._positions: dict[int, int] = {}  # a chunk's first sentinel -> the positions it advances
         self.encoded = 0  # media chunks encoded so far (a turn that reuses the cache encodes none)
         missing = [name for name in MTMD_NAMES if not hasattr(mtmd, name)]
         if missing:
@@ -86,17 +92,13 @@ class MediaContext:
             )
         self.vision = bool(mtmd.mtmd_support_vision(self.ctx))
         self.audio = bool(mtmd.mtmd_support_audio(self.ctx))
-        if mtmd.mtmd_decode_use_mrope(self.ctx):
-            self.close()
-            raise ModelError(
-                f"{projector}: this projector places images by M-RoPE (Qwen-VL), which llmchat does not support yet"
-            )
 
     def close(self) -> None:
         for item in self.items.values():
             self._mtmd.mtmd_input_chunks_free(item.chunks)
         self.items.clear()
         self._where.clear()
+        self._positions.clear()
         ctx, self.ctx = self.ctx, None
         if ctx:
             self._mtmd.mtmd_free(ctx)
@@ -155,6 +157,7 @@ class MediaContext:
             ids = sentinels(sha, n, placed)
             for offset, token in enumerate(ids):
                 self._where[token] = (chunk, offset, n)
+            self._positions[ids[0]] = int(mtmd.mtmd_input_chunk_get_n_pos(chunk))
             tokens += ids
             placed += n
         return MediaItem(sha, kind, tokens, placed, chunks)
@@ -163,6 +166,19 @@ class MediaContext:
         """What the engine tokenizes a rendered prompt with: itself, or, once it holds media, a
         tokenizer that puts their tokens where their markers are."""
         return MediaTokenizer(engine, self) if self.items else engine
+
+    def span(self, ids: Sequence[int]) -> tuple[int, int] | None:
+        """(cells, positions) of the media chunk that `ids` start with, whole; None when they do not
+        start one this context was given (a state restored from disk may hold others)."""
+        chunk, offset, length = self._where.get(ids[0], (None, -1, 0)) if ids else (None, -1, 0)
+        if (
+            chunk is None
+            or offset != 0
+            or len(ids) < length
+            or self._where.get(ids[length - 1], (None,))[0] is not chunk
+        ):
+            return None
+        return length, self._positions[ids[0]]
 
     # --- evaluation ----------------------------------------------------------------------------
     def eval(self, model: LoadedModel, tokens: Sequence[int]) -> None:
@@ -183,8 +199,7 @@ class MediaContext:
             run = tokens[start : start + length]
             if chunk is None or offset != 0 or [self._where.get(t, (None,))[0] for t in run] != [chunk] * length:
                 raise DecodeError("media in the prompt that this engine was not given, or cut apart")
-            self._eval_chunk(model, chunk)
-            model.tokens.extend(run)
+            self._eval_chunk(model, chunk, run)
             start += length
 
     def _back_to_chunk_start(self, model: LoadedModel, tokens: list[int]) -> list[int]:
@@ -201,16 +216,18 @@ class MediaContext:
         model.clear()  # a cache that cannot drop a suffix (recurrent): start over
         return everything
 
-    def _eval_chunk(self, model: LoadedModel, chunk: Any) -> None:
-        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(model.ctx), 0, len(model.tokens), -1)
-        model.logits_fresh = False
-        new_past = llama_cpp.llama_pos(0)
-        code = self._mtmd.mtmd_helper_eval_chunk_single(
-            self.ctx, model.ctx, chunk, len(model.tokens), 0, model.n_batch, False, ctypes.byref(new_past)
-        )
-        if code != 0:
-            raise DecodeError(f"libmtmd could not evaluate the media (code {code})")
-        self.encoded += 1
+    def _eval_chunk(self, model: LoadedModel, chunk: Any, ids: list[int]) -> None:
+        def decode(n_past: int) -> int:
+            new_past = llama_cpp.llama_pos(0)
+            code = self._mtmd.mtmd_helper_eval_chunk_single(
+                self.ctx, model.ctx, chunk, n_past, 0, model.n_batch, False, ctypes.byref(new_past)
+            )
+            if code != 0:
+                raise DecodeError(f"libmtmd could not evaluate the media (code {code})")
+            self.encoded += 1
+            return int(new_past.value)
+
+        model.eval_media(ids, decode)
 
 
 class MediaHost(Protocol):
@@ -236,9 +253,12 @@ def add_media(engine: MediaHost, data: bytes, name: str, kind: str) -> MediaItem
             f"{name} is {what}, but {engine.model_path.name} has no multimodal projector; "
             "pass --mmproj FILE, or keep its mmproj*.gguf beside the model"
         )
-    if engine.settings.lookup or engine.settings.draft_model is not None:
-        # Drafts are guessed from the token ids, where an image's positions are no tokens.
-        raise UsageError(f"{name}: images and audio do not combine with --lookup or --draft-model yet; drop that flag")
+    if engine.settings.draft_model is not None:
+        # The draft model is fed token ids, and an image's cells are no tokens: it would need the
+        # projector's embeddings (llama-server's draft gets them, or zeros where its width differs:
+        # common/speculative.cpp). Prompt lookup drafts from the ids alone and never proposes media
+        # (engine.drafting).
+        raise UsageError(f"{name}: images and audio do not combine with --draft-model; drop that flag")
     if engine.media is None:
         engine.media = engine.model.media = MediaContext(engine.model, projector, engine.threads)
     media: MediaContext = engine.media

@@ -11,11 +11,19 @@ which costs a one-shot `ask` numpy and the library's chat formats at import
 - `generate`, the decode loop: sample through the caller's sampler chain, evaluate, and, with a
   drafter, evaluate the sampled token and the drafted ones together and keep the drafts up to the
   first one the chain would not have picked. The reply is the model's own either way.
+
+A token's index in `tokens` is its KV cell; its position (what RoPE sees) is the same number,
+except after an image on a model that places images by M-RoPE (Qwen-VL): such an image takes a
+cell per embedding but advances the position by its larger side only (libmtmd's n_pos). Those
+gaps are `_gaps`, which only `eval_media` adds to and the cuts trim, and every position handed
+to llama.cpp goes through `position`: on every other model it is the index itself.
 """
 
 from __future__ import annotations
 
+import bisect
 import ctypes
+import operator
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -24,9 +32,11 @@ from typing import Any, Callable, Generator, Protocol, Sequence
 from llmchat.engine.bindings import llama_cpp
 from llmchat.engine.checkpoints import Checkpoints
 from llmchat.engine.driver import common_prefix
+from llmchat.engine.media_marks import is_media
 
 _INT32_MAX = 0x7FFFFFFF  # n_gpu_layers: every layer
 _backend: dict[str, bool] = {"ready": False}
+_gap_end = operator.itemgetter(0)  # of an entry of LoadedModel._gaps
 
 
 class DecodeError(RuntimeError):
@@ -124,6 +134,9 @@ class LoadedModel:
             llama_cpp.llama_model_is_recurrent(self.model) or llama_cpp.llama_model_is_hybrid(self.model)
         )
         self.tokens: list[int] = []  # what the KV cache of sequence 0 holds, in order
+        # (index where a media chunk ends, where it starts, positions saved by all chunks up to its
+        # end), in order: empty unless an M-RoPE image was evaluated (see the module docstring).
+        self._gaps: list[tuple[int, int, int]] = []
         self.checkpoints: Checkpoints | None = None
         # Images and audio in the prompt (engine.media_eval.MediaContext): set by the engine once
         # media are given; their positions are negative ids that `eval` hands to it.
@@ -245,6 +258,7 @@ class LoadedModel:
         not zeroed (as llama-bench clears between runs): zeroing a large cache takes milliseconds."""
         llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.ctx), False)
         self.tokens.clear()
+        self._gaps.clear()
         self.logits_fresh = False
         if self.checkpoints is not None:
             self.checkpoints.clear()
@@ -254,11 +268,74 @@ class LoadedModel:
         suffix (a recurrent model): the caller starts over instead."""
         if n >= len(self.tokens):
             return True
-        if not llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), 0, n, -1):
+        if not llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), 0, self.position(n), -1):
             return False
-        del self.tokens[n:]
-        self.logits_fresh = False
+        self._cut(n)
         return True
+
+    def position(self, index: int) -> int:
+        """The position of the token at `index` in the sequence (where one would go at its end):
+        the index, less the positions that M-RoPE images before it saved. Inside such an image, its
+        first position: a cut there drops the whole image (libmtmd encodes an image at once, so
+        MediaContext.eval evaluates it again from its start)."""
+        if not self._gaps:
+            return index
+        after = bisect.bisect_right(self._gaps, index, key=_gap_end)  # the first gap ending past index
+        saved = self._gaps[after - 1][2] if after else 0
+        if after < len(self._gaps) and self._gaps[after][1] < index:
+            index = self._gaps[after][1]
+        return index - saved
+
+    def eval_media(self, ids: Sequence[int], decode: Callable[[int], int]) -> None:
+        """Evaluate one image or audio chunk after the sequence so far: `decode(position)` decodes
+        its embeddings from that position on and returns the position after it (libmtmd's new
+        n_past); `ids` are its sentinels (llmchat.engine.media_marks), one per KV cell it takes."""
+        start = self.position(len(self.tokens))
+        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), 0, start, -1)
+        self.logits_fresh = False
+        end = decode(start)
+        self.tokens.extend(ids)
+        saved = len(ids) - (end - start)
+        if saved:
+            before = self._gaps[-1][2] if self._gaps else 0
+            self._gaps.append((len(self.tokens), len(self.tokens) - len(ids), before + saved))
+
+    def take_restored(self, tokens: Sequence[int], keep: int) -> int | None:
+        """After a restore of a saved state of sequence 0 into an empty cache: hold the first `keep`
+        of the `tokens` it was saved for, drop the cells after them, and return how many it holds.
+        Images there keep the positions they were evaluated at (their M-RoPE gaps, from the media
+        context); one this model was not given, or cut by `keep`, goes with everything after it.
+        None (the cache cleared) where the cells cannot be dropped, a recurrent state: all or none."""
+        keep = min(keep, len(tokens))
+        gaps: list[tuple[int, int, int]] = []
+        index = saved = 0
+        while index < keep:
+            if not is_media(tokens[index]):
+                index += 1
+                continue
+            span = self.media.span(tokens[index:keep]) if self.media is not None else None
+            if span is None:
+                keep = index
+                break
+            cells, positions = span
+            if cells > positions:
+                saved += cells - positions
+                gaps.append((index + cells, index, saved))
+            index += cells
+        self._gaps[:] = gaps
+        if not llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), 0, self.position(keep), -1):
+            self.clear()
+            return None
+        self.tokens[:] = tokens[:keep]
+        self.logits_fresh = False
+        return keep
+
+    def _cut(self, n: int) -> None:
+        """Forget the tokens from index `n` on (their cells are gone already)."""
+        del self.tokens[n:]
+        while self._gaps and self._gaps[-1][0] > n:
+            self._gaps.pop()
+        self.logits_fresh = False
 
     def reusable(self, prompt: Sequence[int]) -> int:
         """How many leading tokens of `prompt` the next `generate` keeps rather than evaluates."""
@@ -280,11 +357,10 @@ class LoadedModel:
             return 0
         at = self.checkpoints.restore(n) if self.checkpoints is not None else 0
         # The recurrent part is now that of the first `at` tokens: the attention cells after it can go.
-        if not (at and llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), 0, at, -1)):
+        if not (at and llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), 0, self.position(at), -1)):
             self.clear()
             return 0
-        del self.tokens[at:]
-        self.logits_fresh = False
+        self._cut(at)
         return at
 
     def prefill(self, tokens: Sequence[int]) -> None:
@@ -306,12 +382,12 @@ class LoadedModel:
         if self.media is not None and tokens and min(tokens) < 0:
             self.media.eval(self, tokens)
             return
-        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), 0, len(self.tokens), -1)
+        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), 0, self.position(len(self.tokens)), -1)
         batch = self._batch
         first_needed = len(tokens) - self.output_window
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
-            n_past = len(self.tokens)
+            n_past = self.position(len(self.tokens))
             batch.n_tokens = len(chunk)
             for i, token in enumerate(chunk):
                 batch.token[i] = token

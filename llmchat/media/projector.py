@@ -41,7 +41,8 @@ _WIDTH: dict[str, tuple[str, int]] = {
     ),
     **dict.fromkeys("gemma3 gemma3nv".split(), ("mm.input_projection.weight", 0)),
     **dict.fromkeys("gemma4v gemma4uv gemma4a gemma4ua".split(), ("mm.input_projection.weight", 1)),
-    **dict.fromkeys("qwen2vl_merger qwen2.5vl_merger".split(), ("mm.1.bias", 0)),
+    # clip.cpp loads these mergers' second layer as `mm.2` into its mm_1 fields, and reads mm_1_b.
+    **dict.fromkeys("qwen2vl_merger qwen2.5vl_merger".split(), ("mm.2.bias", 0)),
     **dict.fromkeys("internvl nemotron_v2_vl".split(), ("mm.3.weight", 1)),
     "idefics3": ("mm.model.fc.weight", 1),
 }

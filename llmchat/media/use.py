@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from llmchat.config import Config
     from llmchat.engine.core import Engine
     from llmchat.engine.interface import ChatEngine
-    from llmchat.engine.remote.openai_compat import OpenAICompatEngine
+    from llmchat.engine.remote.media_parts import TakesRemoteMedia
+    from llmchat.engine.remote.served import RemoteEngine
     from llmchat.options import RunOptions
     from llmchat.store.attachment_records import Attachment
 
@@ -28,10 +29,10 @@ def media_tokens(engine: ChatEngine, attachment: Attachment) -> int:
     that its marker becomes its tokens; UsageError where the engine takes no media or cannot
     decode this file."""
     if not engine.caps.media:
-        if engine.caps.remote:  # llama-server, which llmchat sends token ids, not messages
+        if engine.caps.remote:  # a llama-server whose GET /props lists no modalities
             raise UsageError(
-                f"{attachment.path} is {_what(attachment)}; llama-server takes images and audio at its chat "
-                'endpoint: set kind = "openai" for it in [servers.NAME] (and start it with --mmproj)'
+                f"{attachment.path} is {_what(attachment)}, but {cast('RemoteEngine', engine).spec.shown_url} has "
+                "no multimodal projector; start llama-server with --mmproj FILE (its model's mmproj*.gguf)"
             )
         raise UsageError(
             f"{attachment.path} is {_what(attachment)}, but the model has no multimodal projector; "
@@ -42,12 +43,13 @@ def media_tokens(engine: ChatEngine, attachment: Attachment) -> int:
 
 def _add(engine: ChatEngine, data: bytes, name: str, kind: str) -> int:
     """Give the engine the media: a local one evaluates it through libmtmd, a server's engine sends
-    it as a content part (llmchat.engine.remote.media_parts)."""
+    it as a content part (llmchat.engine.remote.media_parts) or with the prompt's text
+    (llmchat.engine.remote.server_media)."""
     if engine.caps.remote:
         from llmchat.media.kinds import sniff
 
         found = sniff(data)
-        return cast("OpenAICompatEngine", engine).add_media(data, kind, found.format if found else "")
+        return cast("TakesRemoteMedia", engine).add_media(data, kind, found.format if found else "")
     from llmchat.engine.media_eval import add_media
 
     return add_media(cast("Engine", engine), data, name, kind).media_tokens
@@ -55,7 +57,7 @@ def _add(engine: ChatEngine, data: bytes, name: str, kind: str) -> int:
 
 def _holds(engine: ChatEngine, sha256: str) -> bool:
     if engine.caps.remote:
-        return sha256 in cast("OpenAICompatEngine", engine).media.items
+        return sha256 in cast("TakesRemoteMedia", engine).media.items
     from llmchat.engine.media_eval import holds_media
 
     return holds_media(cast("Engine", engine), sha256)

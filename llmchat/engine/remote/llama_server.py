@@ -11,7 +11,9 @@ The best remote path, because it keeps what the local engine does:
   turn prefills only its new tokens on the server, as `Llama.generate` does locally;
 - the reply streams back as SSE, one event per token (`return_tokens` gives the ids); the final
   event's `timings` give the server's own prefill time, decode rate and cached tokens, kept in
-  `RemoteOutcome.server` beside the client's wall-clock numbers. Their difference is the network.
+  `RemoteOutcome.server` beside the client's wall-clock numbers. Their difference is the network;
+- a prompt with images or audio (a server started with `--mmproj`) goes as its text and the files,
+  which the server tokenizes itself (llmchat.engine.remote.server_media).
 
 The context limit is the slot's `n_ctx` from /props (`-c` divided among `-np` slots unless the
 server runs with a unified KV cache), not the server's `-c`.
@@ -24,12 +26,14 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from llmchat.defaults import DEFAULT_BATCH_SIZE
 from llmchat.engine.driver import SequenceState, common_prefix
 from llmchat.engine.interface import EngineCaps, EngineInfo, GenerateRequest, prompt_ids
+from llmchat.engine.media_marks import count_media
 from llmchat.engine.prompt_pieces import PromptPiece, tokens_for_pieces
+from llmchat.engine.remote import server_media
 from llmchat.engine.remote.served import RemoteOutcome, RemoteToken
 from llmchat.errors import ServerError
 
@@ -61,6 +65,9 @@ class ServerFacts:
     bos_token: str
     eos_token: str
     build: str = ""
+    vision: bool = False  # its projector (--mmproj) takes images
+    audio: bool = False  # ... or audio
+    media_marker: str = "<__media__>"  # what stands for a file in a prompt's text (libmtmd's default)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -72,6 +79,7 @@ def read_props(client: ServerClient) -> ServerFacts:
             f"{client.spec.shown_url}: GET /props has no default_generation_settings.n_ctx; is this llama-server? "
             'set kind = "openai" in the config for other servers'
         )
+    modalities = props.get("modalities") if isinstance(props.get("modalities"), dict) else {}
     return ServerFacts(
         n_ctx=int(settings["n_ctx"]),
         total_slots=max(1, int(props.get("total_slots") or 1)),
@@ -80,6 +88,9 @@ def read_props(client: ServerClient) -> ServerFacts:
         bos_token=str(props.get("bos_token") or ""),
         eos_token=str(props.get("eos_token") or ""),
         build=str(props.get("build_info") or ""),
+        vision=bool(modalities.get("vision")),
+        audio=bool(modalities.get("audio")),
+        media_marker=str(props.get("media_marker") or "<__media__>"),
     )
 
 
@@ -102,6 +113,7 @@ class LlamaServerEngine:
             renders_template=False,
             token_ids=True,
             remote=True,
+            media=facts.vision or facts.audio,
             slots=facts.total_slots,
         )
         self.n_ctx = facts.n_ctx
@@ -124,6 +136,7 @@ class LlamaServerEngine:
         self.bos_id, self.add_bos = self._bos()
         self.slot = self._choose_slot()
         self._slot_tokens: list[int] = []  # what the pinned slot's cache holds, as far as llmchat knows
+        self.media = server_media.ServerMedia()  # images and audio: sent with a prompt's text
         self.last_outcome: RemoteOutcome | None = None
 
     @classmethod
@@ -147,6 +160,9 @@ class LlamaServerEngine:
             f"server: {facts.total_slots} slots of {facts.n_ctx} tokens; this session uses slot {engine.slot}",
             f"server: template and BOS/EOS from {source}; prompts tokenized by the server, sent as token ids",
         ]
+        if engine.caps.media:
+            kinds = " and ".join(k for k, on in (("images", facts.vision), ("audio", facts.audio)) if on)
+            engine.notices.append(f"server: it takes {kinds} (--mmproj): a prompt with them goes as text and files")
         return engine
 
     @property
@@ -227,8 +243,19 @@ class LlamaServerEngine:
 
     def prompt_tokens(self, pieces: Sequence[PromptPiece]) -> list[int]:
         """Token ids for a rendered prompt, by the same rules as the local engine
-        (llmchat.engine.prompt_pieces), so the prompt matches what the server's slot holds."""
+        (llmchat.engine.prompt_pieces), so the prompt matches what the server's slot holds; one
+        with media as the server will tokenize its text (llmchat.engine.remote.server_media)."""
+        if server_media.holds_media(self.media, pieces):
+            return server_media.media_prompt(self, pieces)
         return tokens_for_pieces(self, pieces)
+
+    def add_media(self, data: bytes, kind: str, format: str) -> int:
+        """Take an image or audio clip, sent with the text of a prompt whose marker names it; the
+        positions it is counted at. UsageError when the server's projector takes the other kind."""
+        server_media.takes(self, kind)
+        for peer in self.peers:
+            cast("LlamaServerEngine", peer).media = self.media  # they decode the prompts rendered here
+        return self.media.add(data, kind, format)
 
     def is_control(self, token_id: int) -> bool:
         """A control token: its text is that single token when special tokens are parsed, and not
@@ -264,7 +291,9 @@ class LlamaServerEngine:
     # --- the cache ---------------------------------------------------------------------------------
     def cached_prefix(self, prompt: Sequence[int]) -> int:
         """How much of `prompt` the pinned slot should still hold (the server's own count arrives
-        with the reply's timings, as `cached_tokens`)."""
+        with the reply's timings, as `cached_tokens`); none claimed for a prompt with media."""
+        if count_media(list(prompt)):
+            return 0
         return min(common_prefix(self._slot_tokens, prompt), max(len(prompt) - 1, 0))
 
     def shift_out_dropped(self, prompt: Sequence[int]) -> int:
@@ -300,11 +329,13 @@ class ServerGeneration:
         self._unsent = 0  # tokens the current request sampled whose ids never came (see `_event`)
         self._dropped = False  # the last token was an end token replaced by a thinking block's close
         self._final_seen = False  # the current request's last event (`stop`) has arrived
+        self._sent: list[int] = self.prompt  # the current request's prompt: this one, or it and the reply so far
 
     def payload(self, prompt: list[int], limit: int, grammar: Grammar | None) -> dict[str, Any]:
         params = self.request.sampling
         body: dict[str, Any] = {
-            "prompt": prompt,  # token ids: the server adds no BOS of its own to these
+            # Token ids, to which the server adds no BOS of its own; or a media prompt's text and files.
+            "prompt": server_media.completion_prompt(self.engine, prompt),
             "stream": True,
             "cache_prompt": True,
             "id_slot": self.slot,
@@ -344,7 +375,7 @@ class ServerGeneration:
         try:
             while True:
                 grammar = request.grammar if after is None else None
-                prompt = self.prompt + self._reply_ids()
+                prompt = self._sent = self.prompt + self._reply_ids()
                 limit = state.limit - outcome.generated_tokens
                 restart = False
                 self._received = self._unsent = 0
@@ -388,8 +419,8 @@ class ServerGeneration:
         finally:
             if pinned:
                 # What the slot holds now: the prompt and the reply so far (the server stops at the
-                # closed connection, a token or two later at most).
-                engine._slot_tokens = self.prompt + outcome.generated_ids
+                # closed connection, a token or two later at most); unknown after media (see cached_prefix).
+                engine._slot_tokens = [] if count_media(self.prompt) else self.prompt + outcome.generated_ids
             engine.last_outcome = outcome
 
     def _reply_ids(self) -> list[int]:
@@ -453,6 +484,7 @@ class ServerGeneration:
         if isinstance(timings, dict):
             outcome.server = {k: float(v) for k, v in timings.items() if isinstance(v, (int, float))}
             outcome.cached_tokens = int(timings.get("cache_n", outcome.cached_tokens))
+            server_media.server_counts(self.engine, self.prompt, self._sent, timings, outcome)
         if outcome.t_last_token is None and outcome.generated_tokens:
             outcome.t_last_token = now
 

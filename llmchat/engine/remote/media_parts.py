@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from llmchat.engine.media_marks import MARKER
 
@@ -35,8 +35,11 @@ class MediaPart:
     format: str  # PNG, JPEG, GIF, BMP, WAV, MP3, FLAC (llmchat.media.kinds)
     data: bytes = b""
 
+    def encoded(self) -> str:
+        return base64.b64encode(self.data).decode("ascii")
+
     def part(self) -> dict[str, Any]:
-        encoded = base64.b64encode(self.data).decode("ascii")
+        encoded = self.encoded()
         if self.kind == "audio":
             return {"type": "input_audio", "input_audio": {"data": encoded, "format": self.format.lower()}}
         return {
@@ -76,6 +79,15 @@ class RemoteMedia:
         if at < len(content):
             parts.append({"type": "text", "text": content[at:]})
         return {**message, "content": parts}
+
+
+class TakesRemoteMedia(Protocol):
+    """A server's engine that takes media (OpenAI-compatible, or llama-server's token-id path,
+    llmchat.engine.remote.server_media): what llmchat.media.use hands them to."""
+
+    @property
+    def media(self) -> RemoteMedia: ...
+    def add_media(self, data: bytes, kind: str, format: str) -> int: ...
 
 
 def text_of(content: Any) -> str:

@@ -12,6 +12,7 @@ compares redirect URIs exactly).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -134,6 +135,10 @@ def login(server: McpServerConfig, stderr: IO[str], *, open_browser: bool, timeo
         return AuthorizationCodeResult(code=query.get("code", ""), state=query.get("state"), iss=query.get("iss"))
 
     auth = provider(server, storage, listener.redirect_uri, show, answer)
+    # The event loop runs on this thread, so a Ctrl-C lands inside it: asyncio.run's shutdown would
+    # then log the cancelled flow's traceback. The interruption is one line (llmchat.cli).
+    asyncio_log = logging.getLogger("asyncio")
+    asyncio_log.disabled = True
     try:
         anyio.run(_connect, server, auth)
     except (KeyboardInterrupt, SystemExit, LlmchatError):
@@ -141,6 +146,7 @@ def login(server: McpServerConfig, stderr: IO[str], *, open_browser: bool, timeo
     except BaseException as err:
         raise LoginFailed(f"MCP server {server.name} ({server.url}): the login failed: {_reason(err)}") from None
     finally:
+        asyncio_log.disabled = False
         listener.close()
     storage.keep_metadata(auth.context.protected_resource_metadata, auth.context.oauth_metadata)
     if not storage.record.get("tokens"):
