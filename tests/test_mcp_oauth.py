@@ -57,17 +57,22 @@ def llmchat(*args: str) -> Run:
     return Run(done.returncode, done.stdout, done.stderr)
 
 
-def log_in(browse: bool = True) -> tuple[Run, str]:
-    """`llmchat mcp login guarded --no-browser`, with the test as the browser: it reads the URL from
-    stderr and GETs it, following the redirects to llmchat's loopback listener (browse=False: it
-    goes straight to the listener with the user's refusal instead). The run, and the browser's page."""
-    process = subprocess.Popen(
+def start_login() -> subprocess.Popen[str]:
+    """`llmchat mcp login guarded --no-browser`, started: it prints the URL to open and waits."""
+    return subprocess.Popen(
         [sys.executable, "-m", "llmchat", "mcp", "login", "guarded", "--no-browser"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def log_in(browse: bool = True) -> tuple[Run, str]:
+    """`llmchat mcp login guarded --no-browser`, with the test as the browser: it reads the URL from
+    stderr and GETs it, following the redirects to llmchat's loopback listener (browse=False: it
+    goes straight to the listener with the user's refusal instead). The run, and the browser's page."""
+    process = start_login()
     lines: queue.Queue[str | None] = queue.Queue()
 
     def read() -> None:
@@ -271,13 +276,7 @@ def test_ctrl_c_while_the_login_waits_for_the_browser_ends_in_one_line(guarded, 
     line, nothing kept, and the loopback listener gone with the process."""
     import signal
 
-    process = subprocess.Popen(
-        [sys.executable, "-m", "llmchat", "mcp", "login", "guarded", "--no-browser"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = start_login()
     try:
         assert process.stderr is not None
         first = process.stderr.readline()  # the event: llmchat waits for the browser from here on

@@ -251,14 +251,15 @@ def test_ask_forced_to_call_trigger_sampling_request_answers_with_the_local_mode
     assert answer["content"] == {"type": "text", "text": json.loads(fresh.stdout)["reply"]}
 
 
-@pytest.mark.parametrize("typed", ["y", "n"])
-def test_on_a_terminal_the_person_approves_or_declines_the_request(smollm2_path, tmp_path, typed):
-    record_path = tmp_path / "record.json"
+def _ask_on_a_terminal(model, record_path) -> pexpect.spawn:
+    """`ask` forced to call the sampling tool, on a terminal, its JSON record into `record_path`.
+    `exec`: the terminal's Ctrl-C goes to its foreground group, llmchat alone and not a shell too."""
     command = " ".join(
         [
+            "exec",
             sys.executable,
             "-m llmchat ask -m",
-            str(smollm2_path),
+            str(model),
             *FORCED,
             "--mcp",
             f"'{SPEC}'",
@@ -267,9 +268,15 @@ def test_on_a_terminal_the_person_approves_or_declines_the_request(smollm2_path,
             f"> {record_path}",
         ]
     )
-    child = pexpect.spawn(
+    return pexpect.spawn(
         "/bin/sh", ["-c", command], env=dict(os.environ), encoding="utf-8", timeout=300, dimensions=(50, 400)
     )
+
+
+@pytest.mark.parametrize("typed", ["y", "n"])
+def test_on_a_terminal_the_person_approves_or_declines_the_request(smollm2_path, tmp_path, typed):
+    record_path = tmp_path / "record.json"
+    child = _ask_on_a_terminal(smollm2_path, record_path)
     child.expect_exact("llmchat: MCP server python asks the model for a completion (at most 8 tokens, temperature 0):")
     child.expect_exact(f"  system: {SYSTEM}")
     child.expect_exact("  user: ")
@@ -289,23 +296,7 @@ def test_ctrl_c_at_the_approval_question_declines_and_the_turn_goes_on(smollm2_p
     """As at every question llmchat asks (tool approval, elicitation), Ctrl-C there is a "no": the
     request is declined, the call fails with that, and the turn ends as usual."""
     record_path = tmp_path / "record.json"
-    command = " ".join(
-        [
-            "exec",  # the terminal's Ctrl-C goes to its foreground group: llmchat alone, not a shell too
-            sys.executable,
-            "-m llmchat ask -m",
-            str(smollm2_path),
-            *FORCED,
-            "--mcp",
-            f"'{SPEC}'",
-            "--tool-choice python_complete --approve-tools --json",
-            "'Ask the server to name a colour.'",
-            f"> {record_path}",
-        ]
-    )
-    child = pexpect.spawn(
-        "/bin/sh", ["-c", command], env=dict(os.environ), encoding="utf-8", timeout=300, dimensions=(50, 400)
-    )
+    child = _ask_on_a_terminal(smollm2_path, record_path)
     child.expect_exact(sampling.QUESTION)
     child.sendintr()
     child.expect_exact("declined")
