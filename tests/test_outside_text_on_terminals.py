@@ -210,7 +210,7 @@ def _chat_session(url: str) -> tuple[str, int]:
 
 
 # --------------------------------------------------------------------------- an MCP server
-MCP_SERVER = f'''
+MCP_SERVER = f"""
 from mcp.server import MCPServer
 
 server = MCPServer("hostile")
@@ -228,7 +228,7 @@ def briefing() -> str:
 
 if __name__ == "__main__":
     server.run("stdio")
-'''
+"""
 
 
 @pytest.fixture
@@ -311,3 +311,61 @@ def test_history_show_on_a_faked_terminal_and_in_a_pipe(isolated_home):
     code, piped, _ = _run(["history", "show", "last"], on_terminal=False)
     assert code == 0
     assert HOSTILE in piped and MODEL_ID in piped
+
+
+# --------------------------------------------------------------------------- the seams, one by one
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_stream_printer_shows_a_reply_and_its_thinking_and_pipes_the_reply_exactly():
+    from llmchat.output import StreamPrinter
+
+    for out_isatty in (True, False):
+        out, err = io.StringIO(), io.StringIO()
+        printer = StreamPrinter(out, err, show_live=False, show_summary=False, out_isatty=out_isatty, err_isatty=True)
+        printer.thinking(OSC0[0] + " thinking")
+        for piece in _reply_chunks():
+            printer.text(piece)
+        if out_isatty:
+            assert_shown_never_run(out.getvalue())
+        else:
+            assert out.getvalue() == HOSTILE
+        assert OSC0[1] + " thinking" in err.getvalue() and f"{ESC}]0;" not in err.getvalue()
+
+
+def test_a_notice_and_a_progress_line_quoting_a_server_are_safe_on_a_terminal_and_exact_in_a_log():
+    from llmchat.output import notice
+    from llmchat.tools.mcp.progress import ProgressLine
+
+    terminal, log = Terminal(), io.StringIO()
+    for stream in (terminal, log):
+        notice(f"llmchat: MCP server says {HOSTILE}", stream)
+        line = ProgressLine(stream, "hostile_report")
+        line.update(1, 2, f"{CSI2J[0]}half\nway")
+        line.end()
+    assert_shown_never_run(terminal.getvalue().replace(f"{ESC}[2m", "").replace(f"{ESC}[0m", ""))
+    assert "(␛[2J␛[Hhalf way)" in terminal.getvalue(), "one line, rewritten in place"
+    assert HOSTILE in log.getvalue() and f"({CSI2J[0]}half\nway)" in log.getvalue()
+
+
+def test_a_safe_console_keeps_richs_styles_and_reads_no_markup():
+    from rich.table import Table
+
+    from llmchat.ui.safe_console import safe_console
+
+    def drawn(on_terminal: bool) -> str:
+        out = io.StringIO()
+        table = Table(title=MODEL_ID)
+        table.add_column("name", style="bold")
+        table.add_row(f"[link=https://evil.example/]good[/link] {CSI2J[0]}")
+        safe_console(out, on_terminal=on_terminal, force_terminal=True, width=120).print(table)
+        return out.getvalue()
+
+    shown = drawn(True)
+    assert f"{ESC}[1m" in shown, "rich's own bold stays"
+    assert "tiny␛]0;model-title" in shown and "␛[2J␛[H" in shown
+    assert "[link=https://evil.example/]good[/link]" in shown and f"{ESC}]8;" not in shown
+    assert f"{ESC}]0;" not in shown and f"{ESC}[2J" not in shown
+    assert f"{ESC}[2J" in drawn(False), "off a terminal the text is written as it is"
