@@ -216,5 +216,5 @@ def _usage_error(err: "click.ClickException", env: Environment) -> None:
         if context is not None and " " in context.command_path
         else " (see llmchat --help)"
     )
-    report_error(err.format_message().replace("\n", " ") + hint, env.stderr)
+    report_error(err.format_message().replace("\n", " ") + hint, env.stderr, env.stderr_isatty)
     sys.exit(int(ExitCode.USAGE))

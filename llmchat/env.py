@@ -10,6 +10,9 @@ and isatty flags.
 The config is read at its first use, not when the environment is built: `--help`, `--version` and
 the commands that never look at it pay nothing, and a broken config file stops only the commands
 that read it, as before. The defaults that several layers share live in `llmchat.defaults`.
+
+`write_out` and `write_err` write text that came from outside llmchat (a model's, a server's, a
+tool's, a file's) by the one rule of llmchat.safe_text, with the streams' isatty flags.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import TextIO
 from llmchat import paths
 from llmchat.config import Config, load_config
 from llmchat.output import is_tty
+from llmchat.safe_text import for_stream
 
 
 class Environment:
@@ -45,6 +49,19 @@ class Environment:
         self.stderr_isatty = is_tty(self.stderr) if stderr_isatty is None else stderr_isatty
         self._config_path = config_path
         self._config = config
+
+    # --- text from outside llmchat on the streams (llmchat.safe_text) -----------------------------
+    def write_out(self, text: str) -> None:
+        """Write `text` to stdout: made terminal-safe where stdout is a terminal, exact in a pipe
+        (it is the answer). For text that came from outside: a model, a server, a tool, a file."""
+        self.stdout.write(for_stream(text, self.stdout_isatty))
+        self.stdout.flush()
+
+    def write_err(self, text: str) -> None:
+        """Write `text` to stderr: made terminal-safe where stderr is a terminal, exact elsewhere
+        (a log keeps what was said)."""
+        self.stderr.write(for_stream(text, self.stderr_isatty))
+        self.stderr.flush()
 
     @property
     def config_path(self) -> Path:

@@ -14,14 +14,19 @@ from typing import TYPE_CHECKING, Callable, TextIO
 
 from llmchat import interrupts
 from llmchat.errors import ExitCode, LlmchatError
+from llmchat.output import is_tty
+from llmchat.safe_text import for_stream
 
 if TYPE_CHECKING:
     from llmchat.env import Environment
 
 
-def report_error(message: str, stderr: TextIO) -> None:
-    """One line on stderr: the whole contract for errors the user can act on."""
-    stderr.write(f"llmchat: error: {message}\n")
+def report_error(message: str, stderr: TextIO, on_terminal: bool | None = None) -> None:
+    """One line on stderr: the whole contract for errors the user can act on. The message may
+    quote a server, a tool, a file or a template: made terminal-safe where stderr is a terminal
+    (`on_terminal`: the environment's flag; else asked), exact in a log."""
+    on_terminal = is_tty(stderr) if on_terminal is None else on_terminal
+    stderr.write(f"llmchat: error: {for_stream(message, on_terminal)}\n")
     stderr.flush()
 
 
@@ -78,7 +83,7 @@ def run_guarded(env: Environment, run: Callable[[], None], *, debug: bool) -> No
     except LlmchatError as err:
         if debug:
             raise
-        report_error(str(err), env.stderr)
+        report_error(str(err), env.stderr, env.stderr_isatty)
         sys.exit(int(err.exit_code))
     except KeyboardInterrupt:
         interrupted(env)
@@ -95,6 +100,6 @@ def run_guarded(env: Environment, run: Callable[[], None], *, debug: bool) -> No
         if debug:
             raise
         where = f" ({err.filename})" if err.filename else ""
-        report_error(f"{err.strerror or err}{where}; check the path and free space", env.stderr)
+        report_error(f"{err.strerror or err}{where}; check the path and free space", env.stderr, env.stderr_isatty)
         sys.exit(int(ExitCode.ERROR))
     sys.exit(0)

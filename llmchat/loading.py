@@ -25,7 +25,7 @@ from llmchat.engine_settings import (
 from llmchat.errors import LlmchatError, UsageError
 from llmchat.models.resolve import ResolvedModel, resolve_model
 from llmchat.options import RunOptions
-from llmchat.output import is_tty, notice
+from llmchat.output import is_tty, notice, spinner
 from llmchat.sampling import SamplingParams, build_sampling, model_defaults, preset_values
 from llmchat.saved_prompts import sampling_layers
 
@@ -233,9 +233,7 @@ def _load_with_spinner(model: ResolvedModel, settings: EngineSettings) -> Engine
     try:
         if not is_tty(sys.stderr):
             return Engine.load(model.path, settings)
-        from rich.console import Console
-
-        with Console(stderr=True).status(f"loading {model.path.name}…", spinner="dots"):
+        with spinner(f"loading {model.path.name}…"):
             return Engine.load(model.path, settings)
     finally:
         interrupts.join_whole(preparing)
@@ -422,9 +420,7 @@ def _connect(spec: ServerSpec) -> LlamaServerEngine | OpenAICompatEngine:
     from llmchat.engine.remote import connect
 
     if is_tty(sys.stderr):
-        from rich.console import Console
-
-        with Console(stderr=True).status(f"connecting to {spec.shown_url}…", spinner="dots"):
+        with spinner(f"connecting to {spec.shown_url}…"):
             return connect(spec)
     return connect(spec)
 

@@ -8,6 +8,10 @@ When stdout and stderr are the same terminal, the readout lives on the bottom ro
 scrolling region that holds the streamed reply (the technique apt uses for its progress line); when
 only stderr is a terminal, it is a single line rewritten with a carriage return.
 
+The model's text is untrusted (llmchat.safe_text): on a terminal the reply and the thinking are
+made terminal-safe as they stream (an escape sequence in a reply is shown, never run); piped,
+stdout is the model's text byte for byte.
+
 A reasoning model's thinking (`StreamPrinter.thinking`) streams dimmed on stderr when stderr is a
 terminal, and the answer follows in the normal style on stdout; elsewhere it is not printed
 (stdout stays the answer; `--show-thinking` asks for it there, marked, and JSON records carry it).
@@ -21,8 +25,11 @@ import os
 import sys
 import threading
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import IO, Any
+
+from llmchat.safe_text import for_stream, terminal_safe
 
 DIM = "\x1b[2m"
 RESET = "\x1b[0m"
@@ -46,13 +53,24 @@ def same_terminal(a: IO[str], b: IO[str]) -> bool:
 
 
 def notice(message: str, stream: IO[str] | None = None) -> None:
-    """A one-line note on stderr (model choice, trims, warnings)."""
+    """A one-line note on stderr (model choice, trims, warnings). Notes name what came from outside
+    (a model's name, a file, a server's or a tool's words): on a terminal the line is made
+    terminal-safe before it is dimmed; elsewhere it is the log, written as it is."""
     stream = stream or sys.stderr
     if is_tty(stream):
-        stream.write(f"{DIM}{message}{RESET}\n")
+        stream.write(f"{DIM}{terminal_safe(message)}{RESET}\n")
     else:
         stream.write(message + "\n")
     stream.flush()
+
+
+def spinner(message: str) -> AbstractContextManager[Any]:
+    """rich's spinner on stderr (a terminal: the caller checked) while a model loads or a server
+    answers. The message names a file or an address: made terminal-safe, and never read as markup."""
+    from rich.console import Console
+    from rich.text import Text
+
+    return Console(stderr=True).status(Text(terminal_safe(message)), spinner="dots")
 
 
 def write_json(obj: Any, stream: IO[str] | None = None) -> None:
@@ -167,7 +185,7 @@ class StreamPrinter:
             return
         with self._lock:
             self.out.flush()
-            self.err.write(f"{DIM}{fragment}{RESET}")
+            self.err.write(f"{DIM}{terminal_safe(fragment)}{RESET}")
             self.err.flush()
         self._thinking_ended_with_newline = fragment.endswith("\n")
         self._thinking_shown = True
@@ -181,7 +199,7 @@ class StreamPrinter:
         if not self.echo_text:
             return
         with self._lock:
-            self.out.write(fragment)
+            self.out.write(for_stream(fragment, self.out_isatty))  # piped: the model's text, exact
             self.out.flush()
         self._ended_with_newline = fragment.endswith("\n")
 

@@ -11,7 +11,8 @@ import os
 import re
 import sys
 
-from llmchat.tools.options import printable, result_preview
+from llmchat.safe_text import terminal_safe
+from llmchat.tools.options import result_preview
 
 ENTER = "\r"
 SUMMARY = r"prompt \d+ \(\d+ cached\)"
@@ -92,7 +93,7 @@ def test_a_result_is_shown_after_its_call_and_in_full_with_show_tools(isolated_h
     after = preview[preview.index(size) :]
     assert after.splitlines()[1:5] == [
         "  │ station report",
-        "  │ escape ?[31mred",
+        "  │ escape ␛[31mred",
         "  │ wind 3 m/s",
         "  │ … 3 more lines (/show tools prints them)",
     ]
@@ -104,8 +105,8 @@ def test_a_result_is_shown_after_its_call_and_in_full_with_show_tools(isolated_h
     assert re.search(rf"\[1\] record_city · ran in [\d.]+ s · result {len(RESULT)} chars, 6 lines", screen)
     arguments = screen[screen.index("arguments: ") + len("arguments: ") :]
     assert json.loads(arguments[: arguments.index("}") + 1]) == {"city": city}
-    assert [printable(line) for line in RESULT_LINES] == [
-        line for line in screen.splitlines() if line in {printable(x) for x in RESULT_LINES}
+    assert [terminal_safe(line) for line in RESULT_LINES] == [
+        line for line in screen.splitlines() if line in {terminal_safe(x) for x in RESULT_LINES}
     ]
     assert "\x1b[31mred" not in shown
 
@@ -118,7 +119,7 @@ def test_result_preview_counts_what_it_leaves_out():
     assert lines[0] == f"tool result: {len(long)} chars, 5 lines"
     assert lines[1] == "  │ " + "x" * 35 + "…"  # cut to the terminal's width
     assert lines[-1] == "  │ … 2 more lines (/show tools prints them)"
-    assert printable("a\tb\x1b[0m\x07") == "a   b?[0m?"
+    assert result_preview("a\tb\x1b[0m\x07", 80)[1] == "  │ a   b␛[0m␇"  # tabs as spaces, escapes shown
 
 
 def test_ask_shows_the_call_but_keeps_its_stderr_as_before(cli, smollm2_path, tmp_path):

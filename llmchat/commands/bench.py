@@ -92,7 +92,8 @@ def bench(
 
         write_json(to_json(result, loaded.model.name, str(loaded.model.path), engine, opts), env.stdout)
     else:
-        typer.echo(format_table(result, loaded.model.name, flash_attn=engine.settings.flash_attn), file=env.stdout)
+        # The table names the model's file: terminal-safe on a terminal (llmchat.safe_text).
+        env.write_out(format_table(result, loaded.model.name, flash_attn=engine.settings.flash_attn) + "\n")
 
 
 def run_calibration(opts: RunOptions, env: Environment, *, depth: int, json_output: bool) -> None:
@@ -126,10 +127,8 @@ def run_calibration(opts: RunOptions, env: Environment, *, depth: int, json_outp
             {"model": model.name, "model_path": str(model.path), "why": result.reason()} | asdict(result), env.stdout
         )
         return
-    typer.echo(
-        f"flash attention auto on the CPU for {model.name}: {'on' if result.flash_attn else 'off'}", file=env.stdout
-    )
-    typer.echo(result.reason(), file=env.stdout)
+    env.write_out(f"flash attention auto on the CPU for {model.name}: {'on' if result.flash_attn else 'off'}\n")
+    env.write_out(result.reason() + "\n")
 
 
 def _progress_line(env: Environment) -> Callable[[str], None]:

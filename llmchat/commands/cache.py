@@ -70,9 +70,8 @@ def list_command(
     for e in entries:
         model = Path(str(e.header["identity"].get("model", {}).get("path", "?"))).name
         conversation = e.conversation_id or "(no conversation)"
-        typer.echo(
-            f"{e.n_tokens:>7,} tokens  {_size(e.size):>10}  {_age(e.mtime):>8}  {model}  {conversation}  {e.path.name}",
-            file=env.stdout,
+        env.write_out(  # the model's file name: terminal-safe on a terminal
+            f"{e.n_tokens:>7,} tokens  {_size(e.size):>10}  {_age(e.mtime):>8}  {model}  {conversation}  {e.path.name}\n"
         )
     for path in damaged:
         typer.echo(

@@ -83,12 +83,13 @@ def _print_summaries_json(summaries: list) -> None:
 
 
 def _print_summaries_table(summaries: list) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from llmchat.ui.safe_console import safe_console
 
     # A pipe is not 80 columns wide: don't clip what a script may grep or cut.
     env = current_environment()
-    console = Console(file=env.stdout, highlight=False, width=None if env.stdout_isatty else 1000)
+    console = safe_console(env.stdout, on_terminal=env.stdout_isatty, width=None if env.stdout_isatty else 1000)
     headers: tuple[str, ...] = ("ID", "Name", "Model", "Updated (UTC)", "Msgs", "Branch of", "Branches")
     rows: list[tuple[str, ...]] = [
         (
@@ -154,14 +155,13 @@ def search_command(
     if as_json:
         typer.echo(json.dumps([hit.as_json() for hit in hits], indent=2, ensure_ascii=False), file=env.stdout)
     elif not hits:
-        typer.echo(f"No saved message matches {text!r}.", file=env.stderr)
+        env.write_err(f"No saved message matches {text!r}.\n")
     else:
-        from rich.console import Console
-
+        from llmchat.ui.safe_console import safe_console
         from llmchat.ui.search_commands import results_table
 
-        console = Console(file=env.stdout, highlight=False, width=None if env.stdout_isatty else 1000)
-        console.print(results_table(hits, styled=env.stdout_isatty), markup=False)
+        console = safe_console(env.stdout, on_terminal=env.stdout_isatty, width=None if env.stdout_isatty else 1000)
+        console.print(results_table(hits, styled=env.stdout_isatty))
 
 
 def show_command(
@@ -176,13 +176,13 @@ def show_command(
         typer.echo(export_json(conv), nl=False, file=current_environment().stdout)
         return
     env = current_environment()
-    if env.stdout_isatty:
-        from rich.console import Console
-        from rich.markdown import Markdown
+    if env.stdout_isatty:  # drawn as the chat draws a reply: made terminal-safe, links' addresses shown
+        from llmchat.ui.markdown_stream import terminal_markdown
+        from llmchat.ui.safe_console import safe_console
 
-        Console(file=env.stdout).print(Markdown(export_markdown(conv)))
+        safe_console(env.stdout, on_terminal=True).print(terminal_markdown(export_markdown(conv)))
     else:
-        typer.echo(export_markdown(conv), nl=False, file=current_environment().stdout)
+        env.write_out(export_markdown(conv))
     if conv.parent_id is not None or conv.children:
         _print_tree(conv.id)
 
@@ -196,9 +196,10 @@ def _print_tree(conversation_id: str) -> None:
         return
     with store:
         family = store.family(conversation_id)
-    typer.echo("\n## Branches\n", file=current_environment().stdout)
-    for line in draw_tree(family, current=conversation_id):
-        typer.echo(line, file=current_environment().stdout)
+    env = current_environment()
+    env.write_out("\n## Branches\n\n")
+    for line in draw_tree(family, current=conversation_id):  # names the branches: the user's, a file's
+        env.write_out(line + "\n")
 
 
 def fork_command(
@@ -231,10 +232,14 @@ def export_command(
     conv = _load(ref)
     text = export_json(conv) if fmt == "json" else export_markdown(conv)
     if output is None:
-        typer.echo(text, nl=False, file=current_environment().stdout)
+        env = current_environment()
+        if fmt == "json":  # a record, written as it is (JSON escapes its control characters)
+            typer.echo(text, nl=False, file=env.stdout)
+        else:  # on a terminal, made terminal-safe; in a pipe, the exact text
+            env.write_out(text)
         return
     write_atomically(output, text)
-    typer.echo(f"exported conversation {conv.id} to {output}", file=current_environment().stderr)
+    current_environment().write_err(f"exported conversation {conv.id} to {output}\n")
 
 
 def write_atomically(target: Path, text: str) -> None:

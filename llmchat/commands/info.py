@@ -50,11 +50,13 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from llmchat.config import Config
     from llmchat.env import Environment
 
@@ -86,7 +88,7 @@ def info(
         record = report.to_json() | kind.to_json() | {"runtime": runtime, "media": media}
         typer.echo(json.dumps(record, indent=2), file=env.stdout)
     else:
-        _print_report(report, runtime, kind, env.stdout, media)
+        _print_report(report, runtime, kind, env, media)
 
 
 def media_report(path: Path, meta: Any) -> dict:
@@ -174,17 +176,19 @@ def _runtime_line(runtime: dict) -> str:
     return f"runtime: {gpus}; --device auto offloads all {runtime['offload_layers']} layers (the output layer included)"
 
 
-def _print_report(report: Any, runtime: dict, kind: Any, out: TextIO, media: dict | None = None) -> None:
-    from rich.console import Console
+def _print_report(report: Any, runtime: dict, kind: Any, env: Environment, media: dict | None = None) -> None:
+    from llmchat.ui.safe_console import safe_console
 
-    console = Console(file=out, highlight=False)
+    # The name, the architecture and the notes come from the file's metadata: no markup, and
+    # made terminal-safe on a terminal (llmchat.ui.safe_console).
+    console = safe_console(env.stdout, on_terminal=env.stdout_isatty)
     console.print(_overview_table(report, kind, media))
     console.print(_kv_per_token_table(report))
     console.print(_contexts_table(report))
     console.print(_machine_line(report))
     console.print(_runtime_line(runtime))
     for note in report.notes:
-        console.print(f"[dim]• {note}[/dim]")
+        console.print(f"• {note}", style="dim")
 
 
 def _overview_table(report: Any, kind: Any = None, media: dict | None = None) -> Any:
@@ -257,7 +261,7 @@ def _contexts_table(report: Any) -> Any:
         table.add_column("fits VRAM")
     for ctx in report.contexts:
         label = f"{ctx.n_ctx:,}" + (" *" if ctx.beyond_trained else "")
-        row = [label, _size(ctx.kv_bytes)]
+        row: list[str | Text] = [label, _size(ctx.kv_bytes)]
         if has_swa:
             row.append(_size(ctx.kv_bytes_swa))
         row += [_size(ctx.compute_bytes), _size(ctx.total_bytes), _yes_no(ctx.fits_ram)]
@@ -279,10 +283,12 @@ def _machine_line(report: Any) -> str:
     return "; ".join(parts)
 
 
-def _yes_no(value: bool | None) -> str:
+def _yes_no(value: bool | None) -> Text:
+    from rich.text import Text
+
     if value is None:
-        return "?"
-    return "[green]yes[/green]" if value else "[red]no[/red]"
+        return Text("?")
+    return Text("yes", style="green") if value else Text("no", style="red")
 
 
 def _size(n: int | None) -> str:

@@ -8,6 +8,8 @@
 
 SERVER is a config name (`[mcp.NAME]`), or the name of a server given with `--mcp SPEC` (a
 command, or an http:// URL; `mcp-server-everything` is `everything`). `--json` prints records.
+What a server says (its tools' descriptions, a result) is made terminal-safe on a terminal
+(llmchat.safe_text) and written exactly into a pipe.
 Exit codes: 0 ok; 1 a server failed or a tool reported an error; 2 usage (an unknown server or
 tool, arguments that are not JSON or do not match the tool's schema, a server that cannot start).
 Only typer is imported at module level. (No `from __future__ import annotations`: Typer reads the
@@ -84,7 +86,7 @@ def _from_each(env: Any, servers: list, read: Callable[[Any, Any], list]) -> tup
         except LlmchatError as err:
             if len(servers) == 1:
                 raise
-            env.stderr.write(f"llmchat: {err}\n")
+            env.write_err(f"llmchat: {err}\n")  # a server's words
             failed = True
     return records, failed
 
@@ -124,7 +126,7 @@ def list_command(
                 state = f"ok: {record['tools']} tools, {record['resources']} resources, {record['prompts']} prompts"
             else:
                 state = f"failed: {record['error']}"
-            env.stdout.write(f"{record['name']}  ({record['transport']} {record['target']})  {state}\n")
+            env.write_out(f"{record['name']}  ({record['transport']} {record['target']})  {state}\n")
     if any(record["status"] != "ok" for record in records):
         raise typer.Exit(1)
 
@@ -159,7 +161,7 @@ def tools_command(
             lines += [f"  {line}" for line in (record["description"] or "").strip().splitlines()]
             lines.append("  arguments:" + ("" if record["parameters"].get("properties") else " none"))
             lines += [f"    {line}" for line in describe_parameters(record["parameters"])]
-            env.stdout.write(("\n" if number else "") + "\n".join(lines) + "\n")
+            env.write_out(("\n" if number else "") + "\n".join(lines) + "\n")  # the server's descriptions
     if failed:
         raise typer.Exit(1)
 
@@ -192,7 +194,7 @@ def resources_command(
         env.stdout.write(json.dumps(records, indent=2, ensure_ascii=False) + "\n")
         records = []
     elif not records:
-        env.stderr.write("llmchat: no resources\n")
+        env.write_err("llmchat: no resources\n")
     for record in records:
         if record["kind"] == "resource":
             head = f"mcp:{record['server']}/{record['uri']}"
@@ -200,9 +202,9 @@ def resources_command(
             arguments = ", ".join(record["arguments"]) or "none"
             head = f"mcp:{record['server']}/{record['uri_template']}  (template; arguments: {arguments})"
         details = ", ".join(str(value) for value in (record["name"], record["mime_type"]) if value)
-        env.stdout.write(f"{head}  {details}\n")
+        env.write_out(f"{head}  {details}\n")  # the server's names and descriptions
         if record["description"]:
-            env.stdout.write(f"  {record['description']}\n")
+            env.write_out(f"  {record['description']}\n")
     if failed:
         raise typer.Exit(1)
 
@@ -230,16 +232,16 @@ def prompts_command(
         env.stdout.write(json.dumps(records, indent=2, ensure_ascii=False) + "\n")
         records = []
     elif not records:
-        env.stderr.write("llmchat: no prompts\n")
+        env.write_err("llmchat: no prompts\n")
     for record in records:
-        env.stdout.write(
+        env.write_out(  # the server's names and descriptions
             f"mcp:{record['server']}/{record['name']}"
             + (f"  {record['description']}" if record["description"] else "")
             + "\n"
         )
         for argument in record["arguments"]:
             line = f"  {argument['name']}" + (" (required)" if argument["required"] else "")
-            env.stdout.write(line + (f" - {argument['description']}" if argument["description"] else "") + "\n")
+            env.write_out(line + (f" - {argument['description']}" if argument["description"] else "") + "\n")
     if failed:
         raise typer.Exit(1)
 
@@ -299,9 +301,9 @@ def call_command(
             raise LlmchatError(f"{prefixed}: {err}") from None
     if as_json:
         env.stdout.write(json.dumps(handled.record(), ensure_ascii=False) + "\n")
-    elif not handled.is_error:
-        env.stdout.write(handled.text + ("" if handled.text.endswith("\n") else "\n"))
+    elif not handled.is_error:  # the tool's result: on a terminal made terminal-safe, piped exact
+        env.write_out(handled.text + ("" if handled.text.endswith("\n") else "\n"))
     if handled.is_error:
         first = handled.text.strip().splitlines()[0] if handled.text.strip() else "no details"
-        env.stderr.write(f"llmchat: {prefixed} reported an error: {first}\n")
+        env.write_err(f"llmchat: {prefixed} reported an error: {first}\n")
         raise typer.Exit(1)

@@ -18,6 +18,8 @@ import typer
 from llmchat.defaults import DEFAULT_MAX_CTX
 
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from llmchat.env import Environment
     from llmchat.models.catalogue import Entry
     from llmchat.models.stores import Candidate
@@ -48,12 +50,14 @@ def list_command(
 
 
 def _print_table(entries: list[Entry], env: Environment) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from llmchat.commands.info import _size
+    from llmchat.ui.safe_console import safe_console
 
-    console = Console(file=env.stdout, highlight=False)
+    # Names, architectures and problems come from the files' own metadata: no markup, and made
+    # terminal-safe on a terminal (llmchat.ui.safe_console).
+    console = safe_console(env.stdout, on_terminal=env.stdout_isatty)
     runnable = [e for e in entries if e.runnable]
     broken = [e for e in entries if not e.runnable]
     if not entries:
@@ -89,16 +93,17 @@ def _print_table(entries: list[Entry], env: Environment) -> None:
         )
     console.print(table)
     if broken:
-        console.print(f"[bold]Not loadable ({len(broken)}):[/bold]")
+        console.print(f"Not loadable ({len(broken)}):", style="bold")
         for e in broken:
             console.print(f"  {e.candidate.ref} ({e.candidate.source}): {e.problem}", soft_wrap=True)
     console.print(
-        f"[dim]fits: the estimate at each model's default context (at most {DEFAULT_MAX_CTX:,} tokens; see `llmchat info`) "
-        "against free VRAM, else available RAM. Runs with: llmchat chat -m NAME[/dim]"
+        f"fits: the estimate at each model's default context (at most {DEFAULT_MAX_CTX:,} tokens; see `llmchat info`) "
+        "against free VRAM, else available RAM. Runs with: llmchat chat -m NAME",
+        style="dim",
     )
     default = _bundled_default()
     if default:
-        console.print(f"[dim]{default}[/dim]")
+        console.print(default, style="dim")
 
 
 def _senses(entry: Entry) -> str:
@@ -137,8 +142,11 @@ def _params(count: int | None) -> str:
     return str(count)
 
 
-def _fits(entry: Entry) -> str:
-    return {"VRAM": "[green]VRAM[/green]", "RAM": "[green]RAM[/green]", "no": "[red]no[/red]"}.get(entry.fits, "?")
+def _fits(entry: Entry) -> Text:
+    from rich.text import Text
+
+    colour = {"VRAM": "green", "RAM": "green", "no": "red"}.get(entry.fits)
+    return Text(entry.fits, style=colour) if colour else Text("?")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -184,8 +192,9 @@ def show_command(
             env.stdout,
         )
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from llmchat.ui.safe_console import safe_console
 
     table = Table(show_header=False, title="Where", title_justify="left")
     table.add_column(style="bold")
@@ -193,8 +202,8 @@ def show_command(
     for label, value in where.items():
         if label != "real_path" or value != where["path"]:
             table.add_row(label.replace("_", " "), value)
-    Console(file=env.stdout, highlight=False).print(table)
-    _print_report(report, runtime, kind, env.stdout)
+    safe_console(env.stdout, on_terminal=env.stdout_isatty).print(table)
+    _print_report(report, runtime, kind, env)
 
 
 def _candidate_for(path: Path, config: Any) -> Candidate | None:
@@ -234,8 +243,8 @@ def pull_command(
     env = current_environment()
     show = env.stderr_isatty or bool(os.environ.get("LLMCHAT_PROGRESS"))
     pulled = pull(wanted, show_progress=show, projector=not no_mmproj)
-    for path in pulled:
-        typer.echo(str(path), file=env.stdout)
+    for path in pulled:  # named by the repository's files
+        env.write_out(f"{path}\n")
     notice(f"run it with: llmchat chat -m hf:{wanted.repo}/{_inside_repo(pulled[0])}", env.stderr)
 
 
@@ -260,6 +269,7 @@ def rm_command(
     from llmchat.errors import LlmchatError, UsageError
     from llmchat.models.resolve import resolve_model
     from llmchat.models.stores import OWNERS
+    from llmchat.safe_text import for_stream
 
     env = current_environment()
     config = env.config
@@ -274,7 +284,8 @@ def rm_command(
         if not env.stdin_isatty:
             raise UsageError(f"refusing to delete {candidate.ref} without confirmation; pass --yes")
         try:
-            agreed = typer.confirm(f"Delete {candidate.ref} ({_size(size)}) from {where}?", default=False, err=True)
+            question = for_stream(f"Delete {candidate.ref} ({_size(size)}) from {where}?", env.stderr_isatty)
+            agreed = typer.confirm(question, default=False, err=True)
         except typer.Abort:
             agreed = False
         if not agreed:
@@ -283,7 +294,7 @@ def rm_command(
     from llmchat.models.remove import remove_from_hf_cache, remove_plain
 
     removed = remove_from_hf_cache(candidate) if candidate.source == "hf" else remove_plain(candidate)
-    typer.echo(f"Deleted {candidate.ref} ({_size(removed)} freed).", file=env.stdout)
+    env.write_out(f"Deleted {candidate.ref} ({_size(removed)} freed).\n")
 
 
 def _not_ours(name: str, path: Path, candidate: Candidate | None, owners: dict[str, str]) -> str:

@@ -31,7 +31,8 @@ def list_command(
         if len(about) > 60:
             about = about[:59] + "…"
         extra = prompt.summary()
-        typer.echo(f"{prompt.name.ljust(width)}  {about}" + (f"  [{extra}]" if extra else ""), file=env.stdout)
+        # A saved prompt's text may come from a file: terminal-safe on a terminal (llmchat.safe_text).
+        env.write_out(f"{prompt.name.ljust(width)}  {about}" + (f"  [{extra}]" if extra else "") + "\n")
 
 
 def show_command(
@@ -51,6 +52,6 @@ def show_command(
         return
     for key, value in prompt.as_table().items():
         if key != "system":
-            typer.echo(f"{key}: {value}", file=env.stdout)
-    typer.echo("system:", file=env.stdout)
-    typer.echo(prompt.system if prompt.system is not None else "(none)", file=env.stdout)
+            env.write_out(f"{key}: {value}\n")
+    env.write_out("system:\n")
+    env.write_out((prompt.system if prompt.system is not None else "(none)") + "\n")

@@ -31,8 +31,8 @@ def show(
     env = current_environment()
     structured = structured_output(schema=spec, schema_multi=schema_multi, named=env.config.schemas)
     assert structured is not None and structured.schema is not None
-    typer.echo(f"# JSON Schema ({structured.source})", file=env.stdout)
-    typer.echo(json.dumps(structured.schema, indent=2, ensure_ascii=False), file=env.stdout)
-    typer.echo("", file=env.stdout)
-    typer.echo("# GBNF grammar (llama.cpp), root rule: root", file=env.stdout)
-    typer.echo(structured.grammar.text, file=env.stdout)
+    # The schema is a file's: its text is terminal-safe on a terminal, exact in a pipe.
+    env.write_out(f"# JSON Schema ({structured.source})\n")
+    env.write_out(json.dumps(structured.schema, indent=2, ensure_ascii=False) + "\n\n")
+    env.write_out("# GBNF grammar (llama.cpp), root rule: root\n")
+    env.write_out(structured.grammar.text + "\n")

@@ -29,10 +29,10 @@ SAMPLE_CONVERSATION = (
 
 def list_templates() -> None:
     """The built-in templates: what they match in a model's metadata, and their stop strings."""
-    from rich.console import Console
     from rich.table import Table
 
     from llmchat.prompt.builtins import builtin_templates
+    from llmchat.ui.safe_console import safe_console
 
     table = Table(title="Built-in chat templates", title_justify="left", show_lines=True)
     table.add_column("name", style="bold", no_wrap=True)
@@ -44,7 +44,7 @@ def list_templates() -> None:
     # Piped output has no terminal width; a wide table keeps one template per few lines there.
     env = current_environment()
     width = None if env.stdout_isatty else 160
-    Console(file=env.stdout, highlight=False, markup=False, width=width).print(table)
+    safe_console(env.stdout, on_terminal=env.stdout_isatty, width=width).print(table)
 
 
 def _match_summary(template: Any) -> str:
@@ -94,14 +94,14 @@ def render(
     if eos_token is not None:
         facts = replace(facts, eos_token=eos_token)
     resolved = resolve_template(facts, template, config_choice)
+    env = current_environment()
     if resolved.warning:
-        current_environment().stderr.write(f"llmchat: warning: {resolved.warning}\n")
+        env.write_err(f"llmchat: warning: {resolved.warning}\n")
     if tools_file is not None:
         text = render_with_tools(resolved, messages, facts, tools_file, not no_generation_prompt)
     else:
         text = render_prompt(resolved, messages, facts, add_generation_prompt=not no_generation_prompt).text
-    current_environment().stdout.write(text)
-    current_environment().stdout.flush()
+    env.write_out(text)  # the template's and the messages' text: terminal-safe on a terminal, piped exact
 
 
 def render_with_tools(resolved: Any, messages: list, facts: Any, tools_file: str, generation_prompt: bool) -> str:
@@ -118,7 +118,7 @@ def render_with_tools(resolved: Any, messages: list, facts: Any, tools_file: str
     if resolved.system_mode == "folded":
         messages = fold_system_messages(messages)
     note = generic.NOTICE if family is GENERIC else f"tool call format: {family.label}"
-    current_environment().stderr.write(f"llmchat: {note}\n")
+    current_environment().write_err(f"llmchat: {note}\n")
     return render_tool_prompt(
         resolved.text,
         messages,
@@ -152,8 +152,8 @@ def show(
     if tools_file is not None:
         text = render_with_tools(resolved, list(SAMPLE_CONVERSATION[:2]), facts, tools_file, True)
         lines.extend(["sample with tools (system, user; with the generation prompt):", "-" * 72, text, "-" * 72])
-    for line in lines:
-        typer.echo(line, file=current_environment().stdout)
+    for line in lines:  # the template's name, markers and sample: terminal-safe on a terminal
+        current_environment().write_out(line + "\n")
 
 
 def format_lines(source: str, family: Any) -> list[str]:

@@ -79,23 +79,21 @@ def list_command(
             "or give --functions FILE.py or --mcp COMMAND\n"
         )
         return
+    # The tools' names, descriptions and arguments are a server's, a file's: terminal-safe on a terminal.
     for number, spec in enumerate(specs):
         if number:
-            typer.echo("", file=env.stdout)
-        typer.echo(
-            f"{spec.name}  ({spec.source}{', runs without asking' if spec.approve == 'always' else ''})",
-            file=env.stdout,
-        )
+            env.write_out("\n")
+        env.write_out(f"{spec.name}  ({spec.source}{', runs without asking' if spec.approve == 'always' else ''})\n")
         if spec.description:
             for line in spec.description.strip().splitlines():
-                typer.echo(f"  {line}", file=env.stdout)
-        typer.echo("  arguments:" + ("" if spec.parameters.get("properties") else " none"), file=env.stdout)
+                env.write_out(f"  {line}\n")
+        env.write_out("  arguments:" + ("" if spec.parameters.get("properties") else " none") + "\n")
         for line in describe_parameters(spec.parameters):
-            typer.echo(f"    {line}", file=env.stdout)
+            env.write_out(f"    {line}\n")
     if costs is not None:
-        typer.echo("", file=env.stdout)
+        env.write_out("\n")
         for line in cost_lines(costs):
-            typer.echo(line, file=env.stdout)
+            env.write_out(line + "\n")
 
 
 def counted_costs(specs: List[Any], model: Optional[str], env: Any) -> Optional[Any]:
@@ -106,7 +104,7 @@ def counted_costs(specs: List[Any], model: Optional[str], env: Any) -> Optional[
     try:
         return tool_costs(specs, model, env.config)
     except (LlmchatError, ValueError) as err:
-        env.stderr.write(f"llmchat: tokens not counted: {err}\n")
+        env.write_err(f"llmchat: tokens not counted: {err}\n")
         return None
 
 

@@ -9,6 +9,9 @@ message. The "offloaded N/M layers to GPU" line is kept too, for the backend not
 While a model loads, llama-cpp-python points file descriptors 1 and 2 at /dev/null (unless its own
 verbose flag is set), which would swallow the load's lines under --verbose too; so verbose output
 goes to a duplicate of stderr taken when the callback is installed.
+
+The lines quote the model file's metadata (its name, its template, its tokens): on a terminal
+they are made terminal-safe (llmchat.safe_text); in a log they are written as they are.
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ from collections import deque
 
 from llmchat import interrupts
 from llmchat.engine.bindings import llama_cpp
+from llmchat.output import is_tty
+from llmchat.safe_text import for_stream
 
 GGML_LOG_LEVEL_DEBUG = 1  # per-tensor and per-layer lines: thousands per load, not shown
 GGML_LOG_LEVEL_ERROR = 4
 GGML_LOG_LEVEL_CONT = 5  # continuation of the previous line, same level
 
-_state: dict = {"verbose": False, "last_level": 0, "stderr_fd": None}
+_state: dict = {"verbose": False, "last_level": 0, "stderr_fd": None, "stderr_tty": False}
 recent_errors: deque[str] = deque(maxlen=8)
 _partial_error: list[str] = []
 # "load_tensors: offloaded 31/31 layers to GPU" (only GPU builds print it).
@@ -54,6 +59,7 @@ def _on_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
 
 
 def _write(message: str) -> None:
+    message = for_stream(message, _state["stderr_tty"])
     fd = _state["stderr_fd"]
     if fd is None:
         sys.stderr.write(message)
@@ -67,6 +73,7 @@ def _write(message: str) -> None:
 def install(verbose: bool) -> None:
     """Install the callback (idempotent). `_on_log` is module-level, so ctypes keeps it alive."""
     _state["verbose"] = verbose
+    _state["stderr_tty"] = is_tty(sys.stderr)
     if verbose and _state["stderr_fd"] is None:
         try:
             sys.stderr.flush()

@@ -34,6 +34,7 @@ from urllib.parse import urlparse
 from llmchat.errors import LlmchatError, ModelError, UsageError
 from llmchat.models import quant
 from llmchat.models.stores import hf_download_dir, hf_repo_folder
+from llmchat.safe_text import terminal_safe
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -248,7 +249,11 @@ class RichBars:
             def __init__(self, *args: Any, total: int | None = None, initial: int = 0, desc: str = "", **kw: Any):
                 self.task: TaskID | None = None
                 if owner.progress is not None:
-                    label = desc + (" (resuming)" if owner.resuming else "")
+                    from rich.markup import escape
+
+                    # The repository's file name: terminal-safe, and read by the bar's column as
+                    # markup, so its brackets are escaped.
+                    label = escape(terminal_safe(desc)) + (" (resuming)" if owner.resuming else "")
                     self.task = owner.progress.add_task(label, total=total, completed=initial)
 
             def update(self, n: int = 1) -> None:

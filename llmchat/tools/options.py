@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from llmchat import interrupts
 from llmchat.defaults import DEFAULT_CHAIN_LIMIT
+from llmchat.safe_text import terminal_safe
 
 if TYPE_CHECKING:
     from llmchat.config import Config
@@ -178,19 +179,15 @@ def show_result(record: CallRecord, stream: TextIO) -> None:
 
 def result_preview(text: str, width: int, lines: int = RESULT_PREVIEW_LINES) -> list[str]:
     """`tool result: N chars, M lines` and the first `lines` lines, each cut to `width`, with what
-    is left out counted. Control characters are shown as ? (a tool's output may hold escapes)."""
+    is left out counted. A tool's output may hold escapes: each line is made terminal-safe
+    (llmchat.safe_text), its tabs spaces first, so that the cut counts the columns it takes."""
     rows = text.splitlines() or [""]
     head = f"tool result: {len(text):,} chars, {len(rows):,} line" + ("" if len(rows) == 1 else "s")
     room = max(width - 4, 20)
-    shown = [f"  │ {_clipped(printable(row), room)}" for row in rows[:lines]]
+    shown = [f"  │ {_clipped(terminal_safe(row.expandtabs(4)), room)}" for row in rows[:lines]]
     left = len(rows) - lines
     more = [f"  │ … {left:,} more line" + ("" if left == 1 else "s") + " (/show tools prints them)"] if left > 0 else []
     return [head, *shown, *more]
-
-
-def printable(text: str) -> str:
-    """`text` with tabs as spaces and every other control character as ?: safe on a terminal."""
-    return "".join(c if c.isprintable() else "?" for c in text.expandtabs(4))
 
 
 def _clipped(line: str, width: int) -> str:

@@ -19,6 +19,7 @@ from llmchat import interrupts
 from llmchat.attachments import compose
 from llmchat.errors import ContextOverflowError, HistoryError, LlmchatError
 from llmchat.output import StreamPrinter, is_tty, notice
+from llmchat.safe_text import terminal_safe
 from llmchat.ui.completer import SlashCompleter
 from llmchat.ui.context import Action, CommandContext
 from llmchat.ui.markdown import MarkdownPrinter
@@ -57,7 +58,7 @@ class ChatUI:
         stdout: TextIO | None = None,
         stderr: TextIO | None = None,
     ):
-        from rich.console import Console
+        from llmchat.ui.safe_console import safe_console
 
         self.session = session
         self.show_stats = show_stats
@@ -68,7 +69,9 @@ class ChatUI:
         # import time: tests and callers may have replaced sys.stdout / sys.stderr).
         self.stdout = stdout if stdout is not None else sys.stdout
         self.stderr = stderr if stderr is not None else sys.stderr
-        self.console = Console(file=self.stdout, highlight=False)
+        # What the slash commands show names what came from outside (a model, a tool, a server,
+        # a stored conversation): made terminal-safe on a terminal, exact into a pipe.
+        self.console = safe_console(self.stdout, on_terminal=is_tty(self.stdout))
         self.guard = CtrlCGuard()
         self.completer = SlashCompleter(session, mcp)
         self.context = CommandContext(session=session, out=self.console, error=self.error, info=self.info, mcp=mcp)
@@ -77,8 +80,10 @@ class ChatUI:
 
     # --- output -----------------------------------------------------------------------------
     def error(self, message: str) -> None:
+        """One line on stderr, red on a terminal. It may quote a server, a tool or a file: made
+        terminal-safe there (llmchat.safe_text), as `notice` does for the dim lines."""
         if is_tty(self.stderr):
-            self.stderr.write(f"\x1b[31m{message}\x1b[0m\n")
+            self.stderr.write(f"\x1b[31m{terminal_safe(message)}\x1b[0m\n")
         else:
             self.stderr.write(message + "\n")
         self.stderr.flush()

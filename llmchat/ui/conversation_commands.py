@@ -248,8 +248,6 @@ def cmd_show_tools(ctx: CommandContext, arg: str) -> Outcome:
     """`/show tools`: the last turn's tool calls in full: name, arguments, how it went, the result."""
     import json
 
-    from llmchat.tools.options import printable
-
     result = ctx.session.last_result
     calls = result.tool_calls if result is not None else []
     if not calls:
@@ -264,7 +262,8 @@ def cmd_show_tools(ctx: CommandContext, arg: str) -> Outcome:
         size = f"{len(text):,} chars, {len(text.splitlines()):,} lines"
         ctx.out.print(f"[{number}] {call.name} · {how} · result {size}", style="bold", markup=False, highlight=False)
         arguments = json.dumps(call.arguments, ensure_ascii=False, indent=2, sort_keys=True)
-        # Each line made safe for the terminal: a tool's output may hold escape sequences.
+        # A tool's output may hold escape sequences: the chat's console shows them on a terminal
+        # (llmchat.ui.safe_console), and a pipe gets the exact text.
         for block in ("arguments: " + arguments, text):
-            ctx.out.print("\n".join(printable(line) for line in block.split("\n")), markup=False, highlight=False)
+            ctx.out.print(block, markup=False, highlight=False)
     return CONTINUE

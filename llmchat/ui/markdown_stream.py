@@ -26,6 +26,11 @@ Frames are drawn in the decode loop, so a slow frame defers the next one (`RENDE
 takes about 2 % of the time at most, even on a loaded machine or with a long live block (a frame
 costs 1-2 ms on a quiet machine: rich's Markdown parse and, for code, pygments).
 
+The reply is untrusted text (llmchat.safe_text): it is made terminal-safe as it is fed, before
+markdown-it splits it or rich renders it, so an escape sequence in it is shown as text while rich's
+own colours stay. A link is drawn as its text and then its address, never as an OSC 8 hyperlink
+whose text could name another address than the one it opens (`hyperlinks=False`).
+
 The class is pure: the caller passes the clock (`now`) and writes the frames (llmchat.ui.markdown
 writes them under the live readout's lock), so tests feed it token strings and a fake clock. A
 frame it returns counts as drawn, so the caller writes each one whole before asking for the next
@@ -38,9 +43,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from llmchat.safe_text import terminal_safe
+
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
     from rich.console import Console
+    from rich.markdown import Markdown
 
 FRAME_INTERVAL_S = 1 / 15
 # The share of the time that drawing may take: a frame that took 3 ms waits at least 3 / 0.02 =
@@ -104,6 +112,18 @@ def _gap_after(kind: str) -> bool:
     return True if element is None else element.new_line
 
 
+def terminal_markdown(source: str) -> Markdown:
+    """Markdown from outside llmchat (a reply, a stored conversation) as rich draws it on a
+    terminal: made terminal-safe first, links with their address shown (see the module)."""
+    return _markdown(terminal_safe(source))
+
+
+def _markdown(safe_source: str) -> Markdown:
+    from rich.markdown import Markdown
+
+    return Markdown(safe_source, code_theme=CODE_THEME, hyperlinks=False)
+
+
 def markdown_parser() -> MarkdownIt:
     """The parser rich's Markdown uses (CommonMark with tables and strikethrough)."""
     from markdown_it import MarkdownIt
@@ -136,7 +156,7 @@ class MarkdownStream:
 
     def feed(self, fragment: str, now: float) -> str:
         """Take a fragment; return a frame to write, or "" when the last one is too recent."""
-        self._text += fragment
+        self._text += terminal_safe(fragment)  # before markdown-it reads its lines (a lone CR is one)
         if now < self._next_frame:
             return ""
         started = self._cost_clock()
@@ -204,9 +224,7 @@ class MarkdownStream:
         return ERASE_LINE + UP_AND_ERASE * (rows - 1) if rows else ""
 
     def _render(self, source: str) -> list[str]:
-        from rich.markdown import Markdown
-
         with self.console.capture() as capture:
-            self.console.print(Markdown(source, code_theme=CODE_THEME))
+            self.console.print(_markdown(source))  # made terminal-safe in `feed`
         rendered = capture.get()
         return rendered.split("\n")[:-1] if rendered.endswith("\n") else rendered.split("\n")

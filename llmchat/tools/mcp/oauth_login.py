@@ -22,6 +22,8 @@ from typing import IO, Any
 from urllib.parse import parse_qs, urlsplit
 
 from llmchat.errors import LlmchatError, UsageError
+from llmchat.output import is_tty
+from llmchat.safe_text import for_stream
 from llmchat.tools.mcp.config import McpServerConfig
 from llmchat.tools.mcp.oauth import provider
 from llmchat.tools.mcp.oauth_store import LoginStorage, write_login
@@ -116,7 +118,10 @@ def login(server: McpServerConfig, stderr: IO[str], *, open_browser: bool, timeo
     storage = LoginStorage(server, persist=False)
 
     async def show(url: str) -> None:
-        stderr.write(f"llmchat: log in to MCP server {server.name} in your browser: {url}\n")
+        # The address is built from the authorization server's metadata: shown, never run.
+        stderr.write(
+            for_stream(f"llmchat: log in to MCP server {server.name} in your browser: {url}\n", is_tty(stderr))
+        )
         stderr.flush()
         if open_browser and can_open_browser():
             import webbrowser

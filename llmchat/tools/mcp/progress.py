@@ -3,7 +3,9 @@ a task it runs (llmchat.tools.mcp.tasks), on stderr.
 
 On a terminal it is one line, rewritten in place and wiped when the call ends; elsewhere (a pipe,
 a log file) each new state is one line of its own, so a log keeps what happened without the
-carriage returns.
+carriage returns. The message is the server's: on a terminal it is made terminal-safe
+(llmchat.safe_text) and kept to one line, so that it cannot move the cursor nor break the line
+that is rewritten.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from typing import IO
 
 from llmchat.output import is_tty
+from llmchat.safe_text import terminal_safe
 
 
 class ProgressLine:
@@ -35,7 +38,7 @@ class ProgressLine:
         self._last = text
         try:
             if self.tty:
-                self.stream.write("\r\x1b[K" + text)
+                self.stream.write("\r\x1b[K" + " ".join(terminal_safe(text).split("\n")))
                 self._drawn = True
             else:
                 self.stream.write(text + "\n")
