@@ -29,7 +29,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import IO, Any
 
-from llmchat.safe_text import for_stream, terminal_safe
+from llmchat.safe_text import for_stream, json_terminal_safe, terminal_safe
 
 DIM = "\x1b[2m"
 RESET = "\x1b[0m"
@@ -75,7 +75,8 @@ def spinner(message: str) -> AbstractContextManager[Any]:
 
 def write_json(obj: Any, stream: IO[str] | None = None) -> None:
     stream = stream or sys.stdout
-    stream.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    text = json.dumps(obj, ensure_ascii=False)
+    stream.write((json_terminal_safe(text) if is_tty(stream) else text) + "\n")
     stream.flush()
 
 

@@ -37,6 +37,16 @@ def for_stream(text: str, is_terminal: bool) -> str:
     return terminal_safe(text) if is_terminal else text
 
 
+_JSON_ESCAPES = {code: f"\\u{code:04x}" for code in _C1_AND_BIDI}
+
+
+def json_terminal_safe(json_text: str) -> str:
+    """JSON text (written with ensure_ascii=False) as it may be written to a terminal: the same
+    JSON value, with the C1 controls and bidi overrides that json.dumps leaves raw written as
+    \\uXXXX escapes (C0 controls are escaped by json.dumps already)."""
+    return json_text.translate(_JSON_ESCAPES)
+
+
 def is_terminal_safe(text: str) -> bool:
     """Whether `text` would be shown unchanged (nothing to make visible or drop)."""
     return terminal_safe(text) == text

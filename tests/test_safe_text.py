@@ -49,3 +49,14 @@ def test_piped_output_stays_exact():
     hostile = "".join(HOSTILE.values())
     assert for_stream(hostile, is_terminal=False) == hostile
     assert for_stream(hostile, is_terminal=True) == terminal_safe(hostile)
+
+
+def test_json_on_a_terminal_keeps_its_value_without_raw_c1_or_bidi():
+    import json
+
+    from llmchat.safe_text import json_terminal_safe
+
+    value = {"reply": "a\x9b2Jb\u202eevil\x1b]0;t\x07"}
+    text = json_terminal_safe(json.dumps(value, ensure_ascii=False))
+    assert json.loads(text) == value
+    assert not any(0x80 <= ord(ch) < 0xA0 or ch in "\u202e\x1b" for ch in text)
