@@ -147,6 +147,7 @@ def chat(
                 attachments=attachments,
                 opening=opening,
                 mcp=sources,
+                editing_mode=env.config.editing_mode,
                 stdout=env.stdout,
                 stderr=env.stderr,
             )
