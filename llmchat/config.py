@@ -93,6 +93,7 @@ _TOP_LEVEL = {
     "reasoning_effort": str,
     "thinking_budget": int,
     "hide_thinking": bool,
+    "reasoning_preserve": bool,
     "schemas": dict,
     "tools": dict,  # [tools.NAME]: checked by llmchat.tools.command_tools when used
     "mcp": dict,  # [mcp.NAME]: checked by llmchat.tools.mcp.config when used
@@ -139,11 +140,13 @@ class Config:
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # [servers.NAME]: url, kind, api_key_env, ...
     model_dirs: list[str] = field(default_factory=list)  # more folders `models list` and `-m NAME` search
-    # Reasoning models: the defaults of --think/--no-think, --reasoning-effort, --thinking-budget, --hide-thinking.
+    # Reasoning models: the defaults of --think/--no-think, --reasoning-effort, --thinking-budget, --hide-thinking,
+    # --reasoning-preserve.
     think: bool | None = None
     reasoning_effort: str | None = None
     thinking_budget: int | None = None
     hide_thinking: bool = False
+    reasoning_preserve: bool = False  # --reasoning-preserve's default (llmchat.reasoning)
     # Named schemas for --schema NAME: a fields string ("title, year int"), JSON text, or a table.
     schemas: dict[str, Any] = field(default_factory=dict)
     # Tools the model may call: [tools.NAME] commands and [mcp.NAME] servers (llmchat.tools).
