@@ -22,6 +22,7 @@ except ImportError:  # pragma: no cover - older Typer
     import click  # type: ignore[no-redef,unused-ignore]
 
 from llmchat import interrupts
+from llmchat.commands.help_panels import PanelledCommand
 from llmchat.env import Environment, current_environment
 from llmchat.errors import ExitCode
 from llmchat.exits import report_error, run_guarded
@@ -111,7 +112,7 @@ def _command(module: str, function: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(f"llmchat.commands.{module}"), function)
 
 
-def _full_app() -> typer.Typer:
+def full_app() -> typer.Typer:
     """The whole command line: every command and group (for `llmchat --help`, the groups, and a
     bare `llmchat`)."""
     app = typer.Typer(
@@ -121,11 +122,11 @@ def _full_app() -> typer.Typer:
     )
     app.callback(invoke_without_command=True, epilog=EXIT_CODES_HELP)(_root)
     for name, (module, function, settings) in TOP_COMMANDS.items():
-        app.command(name, **settings)(_command(module, function))
+        app.command(name, cls=PanelledCommand, **settings)(_command(module, function))
     for group, help_text, commands in GROUPS:
         group_app = typer.Typer(no_args_is_help=True, help=help_text)
         for name, function in commands:
-            group_app.command(name)(_command(group, function))
+            group_app.command(name, cls=PanelledCommand)(_command(group, function))
         app.add_typer(group_app, name=group)
     return app
 
@@ -173,9 +174,9 @@ def _app_for(args: list) -> tuple[typer.Typer, list, str]:
     if args and args[0] in TOP_COMMANDS:
         module, function, settings = TOP_COMMANDS[args[0]]
         alone = typer.Typer(add_completion=False, **_APP_SETTINGS)
-        alone.command(args[0], **settings)(_command(module, function))
+        alone.command(args[0], cls=PanelledCommand, **settings)(_command(module, function))
         return alone, args[1:], f"llmchat {args[0]}"
-    return _full_app(), args, "llmchat"
+    return full_app(), args, "llmchat"
 
 
 def main(argv: Optional[list] = None, env: Optional[Environment] = None) -> None:

@@ -12,6 +12,7 @@ Example (`llmchat config path` prints where it lives):
     prompt_cache = true          # the KV cache on disk: ask -c / chat --resume skip the prefill
     prompt_cache_max_bytes = 2147483648  # its size bound (least recently used files go first)
     render = "markdown"          # markdown | plain: replies on a terminal (a pipe always gets plain text)
+    editing_mode = "emacs"       # emacs | vi: the chat prompt's keys (Ctrl-X Ctrl-E, or v in vi, opens $EDITOR)
     think = true                 # reasoning models: thinking on/off (their template's switch)
     thinking_budget = 512        # close the thinking after this many tokens
     compact = "auto"             # auto | off: summarise older exchanges when a turn passes the threshold
@@ -82,6 +83,7 @@ _TOP_LEVEL = {
     "compact_summary_tokens": int,
     "lazy_tools": object,  # a number in [0, 1], checked in load_config
     "render": str,
+    "editing_mode": str,  # emacs | vi, checked in load_config
     "template": str,
     "sampling": dict,
     "models": dict,
@@ -91,6 +93,7 @@ _TOP_LEVEL = {
     "reasoning_effort": str,
     "thinking_budget": int,
     "hide_thinking": bool,
+    "reasoning_preserve": bool,
     "schemas": dict,
     "tools": dict,  # [tools.NAME]: checked by llmchat.tools.command_tools when used
     "mcp": dict,  # [mcp.NAME]: checked by llmchat.tools.mcp.config when used
@@ -107,6 +110,7 @@ _SERVER_KEYS = {
     "read_timeout": float,
 }
 _SERVER_KINDS = ("auto", "llama.cpp", "openai", "ollama")
+EDITING_MODES = ("emacs", "vi")  # the chat prompt's keys, as prompt-toolkit and IPython name them
 # The keys a [prompts.NAME] table may hold besides the sampling values (sampling.SETTABLE).
 PROMPT_TEXT_KEYS = ("system", "model", "template", "preset", "schema", "description")
 
@@ -130,16 +134,19 @@ class Config:
     compact_summary_tokens: int = 512
     lazy_tools: float = 0.25  # llmchat.tools.lazy.DEFAULT_SHARE
     render: str | None = None  # "markdown" | "plain"; None: markdown on a terminal (llmchat.ui.markdown)
+    editing_mode: str = "emacs"  # the chat prompt's keys: "emacs" | "vi" (llmchat.ui.editing)
     template: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # [servers.NAME]: url, kind, api_key_env, ...
     model_dirs: list[str] = field(default_factory=list)  # more folders `models list` and `-m NAME` search
-    # Reasoning models: the defaults of --think/--no-think, --reasoning-effort, --thinking-budget, --hide-thinking.
+    # Reasoning models: the defaults of --think/--no-think, --reasoning-effort, --thinking-budget, --hide-thinking,
+    # --reasoning-preserve.
     think: bool | None = None
     reasoning_effort: str | None = None
     thinking_budget: int | None = None
     hide_thinking: bool = False
+    reasoning_preserve: bool = False  # --reasoning-preserve's default (llmchat.reasoning)
     # Named schemas for --schema NAME: a fields string ("title, year int"), JSON text, or a table.
     schemas: dict[str, Any] = field(default_factory=dict)
     # Tools the model may call: [tools.NAME] commands and [mcp.NAME] servers (llmchat.tools).
@@ -211,6 +218,8 @@ def load_config(path: Path | None = None) -> Config:
         raise ConfigError(f'config file {path}: flash_attn must be true, false or "auto"; fix or remove that line')
     if data.get("render", "markdown") not in ("markdown", "plain"):
         raise ConfigError(f'config file {path}: render must be "markdown" or "plain"; fix or remove that line')
+    if data.get("editing_mode", "emacs") not in EDITING_MODES:
+        raise ConfigError(f'config file {path}: editing_mode must be "emacs" or "vi"; fix or remove that line')
     if data.get("compact", "auto") not in ("auto", "off"):
         raise ConfigError(f'config file {path}: compact must be "auto" or "off"; fix or remove that line')
     threshold = data.get("compact_threshold", 0.8)

@@ -1,4 +1,4 @@
-"""Per-turn statistics with honest definitions (the README repeats them).
+"""Per-turn statistics with honest definitions (docs/json-record.md repeats them).
 
 - TTFT: from submitting the prompt until the first reply token is written. It covers template
   rendering, tokenizing, prefill and the first sample. For a reasoning model that is the first

@@ -19,7 +19,7 @@ With tools on, steps 1-3 run in rounds (llmchat.turn.tool_loop), a strategy insi
 holds its own state; step 4 is the same.
 
 `TurnResult.to_record()` is the one JSON shape that `ask --json`, scripted `chat --json` and
-`batch` print (the README documents it).
+`batch` print (docs/json-record.md documents it).
 """
 
 from __future__ import annotations

@@ -210,7 +210,7 @@ def test_a_rejected_draft_goes_back_to_the_state_before_its_batch(
     replies are not compared: a drafted batch and single tokens round differently, and this random
     model's near-ties flip on that, differently on each CPU.)"""
     writer(tmp_path / "drafter.gguf", smollm2_path, seed=1)
-    # Flash attention on, as `auto` picks it for drafting (README, "Determinism").
+    # Flash attention on, as `auto` picks it for drafting (docs/speed-and-memory.md, "Determinism").
     loaded = _load(hybrid_path, tmp_path, max_tokens=48, flash_attn="on", draft_model=tmp_path / "drafter.gguf")
     try:
         evals = Counted(loaded.engine.model, monkeypatch, "eval")

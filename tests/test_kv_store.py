@@ -89,7 +89,7 @@ def test_restored_cache_continues_exactly_as_the_cache_in_memory(engine, tmp_pat
     assert notices == []
 
     # A fresh prefill computes the same prefix in one batch instead of token by token; with flash
-    # attention the rows agree to rounding (README, determinism), so only the first pick is held.
+    # attention the rows agree to rounding (docs/speed-and-memory.md, determinism), so only the first pick is held.
     forget(engine)
     fresh = reply(engine, second)
     assert fresh[0] == in_memory[0]

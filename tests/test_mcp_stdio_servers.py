@@ -51,7 +51,7 @@ def test_filesystem_reads_inside_its_folder_and_refuses_outside(cli, npm_mcp_bin
     (allowed / "hello.txt").write_text("hello from the filesystem server\n", encoding="utf-8")
     spec = f"{npm_mcp_bin / 'mcp-server-filesystem'} {allowed}"
     # The server works in the client's roots when the client declares them, in place of its own
-    # arguments (README: roots): the folder is one of them too.
+    # arguments (docs/mcp.md: roots): the folder is one of them too.
     root = ("--root", str(allowed))
     read = call(cli, spec, "filesystem", "read_text_file", {"path": str(allowed / "hello.txt")}, *root)
     assert read.returncode == 0, read.stderr

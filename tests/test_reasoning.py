@@ -168,6 +168,20 @@ def test_settings_refuse_contradictions_and_take_config_defaults():
             ReasoningSettings.from_options(opts)
 
 
+def test_the_config_file_takes_reasoning_preserve(tmp_path):
+    """The manual names `reasoning_preserve` as --reasoning-preserve's config key: a real config
+    file with it loads, and the flag still wins over it."""
+    from llmchat.config import load_config
+    from llmchat.options import RunOptions
+
+    path = tmp_path / "config.toml"
+    path.write_text("reasoning_preserve = true\n")
+    config = load_config(path)
+    assert ReasoningSettings.from_options(RunOptions(), config).preserve is True
+    assert ReasoningSettings.from_options(RunOptions(reasoning_preserve=False), config).preserve is False
+    assert ReasoningSettings.from_options(RunOptions(), load_config(tmp_path / "none.toml")).preserve is False
+
+
 # --------------------------------------------------------------------------- the streaming parser
 
 

@@ -16,13 +16,13 @@ import pytest
 from llmchat.stopping import LoopDetector
 from llmchat.turn.record import error_record
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+JSON_RECORD_PAGE = Path(__file__).resolve().parent.parent / "docs" / "json-record.md"
 
 
 def documented_record_keys() -> tuple[str, ...]:
-    """The record's keys as the README's "The JSON record" table lists them, in order: the contract
-    the records are checked against (not a copy of the code's own list)."""
-    section = README.read_text(encoding="utf-8").split("## The JSON record", 1)[1].split("\n## ", 1)[0]
+    """The record's keys as the manual's table lists them (docs/json-record.md, "Its keys"), in
+    order: the contract the records are checked against (not a copy of the code's own list)."""
+    section = JSON_RECORD_PAGE.read_text(encoding="utf-8").split("## Its keys", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
     return tuple(key for row in rows for key in re.findall(r"`([a-z_]+)`", row))
 

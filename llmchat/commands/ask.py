@@ -9,6 +9,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from llmchat.commands import ask_run
+from llmchat.commands.help_panels import CONTEXT, FILES, OUTPUT
 from llmchat.commands.model_options import PromptArgOption, RenderOption, model_command
 from llmchat.commands.tool_options import (
     ApproveToolsOption,
@@ -29,20 +30,32 @@ def ask(
     prompt: Annotated[Optional[str], typer.Argument(help="The prompt. Piped stdin comes first, then this.")] = None,
     json_output: Annotated[
         bool,
-        typer.Option("--json", help="Print one JSON record: reply, finish_reason, seed, stats, ... (see the README)."),
+        typer.Option(
+            "--json",
+            help="Print one JSON record: reply, finish_reason, seed, stats, ... (docs/json-record.md).",
+            rich_help_panel=OUTPUT,
+        ),
     ] = False,
     stats: Annotated[
-        Optional[bool], typer.Option("--stats/--no-stats", help="Stats on stderr (default: on a terminal only).")
+        Optional[bool],
+        typer.Option(
+            "--stats/--no-stats", help="Stats on stderr (default: on a terminal only).", rich_help_panel=OUTPUT
+        ),
     ] = None,
     continue_last: Annotated[
-        bool, typer.Option("--continue", "-c", help="Continue the most recent conversation.")
+        bool, typer.Option("--continue", "-c", help="Continue the most recent conversation.", rich_help_panel=CONTEXT)
     ] = False,
     cid: Annotated[
-        Optional[str], typer.Option("--cid", help="Continue the conversation with this id (or name).")
+        Optional[str],
+        typer.Option("--cid", help="Continue the conversation with this id (or name).", rich_help_panel=CONTEXT),
     ] = None,
     overflow: Annotated[
         str,
-        typer.Option("--overflow", help="When the conversation outgrows the context: error | drop (oldest exchanges)."),
+        typer.Option(
+            "--overflow",
+            help="When the conversation outgrows the context: error | drop (oldest exchanges).",
+            rich_help_panel=CONTEXT,
+        ),
     ] = "error",
     compact: Annotated[
         Optional[str],
@@ -51,15 +64,19 @@ def ask(
             metavar="[auto|off]",
             help="auto: when a turn would pass compact_threshold (80 %) of the context, the model summarises the older exchanges of a continued conversation (-c, --cid) first; off: only trim. Default: the config's compact, else auto.",
             show_default=False,
+            rich_help_panel=CONTEXT,
         ),
     ] = None,
-    no_history: Annotated[bool, typer.Option("--no-history", help="Do not save this exchange.")] = False,
+    no_history: Annotated[
+        bool, typer.Option("--no-history", help="Do not save this exchange.", rich_help_panel=CONTEXT)
+    ] = False,
     files: Annotated[
         Optional[list[str]],
         typer.Option(
             "--file",
             "-f",
             help="Attach a text file, wrapped with its path (repeatable; - is stdin; a glob or folder: its text files, sorted; mcp:SERVER/URI: an MCP resource), or an image or audio clip for a model with a projector (--mmproj).",
+            rich_help_panel=FILES,
         ),
     ] = None,
     prompt_arg: PromptArgOption = None,

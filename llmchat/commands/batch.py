@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from llmchat.commands.help_panels import BATCH
 from llmchat.commands.model_options import PromptArgOption, model_command
 from llmchat.commands.tool_options import (
     ApproveToolsOption,
@@ -30,7 +31,8 @@ def batch(
         str, typer.Argument(metavar="INPUT", help="JSONL or plain text (one prompt per line); - for stdin.")
     ],
     output: Annotated[
-        Optional[Path], typer.Option("--output", "-o", help="Write the JSONL records here (default: stdout).")
+        Optional[Path],
+        typer.Option("--output", "-o", help="Write the JSONL records here (default: stdout).", rich_help_panel=BATCH),
     ] = None,
     parallel: Annotated[
         Optional[int],
@@ -39,19 +41,26 @@ def batch(
             "-P",
             help="Decode this many items at once in one context (1 = one after another); with a server, this many concurrent requests (per server). Default: 1; over several servers, each server's slots.",
             show_default=False,
+            rich_help_panel=BATCH,
         ),
     ] = None,
     resume: Annotated[
-        bool, typer.Option("--resume", help="Skip the ids already in OUTPUT and append the rest.")
+        bool,
+        typer.Option("--resume", help="Skip the ids already in OUTPUT and append the rest.", rich_help_panel=BATCH),
     ] = False,
     progress: Annotated[
         str,
         typer.Option(
-            "--progress", help="auto | bar | lines | json | off (stderr; auto = a bar on a terminal, lines otherwise)."
+            "--progress",
+            help="auto | bar | lines | json | off (stderr; auto = a bar on a terminal, lines otherwise).",
+            rich_help_panel=BATCH,
         ),
     ] = "auto",
     fsync: Annotated[
-        bool, typer.Option("--fsync", help="fsync OUTPUT after each record (survives a power cut; slower).")
+        bool,
+        typer.Option(
+            "--fsync", help="fsync OUTPUT after each record (survives a power cut; slower).", rich_help_panel=BATCH
+        ),
     ] = False,
     tool: ToolOption = None,
     functions: FunctionsOption = None,

@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from llmchat.commands.help_panels import CONTEXT, FILES, OUTPUT
 from llmchat.commands.model_options import PromptArgOption, RenderOption, model_command
 from llmchat.commands.tool_options import (
     ApproveToolsOption,
@@ -27,18 +28,31 @@ if TYPE_CHECKING:
 @model_command()
 def chat(
     json_output: Annotated[
-        bool, typer.Option("--json", help="Scripted chat: one JSON record per turn (the shape ask --json prints).")
+        bool,
+        typer.Option(
+            "--json",
+            help="Scripted chat: one JSON record per turn (the shape ask --json prints).",
+            rich_help_panel=OUTPUT,
+        ),
     ] = False,
     stats: Annotated[
-        Optional[bool], typer.Option("--stats/--no-stats", help="Live readout and per-reply summary.")
+        Optional[bool],
+        typer.Option("--stats/--no-stats", help="Live readout and per-reply summary.", rich_help_panel=OUTPUT),
     ] = None,
     render: RenderOption = None,
     resume: Annotated[
-        Optional[str], typer.Option("--resume", "-r", help="Continue a saved conversation: an id, a name or 'last'.")
+        Optional[str],
+        typer.Option(
+            "--resume", "-r", help="Continue a saved conversation: an id, a name or 'last'.", rich_help_panel=CONTEXT
+        ),
     ] = None,
     overflow: Annotated[
         str,
-        typer.Option("--overflow", help="When the conversation outgrows the context: drop (oldest exchanges) | error."),
+        typer.Option(
+            "--overflow",
+            help="When the conversation outgrows the context: drop (oldest exchanges) | error.",
+            rich_help_panel=CONTEXT,
+        ),
     ] = "drop",
     compact: Annotated[
         Optional[str],
@@ -47,15 +61,19 @@ def chat(
             metavar="[auto|off]",
             help="auto: when a turn would pass compact_threshold (80 %) of the context, the model summarises the older exchanges first; off: only trim. Default: the config's compact, else auto. In the chat: /compact [INSTRUCTIONS].",
             show_default=False,
+            rich_help_panel=CONTEXT,
         ),
     ] = None,
-    no_history: Annotated[bool, typer.Option("--no-history", help="Do not save this conversation.")] = False,
+    no_history: Annotated[
+        bool, typer.Option("--no-history", help="Do not save this conversation.", rich_help_panel=CONTEXT)
+    ] = False,
     files: Annotated[
         Optional[list[str]],
         typer.Option(
             "--file",
             "-f",
             help="Attach a text file, an image or audio clip to the first message (repeatable; a glob or folder: its text files; mcp:SERVER/URI: an MCP resource). In the chat: /file PATH, /image PATH.",
+            rich_help_panel=FILES,
         ),
     ] = None,
     prompt_arg: PromptArgOption = None,
@@ -129,6 +147,7 @@ def chat(
                 attachments=attachments,
                 opening=opening,
                 mcp=sources,
+                editing_mode=env.config.editing_mode,
                 stdout=env.stdout,
                 stderr=env.stderr,
             )

@@ -14,15 +14,19 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
+from llmchat.commands.help_panels import (
+    CONTEXT,
+    ENGINE,
+    FILES,
+    OUTPUT,
+    REASONING,
+    SAMPLING,
+    SERVERS,
+    STRUCTURED,
+)
 from llmchat.commands.run_options import LISTS, option_defaults, take_run_options
 from llmchat.defaults import DEFAULT_MAX_CTX
 from llmchat.env import current_environment
-
-ENGINE = "Model and engine"
-SAMPLING = "Sampling"
-REASONING = "Reasoning models"
-STRUCTURED = "Structured output"
-
 
 _ENGINE_OPTIONS = {
     "model": Annotated[
@@ -79,7 +83,7 @@ _ENGINE_OPTIONS = {
         typer.Option(
             "--flash-attn",
             metavar="[auto|on|off]",
-            help="Flash attention. Default: auto (config: flash_attn): on with a GPU, a quantized KV cache or drafting; on the CPU what `llmchat bench --calibrate` measured faster (on until measured). See the README's determinism note.",
+            help="Flash attention. Default: auto (config: flash_attn): on with a GPU, a quantized KV cache or drafting; on the CPU what `llmchat bench --calibrate` measured faster (on until measured). See docs/speed-and-memory.md, determinism.",
             show_default=False,
             rich_help_panel=ENGINE,
         ),
@@ -93,7 +97,7 @@ _ENGINE_OPTIONS = {
         typer.Option(
             "--prompt-cache/--no-prompt-cache",
             help="Save the KV cache to disk after a turn and restore it in a new process (ask -c, chat --resume, /load). Off with --no-history. Config: prompt_cache.",
-            rich_help_panel=ENGINE,
+            rich_help_panel=CONTEXT,
         ),
     ],
     "kv_type": Annotated[
@@ -121,7 +125,7 @@ _ENGINE_OPTIONS = {
         typer.Option(
             "--kv-shift/--no-kv-shift",
             help="After the context is trimmed, shift the cached tokens (fast) instead of prefilling them again (exact).",
-            rich_help_panel=ENGINE,
+            rich_help_panel=CONTEXT,
         ),
     ],
     "ctx_checkpoints": Annotated[
@@ -147,7 +151,7 @@ _ENGINE_OPTIONS = {
         typer.Option(
             "--mmproj",
             help="The multimodal projector (mmproj .gguf) that lets the model see images or hear audio (-f photo.png). Default: an mmproj*.gguf beside the model.",
-            rich_help_panel=ENGINE,
+            rich_help_panel=FILES,
         ),
     ],
     "draft_model": Annotated[
@@ -163,13 +167,13 @@ _ENGINE_OPTIONS = {
         typer.Option(
             "--server",
             help="Use a running server instead of a local model: llama-server (best: local template, remote KV reuse) or any OpenAI-compatible URL. -m then names the server's model (or a local copy of its GGUF). A configured [servers.NAME] is used as -m NAME:MODEL. Repeatable: batch spreads its items over every server, ask and chat use the first that answers.",
-            rich_help_panel=ENGINE,
+            rich_help_panel=SERVERS,
         ),
     ],
     "connect_timeout": Annotated[
         Optional[float],
         typer.Option(
-            "--connect-timeout", help="Seconds to wait for a server connection. Default: 10.", rich_help_panel=ENGINE
+            "--connect-timeout", help="Seconds to wait for a server connection. Default: 10.", rich_help_panel=SERVERS
         ),
     ],
     "read_timeout": Annotated[
@@ -177,16 +181,16 @@ _ENGINE_OPTIONS = {
         typer.Option(
             "--read-timeout",
             help="Seconds a server may stay silent mid-request (prefill included). Default: 600.",
-            rich_help_panel=ENGINE,
+            rich_help_panel=SERVERS,
         ),
     ],
     "verbose": Annotated[
         bool,
         typer.Option(
-            "--verbose", "-v", help="Show llama.cpp's log and llmchat's decisions on stderr.", rich_help_panel=ENGINE
+            "--verbose", "-v", help="Show llama.cpp's log and llmchat's decisions on stderr.", rich_help_panel=OUTPUT
         ),
     ],
-    "debug": Annotated[bool, typer.Option("--debug", help="Show tracebacks.", rich_help_panel=ENGINE)],
+    "debug": Annotated[bool, typer.Option("--debug", help="Show tracebacks.", rich_help_panel=OUTPUT)],
 }
 
 _SAMPLING_OPTIONS = {
@@ -383,5 +387,6 @@ RenderOption = Annotated[
         metavar="[markdown|plain]",
         help="Replies on a terminal: markdown (rendered while they stream) | plain. Default: the config's render, else markdown. Not a terminal: always plain.",
         show_default=False,
+        rich_help_panel=OUTPUT,
     ),
 ]

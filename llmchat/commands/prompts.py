@@ -22,7 +22,8 @@ def list_command(
         return
     if not prompts:
         typer.echo(
-            f"No saved prompts yet: add a [prompts.NAME] table to {config.path} (see the README).", file=env.stdout
+            f"No saved prompts yet: add a [prompts.NAME] table to {config.path} (see docs/configuration.md).",
+            file=env.stdout,
         )
         return
     width = max(len(p.name) for p in prompts)

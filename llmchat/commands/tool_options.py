@@ -8,9 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from llmchat.commands.help_panels import TOOLS
 from llmchat.commands.tools import FUNCTIONS_HELP, MCP_HELP, ROOT_HELP, TOOL_HELP
-
-TOOLS = "Tools"
 
 ToolOption = Annotated[
     Optional[list[str]], typer.Option("--tool", "-T", "--tools", help=TOOL_HELP, rich_help_panel=TOOLS)

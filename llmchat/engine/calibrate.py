@@ -7,7 +7,7 @@ Rules, first match wins:
    kernels are the fast path at every depth.
 3. drafting (`--lookup`, `--draft-model`): on. Its CPU kernel computes each query row the same
    way whatever the batch holds, so verifying drafted tokens in one pass gives the greedy reply of
-   decoding them one by one (up to 256 cached tokens; see the README's determinism note). Without
+   decoding them one by one (up to 256 cached tokens; see docs/speed-and-memory.md, determinism). Without
    it a drafted run's greedy reply drifted from plain decoding's (tests/test_speculative.py).
    The same for `batch --parallel N` (N > 1): with it off, 3 of 12 greedy items differed from
    `--parallel 1` (tests/test_batch.py), with it on none do.

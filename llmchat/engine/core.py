@@ -145,7 +145,7 @@ class Engine:
         # tokens in one pass differs from decoding them one by one by up to 0.9 in the logits,
         # enough to flip a near-tie and change a greedy reply.
         # (One limit remains: once the cache holds more than 256 tokens, a lone query row takes a
-        # kernel that splits the cache across threads and rounds differently; see README.)
+        # kernel that splits the cache across threads and rounds differently; see docs/speed-and-memory.md.)
         # The option values were checked once, before loading (llmchat.loading.validate_options).
         flash_attn = settings.flash_attn
         drafter: PromptLookupDrafter | DraftModelDrafter | None = None

@@ -1,4 +1,4 @@
-"""The defaults every mode reads, written once: ask, chat, batch and the README agree on them.
+"""The defaults every mode reads, written once: ask, chat, batch and the manual (docs/) agree on them.
 
 - The reply cap: a reply without `--max-tokens` (or an item's `max_tokens`) stops at
   `DEFAULT_REPLY_CAP` tokens, or where the context ends. Without a cap, a small model stuck in a

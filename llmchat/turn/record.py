@@ -1,5 +1,5 @@
 """The result of one turn and the one JSON record every mode prints (`ask --json`, scripted
-`chat --json`, `batch`); the README's "The JSON record" table documents its keys, in order."""
+`chat --json`, `batch`); docs/json-record.md's table documents its keys, in order."""
 
 from __future__ import annotations
 

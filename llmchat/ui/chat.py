@@ -4,7 +4,8 @@ Replies go through `ChatSession.turn` with `output.StreamPrinter`, the same path
 the live readout (bottom row while decoding) and the summary line are the same everywhere.
 
 Keys: Enter sends; Alt-Enter (or Esc then Enter) inserts a newline; a bracketed paste stays one
-message however many lines it has. Ctrl-C stops a reply; at the prompt it clears the line, and on
+message however many lines it has; Ctrl-X Ctrl-E opens the message in $VISUAL / $EDITOR, and vi
+keys come with `editing_mode = "vi"` (llmchat.ui.editing). Ctrl-C stops a reply; at the prompt it clears the line, and on
 an empty line the first press prints a hint and a second consecutive press exits. Ctrl-D exits.
 On a terminal the reply is rendered as Markdown while it streams, unless `--render plain`
 (llmchat.ui.markdown); the caller decides (never when stdout is not a terminal).
@@ -55,6 +56,7 @@ class ChatUI:
         attachments: tuple[Attachment, ...] = (),
         opening: str = "",
         mcp: McpSources | None = None,
+        editing_mode: str = "emacs",
         stdout: TextIO | None = None,
         stderr: TextIO | None = None,
     ):
@@ -77,6 +79,7 @@ class ChatUI:
         self.context = CommandContext(session=session, out=self.console, error=self.error, info=self.info, mcp=mcp)
         self.context.attachments.extend(attachments)  # chat -f: pending for the first message
         self.opening = opening  # chat -p mcp:SERVER/NAME: the prompt's text, at the prompt to edit and send
+        self.vi_mode = editing_mode == "vi"  # the config's editing_mode (checked when it was read)
 
     # --- output -----------------------------------------------------------------------------
     def error(self, message: str) -> None:
@@ -105,12 +108,16 @@ class ChatUI:
     def build_prompt(self) -> PromptSession[str]:
         from prompt_toolkit import PromptSession
         from prompt_toolkit.application import run_in_terminal
-        from prompt_toolkit.key_binding import KeyBindings
+        from prompt_toolkit.filters import emacs_mode, vi_insert_mode
+        from prompt_toolkit.key_binding import KeyBindings, merge_key_bindings
         from prompt_toolkit.styles import Style
+
+        from llmchat.ui.editing import editing_bindings, mode_line
 
         bindings = KeyBindings()
 
-        @bindings.add("escape", "enter")
+        # Not in vi's normal mode, where Esc has been pressed already and Enter sends.
+        @bindings.add("escape", "enter", filter=emacs_mode | vi_insert_mode)
         def _newline(event: KeyPressEvent) -> None:
             event.current_buffer.insert_text("\n")
 
@@ -137,11 +144,13 @@ class ChatUI:
             completer=self.completer,
             complete_while_typing=True,
             complete_in_thread=True,  # a slow look-up (the history, a server's listing) never stops typing
-            key_bindings=bindings,
+            key_bindings=merge_key_bindings([bindings, editing_bindings(self.error)]),
             multiline=False,  # Enter sends; newlines come from Alt-Enter or a paste
             prompt_continuation=lambda width, line_number, wrap_count: CONTINUATION.rjust(width),
-            style=Style.from_dict({"prompt": "bold ansicyan"}),
-            enable_open_in_editor=False,
+            vi_mode=self.vi_mode,
+            rprompt=mode_line if self.vi_mode else None,
+            style=Style.from_dict({"prompt": "bold ansicyan", "mode": "bold"}),
+            enable_open_in_editor=False,  # its binding sends the message as the editor closes: llmchat.ui.editing's
         )
         # Typing disarms the exit guard: only two Ctrl-C presses in a row exit.
         prompt.default_buffer.on_text_changed += lambda _buffer: self._text_changed()
@@ -307,6 +316,7 @@ def run_interactive(
     attachments: tuple[Attachment, ...] = (),
     opening: str = "",
     mcp: McpSources | None = None,
+    editing_mode: str = "emacs",
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> None:
@@ -324,6 +334,7 @@ def run_interactive(
         attachments=attachments,
         opening=opening,
         mcp=mcp,
+        editing_mode=editing_mode,
         stdout=stdout,
         stderr=stderr,
     ).run()

@@ -57,6 +57,7 @@ def cmd_help(ctx: CommandContext, arg: str) -> Outcome:
     ctx.out.print(table)
     ctx.out.print(
         "Enter sends · Alt-Enter (or Esc then Enter) adds a line · pasted text stays one message\n"
+        'Ctrl-X Ctrl-E edits the message in $VISUAL/$EDITOR (vi keys: editing_mode = "vi" in the config)\n'
         "Ctrl-C stops a reply or clears the line; twice on an empty line exits · Ctrl-D exits\n"
         "Start a message with // to send text that begins with a slash",
         highlight=False,
