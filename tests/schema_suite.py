@@ -28,6 +28,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,8 +164,39 @@ def named_keyword(message: str) -> str:
         return "(converter error)"
     if "must be a JSON object" in message:
         return "(boolean schema)"
+    if "no JSON value satisfies" in message:
+        return "(nothing is valid)"
     match = _QUOTED.search(message)
     return match.group(1) if match else message.split(" at ")[0][:40]
+
+
+def narrowed(schema: Any) -> Any:
+    """The schema as llmchat documents holding it (docs/structured-output.md): an object that
+    names its properties takes no other keys unless `additionalProperties` says so. (Formats
+    are asserted too: `narrowed_valid` checks them.)"""
+    if isinstance(schema, list):
+        return [narrowed(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: narrowed(value) if key not in ("enum", "const") else value for key, value in schema.items()}
+    if ("properties" in schema or "patternProperties" in schema) and "additionalProperties" not in schema:
+        out["additionalProperties"] = False
+    return out
+
+
+def narrowed_valid(schema: Any, instance: Any) -> bool:
+    """Whether `instance` is valid under the documented narrowing of `schema`."""
+    from jsonschema import Draft202012Validator, FormatChecker
+
+    checker = FormatChecker()
+
+    @checker.checks("date-time")  # its own checker needs a package jsonschema leaves optional
+    def date_time(text: object) -> bool:
+        if not isinstance(text, str) or len(text) < 11 or text[10] not in "tT":
+            return not isinstance(text, str)
+        return checker.conforms(text[:10], "date") and checker.conforms(text[11:], "time")
+
+    return Draft202012Validator(narrowed(schema), format_checker=checker).is_valid(instance)
 
 
 def measure(case: Case, vocab: Any) -> Outcome:
@@ -177,7 +209,9 @@ def measure(case: Case, vocab: Any) -> Outcome:
         message = "the schema must be a JSON object (a JSON Schema)"
         return Outcome(case, "refused", message, named_keyword(message))
     try:
-        structured = structured_output(schema=json.dumps(case.schema))
+        with warnings.catch_warnings():  # a suite schema naming a metaschema jsonschema does not have
+            warnings.simplefilter("ignore", DeprecationWarning)
+            structured = structured_output(schema=json.dumps(case.schema))
     except UsageError as err:
         return Outcome(case, "refused", str(err), named_keyword(str(err)))
     assert structured is not None
@@ -197,6 +231,8 @@ def measure(case: Case, vocab: Any) -> Outcome:
                     outcome.valid_accepted += 1
                 else:
                     outcome.walls.append(label)
+                    if not narrowed_valid(case.schema, test["data"]):
+                        outcome.narrowed.append(label)
             else:
                 outcome.invalid += 1
                 if accepted:

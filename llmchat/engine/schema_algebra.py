@@ -36,6 +36,14 @@ ANNOTATIONS = {
 }  # fmt: skip
 APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "dependentSchemas", "dependentRequired")
 MAX_ALTERNATIVES = 64  # more and the grammar (and its compile) grows past use
+OWN_KEYWORDS = ("x-except", "x-absent")
+# Dialects whose keywords mean here what they mean to the validator; another one's may not.
+DIALECTS = {
+    f"{scheme}://json-schema.org/{draft}{end}"
+    for scheme in ("http", "https")
+    for draft in ("draft/2020-12/schema", "draft/2019-09/schema", "draft-07/schema", "draft-06/schema")
+    for end in ("", "#")
+}
 
 
 class Refusal(UsageError):
@@ -53,6 +61,10 @@ class Schemas:
 
     def __init__(self, root: Any):
         self.root = root
+        _check_own_keywords(root, "")
+        dialect = root.get("$schema") if isinstance(root, dict) else None
+        if dialect is not None and dialect not in DIALECTS:
+            raise Refusal("$schema", "", f"names the dialect {dialect!r}, whose keywords llmchat does not know")
 
     def resolve(self, ref: Any, where: str) -> Any:
         if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
@@ -176,6 +188,19 @@ class Schemas:
         if len(out) > MAX_ALTERNATIVES:
             raise Refusal("anyOf", where, f"expands to more than {MAX_ALTERNATIVES} alternatives")
         return out
+
+
+def _check_own_keywords(schema: Any, where: str) -> None:
+    """Refuse a schema that spells one of llmchat's own keywords: it would be read as llmchat's."""
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            if key in OWN_KEYWORDS:
+                raise Refusal(key, where, "is a name llmchat's converter uses for itself")
+            if key not in ("enum", "const", "default", "examples"):
+                _check_own_keywords(value, f"{where}/{key}")
+    elif isinstance(schema, list):
+        for i, item in enumerate(schema):
+            _check_own_keywords(item, f"{where}/{i}")
 
 
 # --- merging two flat schemas (allOf) -----------------------------------------------------------------
