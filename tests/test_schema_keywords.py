@@ -166,3 +166,15 @@ def test_property_names_with_quotes_and_backslashes_make_a_grammar_llama_cpp_rea
 def test_what_cannot_be_held_exactly_is_refused_by_name(schema, keyword):
     with pytest.raises(UsageError, match=keyword.replace("$", r"\$")):
         schema_to_gbnf(schema)
+
+
+def test_properties_named_like_the_grammar_s_own_rules_keep_their_schemas(vocab):
+    schema = {
+        "type": "object",
+        "properties": {"integer": {"type": "string"}, "root": {"type": "boolean"}, "n": {"type": "integer"}},
+        "required": ["integer", "root", "n"],
+    }
+    with GrammarProbe(vocab, schema_to_gbnf(schema)) as probe:
+        assert probe.accepts('{"integer": "a", "root": true, "n": 1}')
+        assert not probe.accepts('{"integer": "a", "root": true, "n": "b"}')
+        assert not probe.accepts('{"integer": 1, "root": true, "n": 1}')

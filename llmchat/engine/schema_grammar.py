@@ -44,7 +44,9 @@ _FLAT_KEYS = {
     "minContains", "maxContains", "uniqueItems", "properties", "required", "additionalProperties",
     "patternProperties", "propertyNames", "minProperties", "maxProperties", "x-absent",
 }  # fmt: skip
-_NARROW = object()  # additionalProperties left out of an object that names its properties
+# The names of the shared rules (and the top one): a part's rule never takes one of them.
+RESERVED = {"root", "space", "char", "cchar", "string", "number", "integer", "boolean", "null", "array", "object"}
+RESERVED |= {"value", "dot", "date", "time"}
 
 
 class Compiler:
@@ -67,8 +69,10 @@ class Compiler:
         return "\n".join(f"{name} ::= {rule}" for name, rule in sorted(self.rules.items()))
 
     # --- naming and sharing rules -----------------------------------------------------------------
-    def add(self, name: str, rule: str) -> str:
+    def add(self, name: str, rule: str, *, top: bool = False) -> str:
         base = re.sub(r"[^a-zA-Z0-9-]+", "-", name).strip("-") or "r"
+        if base in RESERVED and not top:
+            base += "-"  # a property named `integer` must not become the integer rule
         key, i = base, 0
         while key in self.rules and self.rules[key] != rule:
             i += 1
@@ -95,7 +99,9 @@ class Compiler:
             key = "$ref " + str(schema["$ref"])
             target = self.schemas.resolve(schema["$ref"], where)
             if key not in self._memo:
-                slot = self.add(name or "ref", "")  # named first: a recursive schema refers to itself
+                slot = self.add(
+                    name or "ref", "", top=not where and name == "root"
+                )  # named first: a recursive schema refers to itself
                 self._memo[key] = slot
                 body = self._body(target, where, slot)
                 if body is None:
@@ -107,7 +113,8 @@ class Compiler:
         key = json.dumps(schema, sort_keys=True)
         if key not in self._memo:
             body = self._body(schema, where, name or "root")
-            self._memo[key] = None if body is None else self.add(name or "root", body)
+            top = not where and name == "root"
+            self._memo[key] = None if body is None else self.add(name or "root", body, top=top)
         return self._memo[key]
 
     def _body(self, schema: Any, where: str, name: str) -> str | None:
