@@ -96,7 +96,7 @@ def tool(name: str, parameters: dict, source: str = "config:tools.odd"):
 
 
 def test_a_keyword_the_grammar_cannot_hold_is_left_to_validation_for_that_tool_only(vocab):
-    """A tool's `format: email` and a `minimum` on a number are dropped from its grammar (the
+    """A tool's `format: email` and a `minimum` of 1.5 on a number are dropped from its grammar (the
     rest of its schema still holds), the other tool's grammar is whole, and the notice names them."""
     from llmchat.tools.schema_hold import grammar_parameters, offered_tools
 
@@ -104,7 +104,7 @@ def test_a_keyword_the_grammar_cannot_hold_is_left_to_validation_for_that_tool_o
         "odd",
         {
             "type": "object",
-            "properties": {"x": {"type": "string", "format": "email"}, "n": {"type": "number", "minimum": 1}},
+            "properties": {"x": {"type": "string", "format": "email"}, "n": {"type": "number", "minimum": 1.5}},
             "required": ["x"],
         },
     )
@@ -136,8 +136,8 @@ def test_a_tool_whose_schema_is_not_json_schema_is_left_out_and_the_others_stay(
 def test_a_users_own_schema_stays_strict():
     from llmchat.engine.grammar import schema_to_gbnf
 
-    with pytest.raises(UsageError, match="minimum at /properties/n: the grammar can bound integers only"):
-        schema_to_gbnf({"type": "object", "properties": {"n": {"type": "number", "minimum": 1}}})
+    with pytest.raises(UsageError, match="'minimum' at /properties/n is not a whole number"):
+        schema_to_gbnf({"type": "object", "properties": {"n": {"type": "number", "minimum": 1.5}}})
 
 
 def derived_families():

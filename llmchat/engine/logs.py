@@ -31,7 +31,7 @@ GGML_LOG_LEVEL_DEBUG = 1  # per-tensor and per-layer lines: thousands per load, 
 GGML_LOG_LEVEL_ERROR = 4
 GGML_LOG_LEVEL_CONT = 5  # continuation of the previous line, same level
 
-_state: dict = {"verbose": False, "last_level": 0, "stderr_fd": None, "stderr_tty": False}
+_state: dict = {"verbose": False, "last_level": 0, "stderr_fd": None, "stderr_tty": False, "installed": False}
 recent_errors: deque[str] = deque(maxlen=8)
 _partial_error: list[str] = []
 # "load_tensors: offloaded 31/31 layers to GPU" (only GPU builds print it).
@@ -81,6 +81,14 @@ def install(verbose: bool) -> None:
         except (AttributeError, OSError, ValueError):
             pass  # no real stderr (embedded use): write through sys.stderr
     llama_cpp.llama_log_set(_on_log, ctypes.c_void_p(0))
+    _state["installed"] = True
+
+
+def ensure_installed() -> None:
+    """Route llama.cpp's log through llmchat if nothing has yet (a --verbose choice stays), so
+    that a grammar parsed before any model loads prints nothing of its own."""
+    if not _state["installed"]:
+        install(False)
 
 
 def last_error() -> str | None:
