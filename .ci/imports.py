@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     "private_files": 0,
     "defaults": 0,
     "output": 0,
+    "safe_text": 0,
     "options": 0,
     "sampling": 0,
     "machine": 0,
