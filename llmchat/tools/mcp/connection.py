@@ -6,8 +6,8 @@ blocking portal) so the rest of llmchat calls it like a function. Every request 
 McpServerDown (a UsageError) when the server cannot start, a ToolFailure (text for the model) when a tool call
 fails, an McpFailure for a resource or prompt request.
 
-The client declares roots (llmchat.tools.mcp.roots: the working directory and each --root) and
-elicitation (llmchat.tools.mcp.elicitation: asked on the terminal, declined at once without one).
+The client declares roots (llmchat.tools.mcp.roots: the --root folders and the server's own, if
+any) and elicitation (llmchat.tools.mcp.elicitation: asked on the terminal, declined at once without one).
 A question is asked on the thread that waits for the call (llmchat.tools.mcp.desk), and the call's
 time limit stops while it is open; so is sampling, where the run has a model (llmchat.tools.mcp.sampling).
 Ctrl-C during a call cancels that request (the SDK sends `notifications/cancelled`) before the
@@ -135,13 +135,14 @@ class McpConnection:
         from mcp_types import Implementation
 
         from llmchat import __version__
-        from llmchat.tools.mcp.roots import answer_list_roots
+        from llmchat.tools.mcp.roots import list_roots_callback
         from llmchat.tools.mcp.transports import client_transport
 
         _quiet_sdk_logs()
         self._errlog = self._stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace"))
         self._portal = self._stack.enter_context(start_blocking_portal())
         try:
+            roots = list_roots_callback(self.server)  # a config root that is not a folder: exit 2
             for pause in (*CONNECT_RETRY_PAUSES_S, None):
                 # read_timeout_seconds bounds the handshake (a server that never answers) and each request.
                 client = Client(
@@ -149,7 +150,7 @@ class McpConnection:
                     read_timeout_seconds=self.startup_timeout_s,
                     message_handler=self._on_message,
                     client_info=Implementation(name="llmchat", version=__version__),
-                    list_roots_callback=answer_list_roots,
+                    list_roots_callback=roots,
                     **person_callbacks(self.label, self.server, self._desk, self.stderr),
                 )
                 try:
