@@ -51,10 +51,10 @@ async def stdio_server(
     )
     on_started(process.pid)
     exit_fd = _exit_fd(process.pid)
+    exited = anyio.Event()  # the server exited and its group was ended
     try:
         received_in, received = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         to_send, sending = anyio.create_memory_object_stream[SessionMessage](0)
-        exited = anyio.Event()
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_read_messages, process.stdout, received_in)
             tasks.start_soon(_write_messages, process.stdin, sending)
@@ -70,7 +70,8 @@ async def stdio_server(
                 tasks.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
-            await _end_group(process.pid)
+            if not exited.is_set():  # else the group is gone, and its id free for another to take
+                await _end_group(process.pid)
             await _close_pipes(process)
             with anyio.move_on_after(REAP_LIMIT_S):
                 while process.returncode is None:
