@@ -145,3 +145,26 @@ def test_ask_with_a_misbehaving_server_answers_and_leaves_nothing(cli, smollm2_p
     [made] = json.loads(run.stdout)["tool_calls"]
     assert made["name"] == f"bad_{tool}"
     assert_nothing_left(pids)
+
+
+def test_what_the_sdk_says_about_a_server_is_one_line_once_on_that_servers_stream(pids):
+    """Two connections, each told twice: one line each, on its own stream, naming its own server."""
+    import io
+
+    from llmchat.tools.mcp.config import McpServerConfig
+    from llmchat.tools.mcp.connection import McpConnection
+
+    streams = {name: io.StringIO() for name in ("first", "second")}
+    servers = [
+        McpServerConfig(name=name, command=sys.executable, args=(str(SERVER),), env={"PID_DIR": str(pids)})
+        for name in streams
+    ]
+    with McpConnection(servers[0], stderr=streams["first"]) as first:
+        with McpConnection(servers[1], stderr=streams["second"]) as second:
+            for connection in (first, second, first, second):
+                assert connection.call("bad_note", {}, 30) == "noted"
+    for name, stream in streams.items():
+        assert (
+            stream.getvalue()
+            == f"llmchat: MCP server {name}: Failed to validate notification: notifications/progress\n"
+        )
