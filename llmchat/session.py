@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -196,8 +197,10 @@ class ChatSession(SessionChanges):
         return ThinkingTracker(splitter, budget=self.reasoning.budget, close_ids=self._close_ids)
 
     def close(self) -> None:
-        self.sink.close()
-        self.engine.close()
+        """The history, then the engine: the engine is freed even when the history fails to close."""
+        with ExitStack() as closing:  # run in reverse: the sink first
+            closing.callback(self.engine.close)
+            closing.callback(self.sink.close)
 
     def switch_model(self, name: str, say: Callable[[str], None]) -> None:
         """`/model NAME`: the same conversation on another model (llmchat.model_switch). The new

@@ -1,6 +1,7 @@
 """The client's roots and elicitation, against the real `@modelcontextprotocol/server-everything`
 over stdio (npm, installed once by the `npm_mcp_bin` fixture) and a small MCPServer of the test's own:
-- roots: `get-roots-list` lists the working directory and each `--root`, as file:// URIs;
+- roots: `get-roots-list` lists each `--root` and the server's own `roots`, as file:// URIs, and
+  never the working directory of its own accord (none given: none declared);
 - elicitation without a terminal: declined at once, with one notice, and the call returns the
   server's text for a decline;
 - elicitation on a terminal (a pty, under pexpect): the form's fields asked and answered, the
@@ -77,17 +78,52 @@ def test_the_client_declares_roots_and_elicitation_and_the_server_offers_their_t
         assert server.left_out == {}
 
 
-def test_get_roots_list_names_the_working_directory_and_each_root(everything, no_extra_roots, tmp_path, monkeypatch):
+def test_get_roots_list_names_each_root_given_and_never_the_working_directory_by_itself(
+    everything, no_extra_roots, tmp_path, monkeypatch
+):
     work, extra = tmp_path / "work", tmp_path / "extra folder"
     work.mkdir()
     extra.mkdir()
     monkeypatch.chdir(work)
-    use_roots([str(extra), str(work)])  # the working directory given again is listed once
+    with connected(everything, io.StringIO()) as server:  # no root given: none declared
+        assert "no roots are currently configured" in server.call("get-roots-list", {}, CALL_TIMEOUT_S)
+    use_roots([str(extra), str(work), str(extra)])  # the working directory only as a root given; each once
     with connected(everything, io.StringIO()) as server:
         text = server.call("get-roots-list", {}, CALL_TIMEOUT_S)
     assert "Current MCP Roots (2 total)" in text
-    assert f"1. work\n   URI: {work.resolve().as_uri()}" in text
-    assert f"2. extra folder\n   URI: {extra.resolve().as_uri()}" in text  # percent-encoded: extra%20folder
+    assert f"1. extra folder\n   URI: {extra.resolve().as_uri()}" in text  # percent-encoded: extra%20folder
+    assert f"2. work\n   URI: {work.resolve().as_uri()}" in text
+
+
+def test_a_servers_own_roots_come_after_the_command_lines_and_mcp_list_says_them(
+    cli, everything, tmp_path, isolated_home
+):
+    given, own = tmp_path / "given", tmp_path / "own"
+    given.mkdir()
+    own.mkdir()
+    home = isolated_home
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        f"[mcp.everything]\ncommand = {json.dumps(everything)}\nroots = [{json.dumps(str(own))}]\n", encoding="utf-8"
+    )
+    run = cli("mcp", "call", "everything", "get-roots-list", "--root", str(given))
+    assert run.returncode == 0, run.stderr
+    assert f"1. given\n   URI: {given.resolve().as_uri()}" in run.stdout
+    assert f"2. own\n   URI: {own.resolve().as_uri()}" in run.stdout
+    listed = cli("mcp", "list", "--mcp", "mcp-server-time")  # a server with no roots
+    lines = listed.stdout.splitlines()
+    assert listed.returncode == 0 and len(lines) == 2, listed.stderr
+    assert lines[0].startswith("everything  (stdio ") and lines[0].endswith(f"; roots: {own.resolve()}")
+    assert lines[1].startswith("time  (stdio mcp-server-time)  ok: 2 tools")
+    assert lines[1].endswith("; roots: none (it works where its own command line says)")
+    as_json = json.loads(cli("mcp", "list", "--json", "--root", str(given)).stdout)
+    assert as_json[0]["roots"] == [str(given.resolve()), str(own.resolve())]
+    (home / "config.toml").write_text(
+        f'[mcp.everything]\ncommand = {json.dumps(everything)}\nroots = ["{tmp_path / "gone"}"]\n', encoding="utf-8"
+    )
+    gone = cli("mcp", "call", "everything", "get-roots-list")
+    assert gone.returncode == 2 and gone.stdout == ""
+    assert gone.stderr == f"llmchat: error: MCP server everything: roots = {tmp_path / 'gone'}: no such folder\n"
 
 
 def test_a_root_that_is_not_a_folder_is_one_usage_error(cli, everything, tmp_path):
@@ -99,10 +135,10 @@ def test_a_root_that_is_not_a_folder_is_one_usage_error(cli, everything, tmp_pat
         assert run.stderr.splitlines() == [f"llmchat: error: --root {root}: {why}"]
 
 
-def test_mcp_call_lists_a_root_given_on_the_command_line(cli, everything, tmp_path):
+def test_mcp_call_lists_a_root_given_on_the_command_line_and_not_the_working_directory(cli, everything, tmp_path):
     run = cli("mcp", "call", "everything", "get-roots-list", "--mcp", everything, "--root", str(tmp_path))
     assert run.returncode == 0, run.stderr
-    assert f"URI: {tmp_path.resolve().as_uri()}" in run.stdout and f"URI: {Path.cwd().as_uri()}" in run.stdout
+    assert f"URI: {tmp_path.resolve().as_uri()}" in run.stdout and f"URI: {Path.cwd().as_uri()}" not in run.stdout
 
 
 # --- elicitation without a terminal -------------------------------------------------------------

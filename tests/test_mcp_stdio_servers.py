@@ -45,20 +45,26 @@ def test_git_reads_a_real_repository(cli, tmp_path):
     assert "+second" in diff.stdout
 
 
-def test_filesystem_reads_inside_its_folder_and_refuses_outside(cli, npm_mcp_bin, tmp_path):
-    allowed = tmp_path / "allowed"
-    allowed.mkdir()
-    (allowed / "hello.txt").write_text("hello from the filesystem server\n", encoding="utf-8")
-    spec = f"{npm_mcp_bin / 'mcp-server-filesystem'} {allowed}"
-    # The server works in the client's roots when the client declares them, in place of its own
-    # arguments (docs/mcp.md: roots): the folder is one of them too.
-    root = ("--root", str(allowed))
-    read = call(cli, spec, "filesystem", "read_text_file", {"path": str(allowed / "hello.txt")}, *root)
+def test_filesystem_reads_inside_its_folder_and_refuses_outside(cli, npm_mcp_bin, tmp_path, monkeypatch):
+    """Started as a new user would (`mcp-server-filesystem NOTES`, llmchat run from another
+    folder), the server works in its own folder: llmchat declares no roots it was not given, and
+    the server replaces its folders with the client's roots when there are any (docs/mcp.md: roots)."""
+    notes, work = tmp_path / "notes", tmp_path / "work"
+    notes.mkdir()
+    work.mkdir()
+    (notes / "hello.txt").write_text("hello from the filesystem server\n", encoding="utf-8")
+    (work / "secret.txt").write_text("not the server's\n", encoding="utf-8")
+    monkeypatch.chdir(work)
+    spec = f"{npm_mcp_bin / 'mcp-server-filesystem'} {notes}"
+    read = call(cli, spec, "filesystem", "read_text_file", {"path": str(notes / "hello.txt")})
     assert read.returncode == 0, read.stderr
     assert read.stdout.startswith("hello from the filesystem server")
-    outside = call(cli, spec, "filesystem", "read_text_file", {"path": str(tmp_path / "secret.txt")}, "--json", *root)
+    outside = call(cli, spec, "filesystem", "read_text_file", {"path": str(work / "secret.txt")}, "--json")
     assert outside.returncode == 1 and json.loads(outside.stdout)["is_error"] is True
-    assert "Access denied" in outside.stderr or "outside allowed" in outside.stderr
+    assert "Access denied" in outside.stderr and "not the server's" not in outside.stdout
+    # A --root is the user saying so: the server works there instead.
+    given = call(cli, spec, "filesystem", "read_text_file", {"path": str(work / "secret.txt")}, "--root", str(work))
+    assert given.returncode == 0 and given.stdout.startswith("not the server's"), given.stderr
 
 
 def test_a_server_that_cannot_start_is_exit_2_in_one_line(cli):

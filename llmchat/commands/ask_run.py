@@ -8,6 +8,7 @@ defaults are the declaration's; tests/test_quick_ask.py keeps them equal.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -152,6 +153,8 @@ def run(
         if result.error is not None:  # the policy every mode follows (llmchat.turn.policy)
             raise LlmchatError(result.error, exit_code=INVALID_REPLY_EXIT)
     finally:
-        session.close()
-        if toolset is not None:
-            toolset.close()
+        # Each is closed even when one closed before it fails (the MCP servers stop), the last opened first.
+        with ExitStack() as closing:
+            if toolset is not None:
+                closing.callback(toolset.close)
+            closing.callback(session.close)

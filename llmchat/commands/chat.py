@@ -1,5 +1,6 @@
 """`llmchat chat`: interactive on a terminal; with piped stdin, one message per line, one reply per turn."""
 
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
@@ -158,10 +159,12 @@ def chat(
             if exit_code:
                 raise typer.Exit(exit_code)
     finally:
-        session.close()
-        sources.close()
-        if toolset is not None:
-            toolset.close()
+        # Each is closed even when one closed before it fails (the MCP servers stop), the last opened first.
+        with ExitStack() as closing:
+            if toolset is not None:
+                closing.callback(toolset.close)
+            closing.callback(sources.close)
+            closing.callback(session.close)
 
 
 def run_scripted_chat(

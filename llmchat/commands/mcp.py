@@ -1,6 +1,6 @@
 """`llmchat mcp`: MCP servers without a model, for scripting and for debugging a server.
 
-    llmchat mcp list                          # every [mcp.NAME]: started, with its counts, or why not
+    llmchat mcp list                          # every [mcp.NAME]: started, its counts and roots, or why not
     llmchat mcp tools [SERVER]                # their tools and arguments
     llmchat mcp resources [SERVER]            # resources, and resource templates with their arguments
     llmchat mcp prompts [SERVER]              # prompts with their arguments
@@ -97,18 +97,24 @@ def list_command(
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Every configured server (and --mcp's), started in turn: its tools, resources and prompts
-    counted, or the one line saying why it failed. Exit 1 when one failed."""
+    counted and the roots it is told of (what it may reach), or the one line saying why it failed.
+    Exit 1 when one failed."""
     import json
 
     from llmchat.env import current_environment
     from llmchat.errors import LlmchatError
+    from llmchat.tools.mcp.roots import reach, server_roots
 
     env = current_environment()
     _use_roots(root)
     records = []
+    reaches = []  # what each may reach, in words
     for server in _servers(env, None, mcp):
         record: dict = {"name": server.name, "transport": server.transport, "target": server.target}
+        reaches.append("")
         try:
+            record["roots"] = [str(path) for path in server_roots(server)]  # a root that is no folder: failed
+            reaches[-1] = reach(server)
             with _connect(env, server) as connection:
                 record["tools"] = len(connection.tools)
                 record["resources"] = len(connection.list_resources()) + len(connection.list_resource_templates())
@@ -121,9 +127,10 @@ def list_command(
     if as_json:
         env.stdout.write(json.dumps(records, indent=2, ensure_ascii=False) + "\n")
     else:
-        for record in records:
+        for record, reaches_to in zip(records, reaches):
             if record["status"] == "ok":
                 state = f"ok: {record['tools']} tools, {record['resources']} resources, {record['prompts']} prompts"
+                state += f"; {reaches_to}"
             else:
                 state = f"failed: {record['error']}"
             env.write_out(f"{record['name']}  ({record['transport']} {record['target']})  {state}\n")

@@ -30,8 +30,8 @@ COUNT_MODEL_HELP = (
     "Default: the default model."
 )
 ROOT_HELP = (
-    "A folder MCP servers may work in, besides the working directory (repeatable): "
-    "the client's roots, which servers read with roots/list."
+    "A folder MCP servers may work in (repeatable): the client's roots, which servers read with roots/list, "
+    "with each server's own roots = [...]. None given: none declared (a server works where its command line says)."
 )
 
 

@@ -16,6 +16,11 @@ How the arguments reach the command:
 The command's stdout is the result. A non-zero exit status is an error for the model, with the
 last lines of stderr. It runs with a clean environment: PATH, HOME, LANG, LC_ALL, LC_CTYPE, TMPDIR
 and USER from llmchat's own, plus the tool's `env` table; nothing else (no API keys) leaks in.
+
+The command runs in a process group of its own, and the call ends that whole group
+(llmchat.tools.process_group) when the command exits, at its timeout, and on Ctrl-C, SIGTERM or
+any error while it runs: nothing it started in the background outlives the call, and a grandchild
+holding its pipes cannot keep llmchat waiting. A Ctrl-C ends the call (and the turn) at once.
 """
 
 from __future__ import annotations
@@ -23,19 +28,26 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
+import selectors
 import subprocess
-import threading
+import time
 from pathlib import Path
 from typing import IO, Any
 
 from llmchat.errors import ConfigError
+from llmchat.tools.process_group import end_group
 from llmchat.tools.spec import APPROVE_POLICIES, EMPTY_OBJECT_SCHEMA, ToolFailure, ToolSpec, ToolTimeout
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "USER")
 # Memory bound while reading a command's output; the model gets far less (the output cap).
 CAPTURE_LIMIT_BYTES = 1024 * 1024
+READ_CHUNK = 65536
+POLL_S = 0.02  # how often the command's exit is looked for where there is no pidfd
+# After the command exited and its group was ended: how long its pipes may stay open (held by a
+# process that left the group) before what was read is taken as all.
+DRAIN_LIMIT_S = 0.5
+REAP_LIMIT_S = 2.0
 _KEYS = ("command", "description", "parameters", "timeout", "approve", "env", "max_output")
 
 
@@ -145,74 +157,154 @@ def run_command(template: list[str], arguments: dict[str, Any], timeout_s: float
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=clean_environment(env),
-            start_new_session=True,  # its own process group: a timeout ends the children too
+            start_new_session=True,  # its own process group: it ends with everything it started
         )
     except OSError as err:
         raise ToolFailure(f"cannot start {argv[0]}: {err.strerror or err}") from None
-    stdout = _BoundedReader(process.stdout)
-    stderr = _BoundedReader(process.stderr)
-    # Written from a thread: a command that never reads stdin must not block us on a full pipe.
-    feeder = threading.Thread(
-        target=_feed, args=(process.stdin, json.dumps(arguments, ensure_ascii=False).encode() + b"\n"), daemon=True
-    )
-    feeder.start()
+    pipes = CommandPipes(process, json.dumps(arguments, ensure_ascii=False).encode() + b"\n")
+    finished = False
     try:
-        status = process.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill_group(process)
-        raise ToolTimeout(f"{argv[0]} did not finish within {timeout_s:g} s and was stopped") from None
+        status = pipes.serve_until_exit(time.monotonic() + timeout_s)
+        if status is None:
+            raise ToolTimeout(f"{argv[0]} did not finish within {timeout_s:g} s and was stopped")
+        finished = True
     finally:
-        # A background child that inherited the pipes may hold them open: wait a bounded time.
-        stdout.join(timeout_s)
-        stderr.join(timeout_s)
+        # Whatever ended the wait (the command's exit, its time limit, Ctrl-C, SIGTERM, an error),
+        # its whole group ends now: also what it left running in the background, which may hold
+        # the pipes open. Then what it wrote is read to the end of the pipes.
+        end_group(process.pid, process.poll)
+        _reap(process)
+        if finished:
+            pipes.drain(DRAIN_LIMIT_S)
+        pipes.close()
     if status != 0:
-        tail = stderr.text().strip().splitlines()[-5:]
+        tail = pipes.stderr.text().strip().splitlines()[-5:]
         detail = ("; stderr: " + " | ".join(tail)) if tail else ""
         reason = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
         raise ToolFailure(f"{argv[0]} {reason}{detail}")
-    return stdout.text()
+    return pipes.stdout.text()
 
 
-def _feed(pipe: IO[bytes] | None, data: bytes) -> None:
-    if pipe is None:
-        return
+def _reap(process: subprocess.Popen) -> None:
+    """Collect the command's exit (it was killed if it had not exited); bounded, in case it cannot die."""
     try:
-        with pipe:
-            pipe.write(data)
-    except (BrokenPipeError, OSError):
-        pass  # the command does not read stdin, or exited first: fine
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
+        process.wait(REAP_LIMIT_S)
+    except subprocess.TimeoutExpired:
         pass
-    process.wait()
 
 
-class _BoundedReader:
-    """Reads a pipe to its end in a thread, keeping the first CAPTURE_LIMIT_BYTES (a command that
-    floods its output cannot fill memory, and never blocks on a full pipe)."""
+class CommandPipes:
+    """The command's three pipes, served from the calling thread while it runs: the arguments
+    written to its stdin, its stdout and stderr read as they come (a command that floods them never
+    blocks on a full pipe). No thread waits on a pipe: a grandchild that holds one open cannot keep
+    the call (or a Ctrl-C) waiting. The command's exit is seen on a pidfd where the system has
+    them, else by polling every POLL_S."""
 
-    def __init__(self, pipe: IO[bytes] | None):
+    def __init__(self, process: subprocess.Popen, stdin_data: bytes):
+        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+        self.process = process
+        self.stdout = BoundedCapture()
+        self.stderr = BoundedCapture()
+        self._unsent = memoryview(stdin_data)
+        self._selector = selectors.DefaultSelector()
+        self._captures = {process.stdout.fileno(): self.stdout, process.stderr.fileno(): self.stderr}
+        self._files: dict[int, IO[bytes]] = {
+            process.stdin.fileno(): process.stdin,
+            process.stdout.fileno(): process.stdout,
+            process.stderr.fileno(): process.stderr,
+        }
+        os.set_blocking(process.stdin.fileno(), False)
+        self._selector.register(process.stdin.fileno(), selectors.EVENT_WRITE)
+        for fd in self._captures:
+            self._selector.register(fd, selectors.EVENT_READ)
+        self._exit_fd: int | None = None
+        try:
+            self._exit_fd = os.pidfd_open(process.pid)
+            self._selector.register(self._exit_fd, selectors.EVENT_READ)
+        except (AttributeError, OSError):  # not Linux 5.3+: poll
+            self._exit_fd = None
+
+    def serve_until_exit(self, deadline: float) -> int | None:
+        """Serve the pipes until the command exits: its status, or None at the deadline."""
+        while True:
+            status = self.process.poll()
+            if status is not None:
+                self._forget_exit_fd()
+                return status
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            self._serve(remaining if self._exit_fd is not None else min(remaining, POLL_S))
+
+    def drain(self, limit_s: float) -> None:
+        """Read what is left in stdout and stderr, to their end; at most `limit_s` (a process that
+        left the command's group may hold them open)."""
+        deadline = time.monotonic() + limit_s
+        while any(fd in self._captures for fd in self._open_fds()):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._serve(remaining)
+
+    def close(self) -> None:
+        self._forget_exit_fd()
+        for fd in list(self._open_fds()):
+            self._close(fd)
+        self._selector.close()
+
+    def _open_fds(self) -> list[int]:
+        return [key.fd for key in self._selector.get_map().values() if key.fd != self._exit_fd]
+
+    def _serve(self, timeout_s: float) -> None:
+        for key, _events in self._selector.select(timeout_s):
+            if key.fd == self._exit_fd:
+                continue  # the command exited: the caller's poll() sees it
+            if key.fd in self._captures:
+                data = os.read(key.fd, READ_CHUNK)
+                if data:
+                    self._captures[key.fd].add(data)
+                else:
+                    self._close(key.fd)
+            else:
+                self._write_stdin(key.fd)
+
+    def _write_stdin(self, fd: int) -> None:
+        try:
+            self._unsent = self._unsent[os.write(fd, self._unsent) :]
+        except BlockingIOError:
+            return
+        except OSError:  # the command does not read stdin, or exited first: fine
+            self._unsent = memoryview(b"")
+        if not self._unsent:
+            self._close(fd)  # the end of its stdin
+
+    def _close(self, fd: int) -> None:
+        self._selector.unregister(fd)
+        try:
+            self._files[fd].close()
+        except OSError:
+            pass
+
+    def _forget_exit_fd(self) -> None:
+        if self._exit_fd is not None:
+            self._selector.unregister(self._exit_fd)
+            os.close(self._exit_fd)
+            self._exit_fd = None
+
+
+class BoundedCapture:
+    """What one pipe gave, keeping the first CAPTURE_LIMIT_BYTES (a command that floods its output
+    cannot fill memory)."""
+
+    def __init__(self) -> None:
         self.kept = bytearray()
         self.total = 0
-        self._thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
-        self._thread.start()
 
-    def _read(self, pipe: IO[bytes] | None) -> None:
-        if pipe is None:
-            return
-        with pipe:
-            while chunk := pipe.read(65536):
-                self.total += len(chunk)
-                room = CAPTURE_LIMIT_BYTES - len(self.kept)
-                if room > 0:
-                    self.kept.extend(chunk[:room])
-
-    def join(self, timeout_s: float) -> None:
-        self._thread.join(timeout_s)
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = CAPTURE_LIMIT_BYTES - len(self.kept)
+        if room > 0:
+            self.kept.extend(chunk[:room])
 
     def text(self) -> str:
         text = self.kept.decode("utf-8", errors="replace")

@@ -8,18 +8,24 @@ so CI cannot pass without having run them.
 
 Waiting for a server is a bounded loop (a fixed number of polls of `/health`, each with a short
 timeout), and it stops at once if the process exits; its log is then part of the failure message.
+
+Every server runs in a process group of its own, tied to the test session (tests/servers/tether.py):
+`stop()` ends the whole group, and when the session ends without stopping it (a Ctrl-C that skips
+the fixtures' teardown, a killed pytest) the tether's watchdog ends it.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,22 +95,42 @@ class ServerProcess:
             return ""
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        """SIGTERM to the server's whole group, SIGKILL after STOP_GRACE_S; then the tether lets go."""
+        stop_group(self.process)
+
+
+STOP_GRACE_S = 30
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    """End a tethered process's group: SIGTERM, up to STOP_GRACE_S for the server, then SIGKILL to
+    the group (also to what the server started, which its own exit would leave behind)."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+    if process.stdin is not None:
+        process.stdin.close()  # the tether's end: its watchdog (killed above, or about to be) lets go
+
+
+def start_tethered(argv: list[str], **popen: Any) -> subprocess.Popen:
+    """Popen(argv) in a process group of its own, tied to this process by tests/servers/tether.py:
+    the group ends when this process does, even killed. Its stdin is the tether (not for the program)."""
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "tether.py"), *argv], stdin=subprocess.PIPE, start_new_session=True, **popen
+    )
 
 
 def _start(name: str, argv: list[str], port: int, log_dir: Path, env: dict | None = None) -> ServerProcess:
     log = log_dir / f"{name}-{port}.log"
-    handle = open(log, "wb")
-    process = subprocess.Popen(
-        argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(os.environ) | (env or {})
-    )
-    handle.close()
+    with open(log, "wb") as handle:
+        process = start_tethered(argv, stdout=handle, stderr=subprocess.STDOUT, env=dict(os.environ) | (env or {}))
     return ServerProcess(name, process, port, log)
 
 

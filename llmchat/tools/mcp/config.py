@@ -6,6 +6,7 @@
     env = { TZ = "UTC" }            # added to the SDK's safe default environment
     approve = "always"              # default "ask"
     timeout = 30                    # seconds for one call (and for the start)
+    roots = ["~/notes"]             # the folders declared to it as the client's roots (with --root's)
 
     [mcp.everything]                # Streamable HTTP: a server that is already running
     url = "http://127.0.0.1:3001/mcp"
@@ -15,6 +16,9 @@
 
 A url server without a token of its own that asks for one (401) is logged in to with OAuth:
 `llmchat mcp login NAME` (llmchat.tools.mcp.oauth).
+
+`roots` (and `--root DIR`) are the only roots a server is told of (llmchat.tools.mcp.roots): with
+none, it is told of none, and works where its own command line says.
 
 `--mcp "COMMAND ARGS"` starts a server over stdio (named after its program: `mcp-server-time` ->
 `time`); `--mcp URL` connects over Streamable HTTP (named after the host, or `NAME=URL`).
@@ -35,7 +39,7 @@ from llmchat.tools.spec import APPROVE_POLICIES
 
 Transport = Literal["stdio", "http", "sse"]
 TRANSPORTS: tuple[str, ...] = ("stdio", "http", "sse")
-_KEYS = ("command", "args", "env", "url", "headers", "bearer_token_env", "transport", "approve", "timeout")
+_KEYS = ("command", "args", "env", "url", "headers", "bearer_token_env", "transport", "approve", "timeout", "roots")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _URL = re.compile(r"^https?://", re.IGNORECASE)
 
@@ -56,6 +60,7 @@ class McpServerConfig:
     approve: str = "ask"
     timeout_s: float | None = None
     source: str = ""
+    roots: tuple[str, ...] = ()  # the config's roots = [...], as written (checked as folders when it starts)
 
     @property
     def target(self) -> str:
@@ -112,6 +117,7 @@ def server_from_config(name: str, settings: Any, config_path: Path | str) -> Mcp
         "approve": approve,
         "timeout_s": float(timeout) if timeout is not None else None,
         "source": f"config:mcp.{name}",
+        "roots": _roots(where, settings.get("roots", [])),
     }
     if url is not None:
         return McpServerConfig(**common, **_remote_settings(where, url, settings))
@@ -128,6 +134,16 @@ def server_from_config(name: str, settings: Any, config_path: Path | str) -> Mcp
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise ConfigError(f"{where}: args must be a list of strings")
     return McpServerConfig(**common, command=command, args=tuple(args), env=_strings(where, "env", settings))
+
+
+def _roots(where: str, roots: Any) -> tuple[str, ...]:
+    """`roots = ["~/notes", "/srv/data"]`: absolute folders (or under ~), as written."""
+    if not isinstance(roots, list) or not all(isinstance(root, str) and root for root in roots):
+        raise ConfigError(f'{where}: roots must be a list of folders, e.g. roots = ["~/notes"]')
+    for root in roots:
+        if not Path(root).expanduser().is_absolute():
+            raise ConfigError(f"{where}: roots: {root} is not an absolute folder (start it with / or ~)")
+    return tuple(roots)
 
 
 def _remote_settings(where: str, url: Any, settings: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,8 +6,8 @@ blocking portal) so the rest of llmchat calls it like a function. Every request 
 McpServerDown (a UsageError) when the server cannot start, a ToolFailure (text for the model) when a tool call
 fails, an McpFailure for a resource or prompt request.
 
-The client declares roots (llmchat.tools.mcp.roots: the working directory and each --root) and
-elicitation (llmchat.tools.mcp.elicitation: asked on the terminal, declined at once without one).
+The client declares roots (llmchat.tools.mcp.roots: the --root folders and the server's own, if
+any) and elicitation (llmchat.tools.mcp.elicitation: asked on the terminal, declined at once without one).
 A question is asked on the thread that waits for the call (llmchat.tools.mcp.desk), and the call's
 time limit stops while it is open; so is sampling, where the run has a model (llmchat.tools.mcp.sampling).
 Ctrl-C during a call cancels that request (the SDK sends `notifications/cancelled`) before the
@@ -17,8 +17,8 @@ KeyboardInterrupt goes on to end the turn. Tools with `taskSupport` run as tasks
 from __future__ import annotations
 
 import concurrent.futures
-import logging
 import math
+import signal
 import sys
 import tempfile
 import time
@@ -29,6 +29,7 @@ from typing import IO, Any, TypeVar
 
 from llmchat.errors import UsageError
 from llmchat.output import notice
+from llmchat.tools.mcp import failures, sdk_logs
 from llmchat.tools.mcp.catalog import (
     PromptInfo,
     PromptMessageText,
@@ -46,6 +47,7 @@ from llmchat.tools.mcp.progress import ProgressLine
 from llmchat.tools.mcp.results import HandledResult, block_text, decoded, handle_result, media_folder
 from llmchat.tools.mcp.sampling import person_callbacks
 from llmchat.tools.mcp.tasks import call_as_task, left_out_reason, runs_as_task
+from llmchat.tools.process_group import signal_group
 from llmchat.tools.spec import DEFAULT_TIMEOUT_S, EMPTY_OBJECT_SCHEMA, ToolFailure, ToolSpec
 
 INSTALL_HINT = "MCP servers need the mcp package: pip install 'llmchat[mcp]'"
@@ -61,15 +63,6 @@ def require_mcp() -> None:
         import mcp  # noqa: F401
     except ImportError:
         raise UsageError(INSTALL_HINT) from None
-
-
-def _quiet_sdk_logs() -> None:
-    """The SDK logs a traceback for a malformed message; llmchat says it in one line instead."""
-    for name in ("mcp", "mcp_types", "httpx2"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(handler, logging.NullHandler) for handler in logger.handlers):
-            logger.addHandler(logging.NullHandler())
-        logger.propagate = False
 
 
 class McpConnection:
@@ -113,6 +106,7 @@ class McpConnection:
         self._task_tools: set[str] = set()  # the tools called as tasks
         self._http_status: int | None = None  # the last HTTP error status the server answered with
         self._desk = PersonDesk()  # elicitation's questions, asked on the thread that waits for a call
+        self._server_pid: int | None = None  # a stdio server's, its process group's id
 
     def __enter__(self) -> McpConnection:
         self.open()
@@ -135,21 +129,22 @@ class McpConnection:
         from mcp_types import Implementation
 
         from llmchat import __version__
-        from llmchat.tools.mcp.roots import answer_list_roots
+        from llmchat.tools.mcp.roots import list_roots_callback
         from llmchat.tools.mcp.transports import client_transport
 
-        _quiet_sdk_logs()
         self._errlog = self._stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace"))
         self._portal = self._stack.enter_context(start_blocking_portal())
+        self._stack.enter_context(sdk_logs.told_as(self.label, self.stderr, self._portal))
         try:
+            roots = list_roots_callback(self.server)  # a config root that is not a folder: exit 2
             for pause in (*CONNECT_RETRY_PAUSES_S, None):
                 # read_timeout_seconds bounds the handshake (a server that never answers) and each request.
                 client = Client(
-                    client_transport(self.server, self._errlog, self._heard_http_error),
+                    client_transport(self.server, self._errlog, self._heard_http_error, self._heard_pid),
                     read_timeout_seconds=self.startup_timeout_s,
                     message_handler=self._on_message,
                     client_info=Implementation(name="llmchat", version=__version__),
-                    list_roots_callback=answer_list_roots,
+                    list_roots_callback=roots,
                     **person_callbacks(self.label, self.server, self._desk, self.stderr),
                 )
                 try:
@@ -466,6 +461,9 @@ class McpConnection:
     def _heard_http_error(self, status: int) -> None:
         self._http_status = status
 
+    def _heard_pid(self, pid: int) -> None:
+        self._server_pid = pid
+
     def _failure(self, err: BaseException) -> str:
         message = describe(err)
         if self._http_status is not None:
@@ -474,19 +472,8 @@ class McpConnection:
             self._http_status = None
         if answered(err):  # the server answered with an error: its stderr adds nothing
             return message
-        last = self._stderr_tail()
+        last = failures.last_line(self._errlog)
         return f"{message}; its stderr ends: {last}" if last else message
-
-    def _stderr_tail(self) -> str:
-        if self._errlog is None or self._errlog.closed:
-            return ""
-        try:
-            self._errlog.flush()
-            self._errlog.seek(0)
-            lines = [line.strip() for line in self._errlog.read().splitlines() if line.strip()]
-        except (OSError, ValueError):
-            return ""
-        return lines[-1][:300] if lines else ""
 
     def close(self) -> None:
         self._client = None
@@ -494,6 +481,7 @@ class McpConnection:
             self._watcher.cancel()  # before the stream's own exit, which it would otherwise wait on
             self._watcher = None
         try:
-            self._stack.close()
+            self._stack.close()  # a stdio server is ended whole there (llmchat.tools.mcp.stdio)
         except BaseException:  # a server that already died may fail its own shutdown; it is gone either way
-            pass
+            if self._server_pid is not None:  # or its end was cut short (a second Ctrl-C): no grace left
+                signal_group(self._server_pid, signal.SIGKILL)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import IO
+
 from llmchat.errors import LlmchatError, UsageError
 
 
@@ -67,3 +69,16 @@ def describe(err: BaseException) -> str:
     if type(err).__name__ == "ConnectError":
         return f"no connection ({first or 'refused'})"
     return f"{type(err).__name__}: {first}" if first else type(err).__name__
+
+
+def last_line(errlog: IO[str] | None) -> str:
+    """The last line a server wrote on its stderr (the file it goes to), at most 300 characters."""
+    if errlog is None or errlog.closed:
+        return ""
+    try:
+        errlog.flush()
+        errlog.seek(0)
+        lines = [line.strip() for line in errlog.read().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return ""
+    return lines[-1][:300] if lines else ""

@@ -111,9 +111,9 @@ def login(server: McpServerConfig, stderr: IO[str], *, open_browser: bool, timeo
         )
     import anyio
 
-    from llmchat.tools.mcp.connection import _quiet_sdk_logs
+    from llmchat.tools.mcp import sdk_logs
 
-    _quiet_sdk_logs()  # the SDK logs a failed flow with its traceback; the failure is one line here
+    sdk_logs.install()  # the SDK logs a failed flow with its traceback; the failure is one line here
     listener = LoopbackListener()
     storage = LoginStorage(server, persist=False)
 

@@ -1,4 +1,5 @@
-"""The SDK transport for one server: stdio (a child process), Streamable HTTP, or HTTP+SSE.
+"""The transport for one server: stdio (a child process: llmchat.tools.mcp.stdio), or the SDK's
+Streamable HTTP or HTTP+SSE.
 
 HTTP connects within CONNECT_TIMEOUT_S (as the remote engines' --connect-timeout default) and
 waits at most STREAM_READ_TIMEOUT_S between two chunks of a response stream; each request is also
@@ -21,15 +22,19 @@ STREAM_READ_TIMEOUT_S = 300.0
 USER_AGENT = "llmchat-mcp"
 
 
-def client_transport(server: McpServerConfig, errlog: TextIO, on_http_error: Callable[[int], None]) -> Any:
+def client_transport(
+    server: McpServerConfig,
+    errlog: TextIO,
+    on_http_error: Callable[[int], None],
+    on_started: Callable[[int], None],
+) -> Any:
     """An async context manager that yields the (read, write) streams the SDK's Client drives.
-    on_http_error(status) hears each HTTP error status (the SDK's own message does not name it)."""
+    on_http_error(status) hears each HTTP error status (the SDK's own message does not name it);
+    on_started(pid) hears a stdio server's pid (llmchat.tools.mcp.stdio, which starts and ends it)."""
     if server.transport == "stdio":
-        from mcp import StdioServerParameters
-        from mcp.client.stdio import stdio_client
+        from llmchat.tools.mcp.stdio import stdio_server
 
-        params = StdioServerParameters(command=server.command, args=list(server.args), env=server.env)
-        return stdio_client(params, errlog=errlog)
+        return stdio_server(server, errlog, on_started)
     headers = {"User-Agent": USER_AGENT, **server.http_headers()}
     auth = run_auth(server)  # an OAuth login `llmchat mcp login` stored, or None
     if server.transport == "sse":
