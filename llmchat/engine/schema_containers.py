@@ -138,7 +138,9 @@ def object_rule(c: RuleBook, node: dict[str, Any], where: str, name: str) -> str
     patterns: dict[str, Any] = node.get("patternProperties", {})
     names_schema = node.get("propertyNames", True)
     absent: list[str] = node.get("x-absent", [])
-    narrowed = bool(props or patterns) and "additionalProperties" not in node
+    # An object that declares its properties, even none (a tool without parameters: `{}` only),
+    # takes no other key unless additionalProperties says so.
+    narrowed = ("properties" in node or "patternProperties" in node) and "additionalProperties" not in node
     extra = False if narrowed else node.get("additionalProperties", True)
     named = list(props) + [r for r in required if r not in props]
     named += [a for a in absent if a not in named]
