@@ -72,6 +72,8 @@ def chat(
 ) -> None:
     """Chat: interactive on a terminal; with piped stdin, one message per line and one reply per turn."""
     from llmchat.attachments import STDIN, collect
+    from llmchat.before_load import context_ahead
+    from llmchat.bounded_input import text_bound
     from llmchat.commands.turns import check_overflow, continue_conversation
     from llmchat.loading import start_session
     from llmchat.mcp_sources import McpSources, terminal_asker
@@ -97,7 +99,9 @@ def chat(
     sources = McpSources(env.config, mcp or (), stderr=env.stderr, shared=toolset, saved_conversation=saved)
     with tool_options.closed_on_failure(toolset):  # MCP servers stop if the model cannot load
         with sources:  # read before the model loads, its own servers stopped (a later /file mcp:... starts one again)
-            attachments = tuple(collect(files or (), resources=sources.resource_bytes))  # a binary file: exit 2 now
+            # A binary file, or one bigger than the context it will open can hold: exit 2 now.
+            bound = text_bound(context_ahead(opts, config))
+            attachments = tuple(collect(files or (), resources=sources.resource_bytes, bound=bound))
             from llmchat.media.use import check_before_loading
 
             check_before_loading(opts, config, attachments)  # an image and no projector: exit 2 now
@@ -157,8 +161,9 @@ def run_scripted_chat(
     """One user message per stdin line; each reply on stdout (or one JSON record per turn, with
     the turn number as its id). `attachments` (-f) and `opening` (an MCP prompt's text, -p
     mcp:SERVER/NAME) go with the first message."""
+    from llmchat.bounded_input import read_line, text_bound
     from llmchat.commands.turns import run_turn
-    from llmchat.errors import ContextOverflowError
+    from llmchat.errors import ContextOverflowError, ExitCode
     from llmchat.mcp_sources import joined
     from llmchat.output import StreamPrinter, notice, write_json
     from llmchat.turn.policy import INVALID_REPLY_EXIT, invalid_reply_line
@@ -166,9 +171,13 @@ def run_scripted_chat(
 
     exit_code = 0
     turn_number = 0
+    line_number = 0
     # Bytes, decoded line by line: one undecodable line is reported like any bad message, and
-    # never reaches the tokenizer as surrogates (text-mode stdin would pass them through).
-    for raw in env.stdin.buffer:
+    # never reaches the tokenizer as surrogates (text-mode stdin would pass them through). A line
+    # longer than the context could hold ends the chat (exit 4): the rest of it is not read.
+    bound = text_bound(session.engine.n_ctx)
+    while raw := read_line(env.stdin.buffer, f"line {line_number + 1} of stdin", bound, exit_code=ExitCode.CONTEXT):
+        line_number += 1
         message, bad_input = _decode_line(raw.rstrip(b"\r\n"))
         if not bad_input and not message.strip():
             continue
