@@ -397,15 +397,17 @@ def test_an_image_path_dropped_into_the_chat_prompt_attaches_it(
     session = _session(smollm2_path, puppet_projector)
     try:
         # A path alone (an absolute one, as a terminal drops it: not a command) waits for the
-        # message; a quoted path inside a message goes with it, as typed; a text file's path stays text.
+        # message; a quoted path inside a message is only named, the message sent as typed (it
+        # may only talk about the file); a text file's path stays text.
         keys = [str(rgb_png), "What colours are these?", 'Is "rgb.png" like "notes.txt"?']
         _type_into_chat(session, keys)
         out, err = capsys.readouterr()
         assert "rgb.png: 4 tokens" in err, err
+        assert "not attached: rgb.png (/image rgb.png attaches it to your next message)\n" in err
         first, second = session.conversation.messages[0], session.conversation.messages[2]
         assert first["content"].startswith("<__media__ ") and first["content"].endswith("What colours are these?")
-        assert second["content"].startswith("<__media__ ") and second["content"].endswith('like "notes.txt"?')
-        assert "<file" not in second["content"] and len(session.conversation.messages) == 4
+        assert second["content"] == 'Is "rgb.png" like "notes.txt"?' and not second.get("attachments")
+        assert len(session.conversation.messages) == 4
     finally:
         session.close()
 

@@ -8,6 +8,7 @@ checked by searching the bytes of every file under llmchat's folder for a marker
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -126,7 +127,7 @@ def chat_on_a_terminal(home: Path, lines: list[str], *args: str, umask: int = 0o
             child.expect_exact("> ")
             child.send(line + ENTER)
             if not line.startswith("/"):
-                child.expect(r"prompt \d+ \(\d+ cached\)")
+                child.expect(r"prompt \d+ \([^)]*cached\)")  # "(4 image/audio, 65 cached)" too
             seen.append(child.before)
         child.expect_exact("> ")
         seen.append(child.before)
@@ -379,6 +380,28 @@ def test_forget_typed_lines_drops_only_the_conversation_entries(tmp_path):
     text = path.read_text()
     assert "secret" not in text and "+keep this\n" in text and "+/help\n" in text
     assert mode(path) == 0o600
+
+
+@pytest.mark.tty
+@pytest.mark.model
+def test_an_image_path_inside_a_message_is_named_not_sent(tmp_path, puppet_projector):
+    """A new user asking about a file's name must not send the file: only a message that is the
+    path alone (a file dropped on the terminal) attaches it."""
+    from tests.media_fixtures import quadrants
+
+    home = tmp_path / "home"
+    card = tmp_path / "scans" / "id-card.png"
+    card.parent.mkdir()
+    card.write_bytes(quadrants("red", "green", "blue", "red"))
+    question = f"What does the file name '{card}' tell you about naming conventions?"
+
+    shown = chat_on_a_terminal(home, [question, str(card), "What colours?"], "--mmproj", str(puppet_projector))
+
+    assert f"not attached: {card} (/image {card} attaches it to your next message)\n" in shown
+    stored = json.loads(run_llmchat(home, "history", "show", "last", "--json").stdout)["messages"]
+    asked, dropped = stored[0], stored[2]
+    assert asked["content"] == question and not asked.get("attachments")
+    assert [a["path"] for a in dropped["attachments"]] == [str(card)] and dropped["typed"] == "What colours?"
 
 
 # --------------------------------------------------------------------------- incognito

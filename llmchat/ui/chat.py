@@ -19,6 +19,7 @@ from llmchat import interrupts
 from llmchat.attachments import compose
 from llmchat.errors import ContextOverflowError, HistoryError, LlmchatError
 from llmchat.output import StreamPrinter, is_tty, notice
+from llmchat.safe_text import terminal_safe
 from llmchat.ui.completer import SlashCompleter
 from llmchat.ui.context import Action, CommandContext
 from llmchat.ui.markdown import MarkdownPrinter
@@ -273,23 +274,21 @@ class ChatUI:
             pending = self.run_turn(text)
 
     def _attach_pasted(self, text: str) -> str | None:
-        """Attach the image and audio files whose paths the message holds (llmchat.ui.pasted_paths),
-        as /file does. None: send the message now. Else the text to leave at the prompt: nothing
-        after a message that was only a path, the message itself when a file could not be attached
-        (said above it), so that nothing goes without what it names."""
+        """A message that is only the path of an image or audio file (a file dropped on the
+        terminal: llmchat.ui.pasted_paths) attaches it to the next message, as /image does, and
+        leaves nothing at the prompt (""). Paths of such files inside a longer message are not
+        attached, only named with how to attach them; the message is sent as typed (None)."""
         from llmchat.ui.file_commands import cmd_file
         from llmchat.ui.pasted_paths import pasted_media
 
         paths, whole = pasted_media(text)
-        if is_command(text) and not whole:
-            return None  # a command that names a file (/file photo.png) is the command's
-        for path in paths:
-            cmd_file(self.context, path)
         if whole:
+            cmd_file(self.context, paths[0])
             return ""
-        if all(any(a.path == path for a in self.context.attachments) for path in paths):
-            return None
-        return text
+        if paths and not is_command(text):  # a command that names a file (/file photo.png) is the command's
+            how = f"/image {paths[0]} attaches it" if len(paths) == 1 else "/image PATH attaches each"
+            self.info(terminal_safe(f"not attached: {', '.join(paths)} ({how} to your next message)"))
+        return None
 
 
 def run_interactive(
