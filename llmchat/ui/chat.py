@@ -13,7 +13,7 @@ On a terminal the reply is rendered as Markdown while it streams, unless `--rend
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Callable, TextIO
 
 from llmchat import interrupts
 from llmchat.attachments import compose
@@ -75,6 +75,7 @@ class ChatUI:
         self.context = CommandContext(session=session, out=self.console, error=self.error, info=self.info, mcp=mcp)
         self.context.attachments.extend(attachments)  # chat -f: pending for the first message
         self.opening = opening  # chat -p mcp:SERVER/NAME: the prompt's text, at the prompt to edit and send
+        self._tie_typed_lines: Callable[[], None] = lambda: None  # the input history's, once the prompt is built
 
     # --- output -----------------------------------------------------------------------------
     def error(self, message: str) -> None:
@@ -127,9 +128,12 @@ class ChatUI:
             from prompt_toolkit.output import create_output
 
             output = create_output(stdout=self.stderr)
+        history, self._tie_typed_lines = input_history(
+            self.error, self.persist_input, owner=lambda: self.session.conversation_id
+        )
         prompt: PromptSession[str] = PromptSession(
             output=output,
-            history=input_history(self.error, self.persist_input),
+            history=history,
             completer=self.completer,
             complete_while_typing=True,
             complete_in_thread=True,  # a slow look-up (the history, a server's listing) never stops typing
@@ -219,7 +223,15 @@ class ChatUI:
                 self.info(count_line(attachment, tokens, self.session.engine.n_ctx))
         self._prompt = self.build_prompt()
         pending = self.opening  # text put back into the prompt (a message that did not fit)
+        try:
+            self._prompt_loop(pending)
+        finally:
+            self._tie_typed_lines()  # the chat's first lines, to the conversation they began
+
+    def _prompt_loop(self, pending: str) -> None:
+        assert self._prompt is not None
         while True:
+            self._tie_typed_lines()  # once the first reply made the conversation (llmchat.typed_lines)
             self.guard.reset()
             self.completer.new_prompt()
             # A Ctrl-C deferred past the end of what it meant to stop (a reply's last frame) has
