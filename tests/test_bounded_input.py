@@ -177,3 +177,18 @@ def test_the_reader_takes_no_more_than_its_bound(tmp_path):
 
     assert collect([str(png)], bound=text_bound(15))[0].media == "image"
     assert text_bound(15).size < 4016 < MEDIA_MAX_BYTES
+
+
+def test_a_piped_chat_line_longer_than_the_context_could_hold_ends_the_chat(cli, smollm2_path):
+    """`chat` reads its stdin a line at a time, and a line no further than the context could hold:
+    a stream without a newline is not read to its end to find one."""
+    limit = text_bound(2048).size
+    piped = b"Say hi.\n" + b"x" * (limit + 4096)  # no newline after it
+    result = cli("chat", "-m", str(smollm2_path), "--ctx", "2048", "-n", "4", "--no-history", input=piped)
+    assert result.returncode == 4, result.stderr
+    assert result.stdout.strip()  # the first line was answered
+    assert result.stderr.endswith(
+        f"llmchat: error: line 2 of stdin is longer than {limit:,} bytes, more than a 2,048-token context can hold; "
+        "split it\n"
+    )
+    assert "Traceback" not in result.stderr
