@@ -172,7 +172,7 @@ def read_stream(
     data = _within(stream, bound.size)
     if data is None:
         raise TooLong(
-            f"{shown} holds more than {bound.size:,} bytes, more than {bound.holds}; "
+            f"{shown} cannot fit: it holds more than {bound.size:,} bytes, more than {bound.holds}; "
             + (advice or "pipe a part of it (e.g. through head -c)"),
             exit_code=exit_code,
         )
@@ -181,14 +181,23 @@ def read_stream(
 
 def read_line(stream: BinaryIO, shown: str, bound: Bound, *, exit_code: ExitCode = ExitCode.USAGE) -> bytes:
     """One line of a stream, its newline included (b"" at the end), or TooLong once a line holds
-    more than `bound`: a stream with no newline (`/dev/zero`) is not read to its end to find one."""
+    more than `bound`: a stream with no newline (`/dev/zero`) is not read to its end to find one.
+    After TooLong the rest of that line is still in the stream (`skip_line`)."""
     line = stream.readline(bound.size + 1)
     if len(line) > bound.size and not line.endswith(b"\n"):
         raise TooLong(
-            f"{shown} is longer than {bound.size:,} bytes, more than {bound.holds}; split it",
+            f"{shown} cannot fit: it is longer than {bound.size:,} bytes, more than {bound.holds}; split it",
             exit_code=exit_code,
         )
     return line
+
+
+def skip_line(stream: BinaryIO) -> None:
+    """Read past the rest of a line, a chunk at a time: what it holds is dropped as it comes."""
+    while True:
+        chunk = stream.readline(_CHUNK)
+        if not chunk or chunk.endswith(b"\n"):
+            return
 
 
 def _within(stream: BinaryIO, limit: int) -> bytes | None:

@@ -92,8 +92,8 @@ def test_a_flood_on_stdin_is_read_no_further_than_the_context_could_hold(isolate
     assert code == 4, stderr[-2000:]  # the prompt cannot fit the context
     limit = text_bound(2048).size
     assert _one_line(stderr) == (
-        f"llmchat: error: stdin holds more than {limit:,} bytes, more than a 2,048-token context can hold; "
-        "pipe a part of it (e.g. through head -c)\n"
+        f"llmchat: error: stdin cannot fit: it holds more than {limit:,} bytes, more than a 2,048-token context "
+        "can hold; pipe a part of it (e.g. through head -c)\n"
     )
     assert peak < SMALL_PEAK_MIB
 
@@ -102,7 +102,7 @@ def test_a_batch_input_line_without_end_is_refused_before_the_model(isolated_hom
     code, stderr, peak = _llmchat_capped("batch", "-", *MISSING_MODEL, "--ctx", "2048", feed_zeros=300 << 20)
     assert code == 4, stderr[-2000:]
     assert _one_line(stderr).startswith(
-        f"llmchat: error: line 1 of stdin is longer than {text_bound(2048).size:,} bytes"
+        f"llmchat: error: line 1 of stdin cannot fit: it is longer than {text_bound(2048).size:,} bytes"
     )
     assert peak < SMALL_PEAK_MIB
 
@@ -179,16 +179,17 @@ def test_the_reader_takes_no_more_than_its_bound(tmp_path):
     assert text_bound(15).size < 4016 < MEDIA_MAX_BYTES
 
 
-def test_a_piped_chat_line_longer_than_the_context_could_hold_ends_the_chat(cli, smollm2_path):
+def test_a_piped_chat_line_longer_than_the_context_could_hold_is_never_held(cli, smollm2_path):
     """`chat` reads its stdin a line at a time, and a line no further than the context could hold:
-    a stream without a newline is not read to its end to find one."""
+    a longer one is reported as its turn (exit 4 at the end) and read past, and the chat goes on."""
     limit = text_bound(2048).size
-    piped = b"Say hi.\n" + b"x" * (limit + 4096)  # no newline after it
-    result = cli("chat", "-m", str(smollm2_path), "--ctx", "2048", "-n", "4", "--no-history", input=piped)
+    piped = b"Say hi.\n" + b"x" * (3 * limit) + b"\nSay bye.\n"
+    result = cli("chat", "-m", str(smollm2_path), "--ctx", "2048", "-n", "4", "--no-history", "--json", input=piped)
     assert result.returncode == 4, result.stderr
-    assert result.stdout.strip()  # the first line was answered
-    assert result.stderr.endswith(
-        f"llmchat: error: line 2 of stdin is longer than {limit:,} bytes, more than a 2,048-token context can hold; "
-        "split it\n"
+    turns = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [bool(turn["reply"]) for turn in turns] == [True, False, True]
+    assert turns[1]["error"] == (
+        f"line 2 of stdin cannot fit: it is longer than {limit:,} bytes, more than a 2,048-token context can hold; "
+        "split it"
     )
     assert "Traceback" not in result.stderr

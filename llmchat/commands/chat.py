@@ -20,6 +20,10 @@ from llmchat.errors import UsageError
 from llmchat.options import RunOptions
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import BinaryIO
+
+    from llmchat.bounded_input import Bound
     from llmchat.session import ChatSession
     from llmchat.store.attachment_records import Attachment
 
@@ -161,9 +165,9 @@ def run_scripted_chat(
     """One user message per stdin line; each reply on stdout (or one JSON record per turn, with
     the turn number as its id). `attachments` (-f) and `opening` (an MCP prompt's text, -p
     mcp:SERVER/NAME) go with the first message."""
-    from llmchat.bounded_input import read_line, text_bound
+    from llmchat.bounded_input import text_bound
     from llmchat.commands.turns import run_turn
-    from llmchat.errors import ContextOverflowError, ExitCode
+    from llmchat.errors import ContextOverflowError
     from llmchat.mcp_sources import joined
     from llmchat.output import StreamPrinter, notice, write_json
     from llmchat.turn.policy import INVALID_REPLY_EXIT, invalid_reply_line
@@ -171,15 +175,12 @@ def run_scripted_chat(
 
     exit_code = 0
     turn_number = 0
-    line_number = 0
     # Bytes, decoded line by line: one undecodable line is reported like any bad message, and
-    # never reaches the tokenizer as surrogates (text-mode stdin would pass them through). A line
-    # longer than the context could hold ends the chat (exit 4): the rest of it is not read.
-    bound = text_bound(session.engine.n_ctx)
-    while raw := read_line(env.stdin.buffer, f"line {line_number + 1} of stdin", bound, exit_code=ExitCode.CONTEXT):
-        line_number += 1
+    # never reaches the tokenizer as surrogates (text-mode stdin would pass them through); a line
+    # longer than the context could hold is reported without being held.
+    for raw, too_long in _piped_lines(env.stdin.buffer, text_bound(session.engine.n_ctx)):
         message, bad_input = _decode_line(raw.rstrip(b"\r\n"))
-        if not bad_input and not message.strip():
+        if not bad_input and not too_long and not message.strip():
             continue
         turn_number += 1
         printer = StreamPrinter(
@@ -193,6 +194,8 @@ def run_scripted_chat(
             err_isatty=env.stderr_isatty,
         )
         try:
+            if too_long:
+                raise ContextOverflowError(too_long)
             if bad_input:
                 raise UsageError(bad_input)
             result = run_turn(session, joined(opening, message), printer, attachments)
@@ -216,6 +219,25 @@ def run_scripted_chat(
         if result.interrupted:
             raise KeyboardInterrupt
     return exit_code
+
+
+def _piped_lines(stream: "BinaryIO", bound: "Bound") -> "Iterator[tuple[bytes, str | None]]":
+    """stdin's lines, each read no further than `bound`: one longer is (b"", why it cannot fit),
+    the rest of it read past a chunk at a time and dropped (llmchat.bounded_input)."""
+    from llmchat.bounded_input import TooLong, read_line, skip_line
+
+    number = 0
+    while True:
+        number += 1
+        try:
+            raw = read_line(stream, f"line {number} of stdin", bound)
+        except TooLong as err:
+            skip_line(stream)
+            yield b"", str(err)
+            continue
+        if not raw:
+            return
+        yield raw, None
 
 
 def _decode_line(raw: bytes) -> "tuple[str, Optional[str]]":
