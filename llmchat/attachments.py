@@ -162,7 +162,7 @@ def collect(
 
     for spec in specs:
         if spec == STDIN:
-            data = read_stdin() if read_stdin is not None else read_stream(sys.stdin.buffer, "stdin", text)
+            data = read_stdin() if read_stdin is not None else read_stream(sys.stdin.buffer, "stdin", _bound_for(text))
             add(from_bytes("<stdin>", data), STDIN)
             continue
         if spec.startswith(MCP_REF):

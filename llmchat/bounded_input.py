@@ -165,11 +165,18 @@ def check_file(path: Path, shown: str, bound: Bound, *, advice: str = NOT_REGULA
 
 
 def read_stream(
-    stream: BinaryIO, shown: str, bound: Bound, *, exit_code: ExitCode = ExitCode.USAGE, advice: str = ""
+    stream: BinaryIO, shown: str, bound: BoundFor, *, exit_code: ExitCode = ExitCode.USAGE, advice: str = ""
 ) -> bytes:
     """All of a stream (piped stdin) up to its end, or TooLong (with `exit_code`) once it holds more
-    than `bound`: never more than bound + 1 bytes are taken from it."""
-    data = _within(stream, bound.size)
+    than `bound` (a Bound, or one chosen by the first bytes, as for `read_file`): never more than
+    bound + 1 bytes are taken from it."""
+    head = b""
+    if not isinstance(bound, Bound):
+        while len(head) < HEAD_BYTES and (more := stream.read(HEAD_BYTES - len(head))):  # a pipe gives what it has
+            head += more
+        bound = bound(head)
+    rest = _within(stream, bound.size - len(head))
+    data = None if rest is None else head + rest
     if data is None:
         raise TooLong(
             f"{shown} cannot fit: it holds more than {bound.size:,} bytes, more than {bound.holds}; "

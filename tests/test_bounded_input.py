@@ -193,3 +193,17 @@ def test_a_piped_chat_line_longer_than_the_context_could_hold_is_never_held(cli,
         "split it"
     )
     assert "Traceback" not in result.stderr
+
+
+def test_an_image_piped_on_stdin_has_the_media_bound_not_the_texts(cli, smollm2_path, puppet_projector):
+    """`-f -` is read by its first bytes' bound: an image bigger than what the context could hold
+    as text (a photo of megabytes, a 256-token context here) is still an image of a few tokens."""
+    from tests.media_fixtures import quadrants
+
+    image = quadrants("red", "green", "blue", "red") + bytes(text_bound(256).size)  # padded after its IEND
+    model = ("-m", str(smollm2_path), "--mmproj", str(puppet_projector), "--ctx", "256", "-n", "2")
+    result = cli("ask", *model, "--no-history", "--json", "-f", "-", "What colours?", input=image)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["stats"]["media_tokens"] == 4
+    too_long = cli("ask", *model, "--no-history", "-f", "-", "What?", input=b"x" * (text_bound(256).size + 1))
+    assert too_long.returncode == 2 and "stdin cannot fit: it holds more than 16,384 bytes" in too_long.stderr

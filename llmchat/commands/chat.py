@@ -104,7 +104,7 @@ def chat(
     with tool_options.closed_on_failure(toolset):  # MCP servers stop if the model cannot load
         with sources:  # read before the model loads, its own servers stopped (a later /file mcp:... starts one again)
             # A binary file, or one bigger than the context it will open can hold: exit 2 now.
-            bound = text_bound(context_ahead(opts, config))
+            bound = text_bound(context_ahead(opts, config)) if files else None
             attachments = tuple(collect(files or (), resources=sources.resource_bytes, bound=bound))
             from llmchat.media.use import check_before_loading
 
