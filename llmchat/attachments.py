@@ -31,17 +31,17 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
+from llmchat.bounded_input import MEDIA_BOUND, Bound, NotARegularFile, read_file, read_stream, text_bound
 from llmchat.errors import UsageError
 from llmchat.mcp_sources import MCP_REF
+from llmchat.output import notice
+from llmchat.safe_text import terminal_safe
 from llmchat.store.attachment_records import Attachment, prefix
 
 if TYPE_CHECKING:
     from llmchat.engine.interface import ChatEngine
 
 BINARY_SNIFF_BYTES = 8192  # as git and grep do: a NUL byte near the start means binary
-# A hard bound on what is read at all: a file this big needs millions of tokens, more than any
-# context; refusing it before reading keeps a stray `-f /var/log/big.log` from eating the memory.
-MAX_FILE_BYTES = 64 * 1024 * 1024
 GLOB_CHARS = "*?["
 STDIN = "-"
 
@@ -80,14 +80,16 @@ def from_bytes(path: str, data: bytes) -> Attachment:
     return Attachment(path=path, size=len(data), sha256=hashlib.sha256(data).hexdigest(), text=text)
 
 
-def _read(path: Path, shown: str) -> bytes:
+def _bound_for(text: Bound) -> Callable[[bytes], Bound]:
+    """A file's bound by its first bytes: an image's or audio clip's (llmchat.bounded_input), else text's."""
+    from llmchat.media.kinds import sniff
+
+    return lambda head: MEDIA_BOUND if sniff(head) is not None else text
+
+
+def _read(path: Path, shown: str, bound: Bound) -> bytes:
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise UsageError(
-                f"{shown} is {size:,} bytes, more than any context holds; attach a smaller file or a part of it"
-            )
-        return path.read_bytes()
+        return read_file(path, shown, _bound_for(bound))
     except FileNotFoundError:
         raise UsageError(f"{shown}: no such file; check the path") from None
     except PermissionError:
@@ -121,23 +123,46 @@ def collect(
     base: Path | None = None,
     read_stdin: Callable[[], bytes] | None = None,
     resources: Callable[[str], bytes] | None = None,
+    bound: Bound | None = None,
+    skipped: Callable[[str], None] | None = None,
 ) -> list[Attachment]:
     """The attachments named by `specs`: paths, `-` (stdin), globs and folders (their text files,
     sorted; binary and non-UTF-8 members are skipped, as `grep -r` does), and `mcp:SERVER/URI`
     (its bytes read by `resources`: McpSources.resource_bytes). Relative paths are taken from `base` (the batch
     input's folder), else the current folder. A file named twice is attached once. UsageError for
-    the first file that cannot be attached."""
+    the first file that cannot be attached.
+
+    `bound`: the most text a file may hold, what the context could (llmchat.bounded_input; None: any
+    context); an image or audio clip has its own. Only regular files are read: a device, FIFO or
+    socket named is refused; one inside a folder or matched by a glob is skipped, and `skipped`
+    (default: a notice on stderr) hears one line naming them."""
+    text = bound or text_bound(None)
     attachments: list[Attachment] = []
     seen: set[str] = set()
+    passed: list[str] = []
 
     def add(attachment: Attachment, key: str) -> None:
         if key not in seen:
             seen.add(key)
             attachments.append(attachment)
 
+    def members_of(paths: list[Path], root: Path, spec: str) -> int:
+        """Add the text files among `paths`; how many there were."""
+        texts = 0
+        for member in paths:
+            try:
+                data = _read(member, str(member), text)
+            except NotARegularFile:
+                passed.append(str(member))
+                continue
+            if _is_text(data):
+                texts += 1
+                add(from_bytes(_display(member, root, spec), data), str(member.resolve()))
+        return texts
+
     for spec in specs:
         if spec == STDIN:
-            data = read_stdin() if read_stdin is not None else sys.stdin.buffer.read()
+            data = read_stdin() if read_stdin is not None else read_stream(sys.stdin.buffer, "stdin", _bound_for(text))
             add(from_bytes("<stdin>", data), STDIN)
             continue
         if spec.startswith(MCP_REF):
@@ -154,24 +179,15 @@ def collect(
             matches = sorted(Path(m) for m in glob.glob(str(path), recursive=True))
             if not matches:
                 raise UsageError(f"no file matches {spec}; check the pattern")
-            members = [f for m in matches for f in (_folder_files(m) if m.is_dir() else [m])]
-            for member in members:
-                data = _read(member, str(member))
-                if _is_text(data):
-                    add(from_bytes(_display(member, root, spec), data), str(member.resolve()))
+            members_of([f for m in matches for f in (_folder_files(m) if m.is_dir() else [m])], root, spec)
             continue
         if path.is_dir():
-            members = _folder_files(path)
-            texts = 0
-            for member in members:
-                data = _read(member, str(member))
-                if _is_text(data):
-                    texts += 1
-                    add(from_bytes(_display(member, root, spec), data), str(member.resolve()))
-            if not texts:
+            if not members_of(_folder_files(path), root, spec):
                 raise UsageError(f"{spec} holds no text files; attach files, not an empty or binary folder")
             continue
-        add(from_bytes(spec, _read(path, spec)), str(path.resolve()))
+        add(from_bytes(spec, _read(path, spec, text)), str(path.resolve()))
+    if passed:
+        (skipped or notice)(f"skipped, not regular files: {', '.join(terminal_safe(name) for name in passed)}")
     return attachments
 
 

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from llmchat import paths
+from llmchat.bounded_input import ANY_TEXT, read_file
 from llmchat.errors import ConfigError, UsageError
 from llmchat.sampling import PRESETS, SETTABLE, parse_value
 
@@ -179,7 +180,7 @@ def _check_type(path: Path, key: str, value: Any, kind: type) -> None:
 def load_config(path: Path | None = None) -> Config:
     path = path or paths.config_file()
     try:
-        raw = path.read_bytes()
+        raw = read_file(path, f"config file {path}", ANY_TEXT, advice="make it a TOML file, or set LLMCHAT_HOME")
     except FileNotFoundError:
         return Config(path=path)
     except IsADirectoryError:

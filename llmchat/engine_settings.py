@@ -48,6 +48,13 @@ def trained_context(metadata: GGUFMetadata) -> int:
     return int(metadata.scalars.get(f"{arch}.context_length", 0) or 0)
 
 
+def context_size(opts: RunOptions, model: ResolvedModel, metadata: GGUFMetadata) -> int:
+    """The context a local model opens with, in tokens: --ctx, the config's for this model, else its
+    trained context up to DEFAULT_MAX_CTX."""
+    trained_ctx = trained_context(metadata)
+    return opts.ctx or model.ctx or min(trained_ctx or DEFAULT_MAX_CTX, DEFAULT_MAX_CTX)
+
+
 def engine_settings(
     opts: RunOptions, config: Config, model: ResolvedModel, metadata: GGUFMetadata, n_ctx_override: int | None = None
 ) -> EngineSettings:
@@ -56,8 +63,7 @@ def engine_settings(
     Says nothing: `load_model` and `loading_ahead` both ask it, and must get equal settings."""
     from llmchat.engine import EngineSettings as Settings
 
-    trained_ctx = trained_context(metadata)
-    n_ctx = n_ctx_override or opts.ctx or model.ctx or min(trained_ctx or DEFAULT_MAX_CTX, DEFAULT_MAX_CTX)
+    n_ctx = n_ctx_override or context_size(opts, model, metadata)
     fa_choice, fa_source = flash_attn_choice(opts, config)
     if fa_choice == "auto":
         from llmchat.engine.calibrate import choose

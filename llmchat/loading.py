@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import sys
 import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from llmchat import interrupts, paths
 from llmchat.config import Config
@@ -22,7 +21,7 @@ from llmchat.engine_settings import (
     engine_settings,
     trained_context,
 )
-from llmchat.errors import LlmchatError, UsageError
+from llmchat.errors import UsageError
 from llmchat.models.resolve import ResolvedModel, resolve_model
 from llmchat.options import RunOptions
 from llmchat.output import is_tty, notice, spinner
@@ -110,47 +109,6 @@ def check_template_choice(choice: str | None) -> None:
         return
     names = ", ".join(sorted(t.name for t in builtin_templates()))
     raise UsageError(f"unknown template {choice!r}: not a file and not a built-in ({names})")
-
-
-@contextmanager
-def loading_ahead(opts: RunOptions, config: Config) -> Iterator[None]:
-    """Begin llama.cpp's load of the model and its context now, on a thread of its own
-    (llmchat.engine.load_ahead), so that the rest of the start-up (the option checks, the modules
-    the turn imports, MCP servers, reading stdin) runs beside the load instead of before it; the
-    `start_session` inside this block takes the loaded model when its settings are the ones
-    asked for here. A start-up stopped before that (a bad option, Ctrl-C) cancels the load and
-    frees what it made.
-
-    Nothing here reports a problem: a bad option or model is left for `load_model` to meet in
-    its usual order and say in its usual words; the load is then simply not begun ahead. Nor is
-    it begun for --verbose (llama.cpp's log would interleave with the start-up's own lines) or
-    for drafting (two models, opened in their order by `Engine.load`)."""
-    try:
-        _begin_loading_ahead(opts, config)
-        yield
-    finally:
-        # Also after a Ctrl-C in the middle of beginning it; nothing to do once `Engine.load` took
-        # it, and nothing to import where none was begun (a remote server's run).
-        load_ahead = sys.modules.get("llmchat.engine.load_ahead")
-        if load_ahead is not None:
-            load_ahead.cancel()
-
-
-def _begin_loading_ahead(opts: RunOptions, config: Config) -> None:
-    if opts.verbose or opts.lookup or opts.draft_model is not None:
-        return
-    try:
-        validate_options(opts)
-        check_flash_attn_for_kv(opts, config)
-        if server_specs(opts, config):
-            return
-        model = resolve_model(opts.model, config)
-        settings = engine_settings(opts, config, model, checked_metadata(model.path))
-        from llmchat.engine import load_ahead
-
-        load_ahead.begin(model.path, settings)  # --device gpu on a CPU-only build: a UsageError
-    except LlmchatError:
-        return
 
 
 def load_model(opts: RunOptions, *, config: Config, n_ctx_override: int | None = None, announce: bool = True) -> Loaded:

@@ -328,9 +328,11 @@ class ChatSession(SessionChanges):
         the result kept (history, KV cache on disk), then the exception that stopped the reply
         raised, or the observer told."""
         observer = observer or NullObserver()
-        # The conversation's images and audio, and the new message's: the engine takes them first.
+        # The images and audio of the conversation's window (no prompt renders the messages before
+        # it: llmchat.conversation), and the new message's: the engine takes them first.
         kept = self.history.media_dir if self.history is not None else None
-        give_media(self.engine, attachments, self.conversation.messages, kept)
+        window = self.conversation.messages[self.conversation.window_start :]
+        give_media(self.engine, attachments, window, kept)
         # Past the threshold, the older exchanges are summarised first (llmchat.turn.compaction).
         compacted = compact_before_turn(self, user_text) if scope is None else []
         tools = (scope.tools if scope is not None else None) or self.tools

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmchat.bounded_input import ANY_TEXT, read_file
 from llmchat.errors import UsageError
 
 if TYPE_CHECKING:
@@ -130,7 +131,7 @@ def parse_schema_spec(value: str, named: dict[str, Any] | None = None) -> tuple[
     path = Path(value).expanduser()
     if path.is_file() or value.endswith(".json"):
         try:
-            content = path.read_text(encoding="utf-8")
+            content = read_file(path, f"--schema {value}", ANY_TEXT, advice="pass a JSON Schema file").decode("utf-8")
         except FileNotFoundError:
             raise UsageError(
                 f"--schema {value}: no such file; pass a JSON Schema file, inline JSON or fields"

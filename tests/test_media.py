@@ -397,15 +397,17 @@ def test_an_image_path_dropped_into_the_chat_prompt_attaches_it(
     session = _session(smollm2_path, puppet_projector)
     try:
         # A path alone (an absolute one, as a terminal drops it: not a command) waits for the
-        # message; a quoted path inside a message goes with it, as typed; a text file's path stays text.
+        # message; a quoted path inside a message is only named, the message sent as typed (it
+        # may only talk about the file); a text file's path stays text.
         keys = [str(rgb_png), "What colours are these?", 'Is "rgb.png" like "notes.txt"?']
         _type_into_chat(session, keys)
         out, err = capsys.readouterr()
         assert "rgb.png: 4 tokens" in err, err
+        assert "not attached: rgb.png (/image rgb.png attaches it to your next message)\n" in err
         first, second = session.conversation.messages[0], session.conversation.messages[2]
         assert first["content"].startswith("<__media__ ") and first["content"].endswith("What colours are these?")
-        assert second["content"].startswith("<__media__ ") and second["content"].endswith('like "notes.txt"?')
-        assert "<file" not in second["content"] and len(session.conversation.messages) == 4
+        assert second["content"] == 'Is "rgb.png" like "notes.txt"?' and not second.get("attachments")
+        assert len(session.conversation.messages) == 4
     finally:
         session.close()
 
@@ -489,3 +491,67 @@ def test_a_real_vision_model_names_the_colour_of_a_plain_image(cli, tmp_path):
     assert result.returncode == 0, result.stderr
     record = json.loads(result.stdout)
     assert "red" in record["reply"].lower() and record["stats"]["media_tokens"] > 0
+
+
+# --------------------------------------------------------------------------- what is held
+
+
+def test_the_media_held_stay_bounded_over_a_long_chat(smollm2_path, puppet_projector, tmp_path, monkeypatch):
+    """A decoded image keeps its pixels until it is freed: over a chat of many images the engine
+    holds no more than `HELD_CONTEXTS` contexts' worth, the least recently used freed first, never
+    one the KV cache holds, and an image named again is decoded again. The bound is made 16
+    positions (4 images) here, so that a chat of 10 images passes it."""
+    from itertools import product
+
+    from llmchat.config import load_config
+    from llmchat.engine import media_eval
+    from llmchat.loading import start_session
+    from llmchat.options import RunOptions
+
+    opts = RunOptions(model=str(smollm2_path), mmproj=puppet_projector, ctx=256, temperature=0.0, max_tokens=1)
+    session = start_session(opts, config=load_config(), overflow="drop", with_history=False)
+    try:
+        monkeypatch.setattr(media_eval, "HELD_CONTEXTS", 16 / session.engine.n_ctx)
+        sent = []
+        for number, names in enumerate(list(product(("red", "green", "blue"), repeat=4))[:10]):
+            path = tmp_path / f"{number}.png"
+            path.write_bytes(quadrants(*names))
+            (image,) = collect([str(path)])
+            session.turn(compose((image,), "?"), attachments=(image,))
+            sent.append(image)
+        media = session.engine.media
+        in_cache = {sha for sha, item in media.items.items() if item.tokens[-1] in session.engine.model.tokens}
+        # Beyond the bound only what the KV cache holds (the last exchanges, not yet trimmed) is kept.
+        assert sum(item.media_tokens for sha, item in media.items.items() if sha not in in_cache) <= 16
+        assert len(media.items) < len(sent) and sent[-1].sha256 in media.items and sent[0].sha256 not in media.items
+        encoded = media.encoded
+        again = session.turn(compose(sent[:1], "?"), attachments=tuple(sent[:1]))  # freed: decoded again
+        assert again.reply and sent[0].sha256 in media.items
+        assert media.encoded == encoded + 1  # that image alone: those the cache holds are not encoded again
+    finally:
+        session.close()
+
+
+def test_the_media_prompts_kept_for_llama_server_are_bounded_and_found_by_their_ids():
+    """llama-server's token-id path keeps each media prompt's text by its ids (server_media): the
+    latest few, no more than `_TEXT_KEPT` characters in all, and a prompt continued (a tool round)
+    finds the longest kept prompt it starts with."""
+    from llmchat.engine.remote.server_media import _PROMPTS_KEPT, _TEXT_KEPT, ServerMedia
+
+    media = ServerMedia()
+    for number in range(_PROMPTS_KEPT + 10):
+        media.keep([1, 2, number], f"prompt {number}")
+    assert media.text_for([1, 2, 9]) is None and media.text_for([1, 2, 10]) == ("prompt 10", [])
+    newest = _PROMPTS_KEPT + 9
+    assert media.text_of([1, 2, newest]) == f"prompt {newest}"
+    assert media.text_for([1, 2, newest, 7, 8]) == (f"prompt {newest}", [7, 8])
+    media.keep([1, 2, newest, 7], "continued")  # the longest prefix wins
+    assert media.text_for([1, 2, newest, 7, 8]) == ("continued", [8])
+    assert media.text_for([1, 3]) is None and media.text_for([]) is None
+
+    # A long context's prompts: the texts together stay within the bound, the oldest going first.
+    long = "x" * (_TEXT_KEPT // 8 + 1)
+    for number in range(16):
+        media.keep([5, number], long)
+    assert media.text_for([5, 15]) == (long, []) and media.text_for([5, 8]) is None
+    assert media.kept() * len(long) <= _TEXT_KEPT

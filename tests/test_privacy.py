@@ -8,6 +8,7 @@ checked by searching the bytes of every file under llmchat's folder for a marker
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -18,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from llmchat.engine import kv_store
-from llmchat.private_files import forget_typed_lines
 from llmchat.store.history import HistoryStore
+from llmchat.typed_lines import forget_typed_lines
 
 SUBPROCESS_TIMEOUT_S = 300  # only a guard against a hung child, never an assertion
 ENTER = "\r"
@@ -126,7 +127,7 @@ def chat_on_a_terminal(home: Path, lines: list[str], *args: str, umask: int = 0o
             child.expect_exact("> ")
             child.send(line + ENTER)
             if not line.startswith("/"):
-                child.expect(r"prompt \d+ \(\d+ cached\)")
+                child.expect(r"prompt \d+ \([^)]*cached\)")  # "(4 image/audio, 65 cached)" too
             seen.append(child.before)
         child.expect_exact("> ")
         seen.append(child.before)
@@ -379,6 +380,75 @@ def test_forget_typed_lines_drops_only_the_conversation_entries(tmp_path):
     text = path.read_text()
     assert "secret" not in text and "+keep this\n" in text and "+/help\n" in text
     assert mode(path) == 0o600
+
+
+@pytest.mark.tty
+@pytest.mark.model
+def test_rm_takes_the_conversations_commands_out_of_the_input_history(tmp_path):
+    """What a chat's slash commands say (`/system ...`, `/search ...`) is as private as its
+    messages, and none of its messages holds it: its lines go with the conversation, those typed
+    before the conversation existed (its first reply makes it) as well as after; another
+    conversation's stay."""
+    home = tmp_path / "home"
+    chat_on_a_terminal(
+        home, ["/system Answer as MARKER-SYS-4410 would.", "Hello MARKER-MSG-4410", "/search MARKER-FIND-4410"]
+    )
+    (doomed,) = [c["id"] for c in json.loads(run_llmchat(home, "history", "list", "--json").stdout)]
+    chat_on_a_terminal(home, ["/system Answer as KEEP-SYS-7702 would.", "Hello KEEP-MSG-7702"])
+    assert files_holding(home, b"MARKER-SYS-4410") == [home / "history.db", home / "input_history"]
+
+    removed = run_llmchat(home, "history", "rm", doomed, "--yes")
+
+    assert removed.returncode == 0, removed.stderr
+    assert files_holding(home, b"4410") == []  # the system prompt, the message, the search
+    typed = (home / "input_history").read_text()
+    assert "+/system Answer as KEEP-SYS-7702 would.\n" in typed and "+Hello KEEP-MSG-7702\n" in typed
+    assert mode(home / "input_history") == 0o600
+
+
+def test_forget_typed_lines_by_the_conversation_they_were_typed_in(tmp_path):
+    from llmchat.typed_lines import TaggedLines
+
+    path = tmp_path / "input_history"
+    owner: list[str | None] = [None]
+    lines = TaggedLines(path, lambda: owner[0])
+    lines.append(lines.entry("/system secret persona"))  # before the conversation exists
+    owner[0] = "01AAAA"
+    lines.settle()
+    lines.append(lines.entry("/file ~/secret.txt"))
+    owner[0] = None  # /clear: the next conversation's lines begin
+    lines.append(lines.entry("/system other"))
+    owner[0] = "01BBBB"
+    lines.settle()
+    lines.append(lines.entry("/help"))
+
+    assert forget_typed_lines(path, set(), "01AAAA") == 2
+    text = path.read_text()
+    assert "secret" not in text and "01AAAA" not in text and "+/system other\n" in text and "+/help\n" in text
+    assert forget_typed_lines(path, set(), "01BBBB") == 2 and "+" not in path.read_text()
+    assert mode(path) == 0o600
+
+
+@pytest.mark.tty
+@pytest.mark.model
+def test_an_image_path_inside_a_message_is_named_not_sent(tmp_path, puppet_projector):
+    """A new user asking about a file's name must not send the file: only a message that is the
+    path alone (a file dropped on the terminal) attaches it."""
+    from tests.media_fixtures import quadrants
+
+    home = tmp_path / "home"
+    card = tmp_path / "scans" / "id-card.png"
+    card.parent.mkdir()
+    card.write_bytes(quadrants("red", "green", "blue", "red"))
+    question = f"What does the file name '{card}' tell you about naming conventions?"
+
+    shown = chat_on_a_terminal(home, [question, str(card), "What colours?"], "--mmproj", str(puppet_projector))
+
+    assert f"not attached: {card} (/image {card} attaches it to your next message)\n" in shown
+    stored = json.loads(run_llmchat(home, "history", "show", "last", "--json").stdout)["messages"]
+    asked, dropped = stored[0], stored[2]
+    assert asked["content"] == question and not asked.get("attachments")
+    assert [a["path"] for a in dropped["attachments"]] == [str(card)] and dropped["typed"] == "What colours?"
 
 
 # --------------------------------------------------------------------------- incognito

@@ -15,12 +15,13 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from llmchat.errors import LlmchatError, UsageError
 from llmchat.sampling import parse_value
 
 if TYPE_CHECKING:
+    from llmchat.bounded_input import Bound
     from llmchat.store.attachment_records import Attachment
     from llmchat.structured import StructuredOutput
 
@@ -54,12 +55,13 @@ def id_key(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def parse_input(data: bytes) -> list[BatchItem]:
-    """Every non-blank line becomes an item (possibly an error item). Duplicate ids are errors."""
+def parse_input(data: bytes | Iterable[bytes]) -> list[BatchItem]:
+    """Every non-blank line (of the bytes, or each line given, its newline included or not) becomes
+    an item (possibly an error item). Duplicate ids are errors."""
     items: list[BatchItem] = []
     first_line: dict[str, int] = {}
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        raw = raw.rstrip(b"\r")
+    for number, raw in enumerate(data.split(b"\n") if isinstance(data, bytes) else data, start=1):
+        raw = raw.removesuffix(b"\n").rstrip(b"\r")
         if not raw.strip():
             continue
         item = parse_line(raw, number, len(items))
@@ -164,17 +166,23 @@ def _fill_from_json(item: BatchItem, obj: dict) -> None:
         item.structured = item_structured(obj["schema"])
 
 
-def attach_files(items: list[BatchItem], base: Path, resources: Callable[[str], bytes] | None = None) -> None:
+def attach_files(
+    items: list[BatchItem],
+    base: Path,
+    resources: Callable[[str], bytes] | None = None,
+    bound: Bound | None = None,
+) -> None:
     """Put each item's `files` before its message, wrapped with their paths (`mcp:SERVER/URI`: an
     MCP resource, read by `resources`); a file that cannot be attached (missing, binary, not UTF-8,
-    a resource its server cannot read) makes that item an error item, and the run goes on."""
+    more text than `bound`, a resource its server cannot read) makes that item an error item, and
+    the run goes on."""
     from llmchat.attachments import collect, compose
 
     for item in items:
         if not item.files or item.error or item.user is None:
             continue
         try:
-            attached = tuple(collect(item.files, base=base, resources=resources))
+            attached = tuple(collect(item.files, base=base, resources=resources, bound=bound))
             item.user = compose(attached, item.user)  # an image or audio clip: its marker (llmchat.media)
             item.attachments = attached
         except LlmchatError as err:

@@ -34,10 +34,11 @@ A batch is not a conversation: nothing is written to the history store.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, cast
+from typing import TYPE_CHECKING, BinaryIO, Callable, Iterator, cast
 
 from llmchat.batch.items import BatchItem, attach_files, id_key, parse_input
 from llmchat.batch.progress import Progress
@@ -45,7 +46,7 @@ from llmchat.batch.sink import InOrder, RecordSink, read_done_ids
 from llmchat.conversation import Conversation
 from llmchat.engine.driver import DecodedResult, SerialDecoder
 from llmchat.engine.interface import QueuedRequest, prompt_ids
-from llmchat.errors import LlmchatError, ServerError, UsageError
+from llmchat.errors import ExitCode, LlmchatError, ServerError, UsageError
 from llmchat.options import RunOptions
 from llmchat.output import notice
 from llmchat.turn.plan import TurnScope
@@ -54,6 +55,7 @@ from llmchat.turn.record import error_record
 
 if TYPE_CHECKING:
     from llmchat.batch.tools import BatchTools
+    from llmchat.bounded_input import Bound
     from llmchat.config import Config
     from llmchat.engine.core import Engine
     from llmchat.engine.parallel import ParallelDecoder
@@ -350,10 +352,26 @@ def check_arguments(
         raise UsageError(f"output {output} is a folder; pass a file path")
 
 
-def read_input(input_path: str) -> bytes:
+def input_lines(input_path: str, bound: Bound) -> Iterator[bytes]:
+    """The input's lines (stdin's for `-`), each at most `bound`: a longer one (a stream with no
+    newline) ends the run before the model loads, exit 4."""
+    from llmchat.bounded_input import open_regular, read_line
+
     if input_path == "-":
-        return sys.stdin.buffer.read()
-    return Path(input_path).expanduser().read_bytes()
+        stream: BinaryIO = sys.stdin.buffer
+    else:
+        where = Path(input_path).expanduser()
+        fd, _ = open_regular(where, f"input {input_path}", advice="pass a JSONL or text file, or - for stdin")
+        stream = os.fdopen(fd, "rb")
+    shown = "stdin" if input_path == "-" else input_path
+    try:
+        number = 1
+        while line := read_line(stream, f"line {number} of {shown}", bound, exit_code=ExitCode.CONTEXT):
+            yield line
+            number += 1
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
 
 
 def run_batch(
@@ -377,7 +395,11 @@ def run_batch(
     from llmchat.structured import from_options
 
     structured = from_options(opts, config)  # a bad --schema is a usage error before the model loads
-    items = parse_input(read_input(input_path))
+    from llmchat.before_load import context_ahead
+    from llmchat.bounded_input import text_bound
+
+    bound = text_bound(context_ahead(opts, config))  # no line or file takes more than the context could hold
+    items = parse_input(input_lines(input_path, bound))
     from llmchat.mcp_sources import McpSources, joined
 
     # files: ["mcp:SERVER/URI"], and -p mcp:SERVER/NAME (nobody to ask for a missing argument).
@@ -387,7 +409,7 @@ def run_batch(
             if item.user is not None and not item.error:
                 item.user = joined(opening, item.user)
         base = Path.cwd() if input_path == "-" else Path(input_path).expanduser().resolve().parent
-        attach_files(items, base, resources=sources.resource_bytes)
+        attach_files(items, base, resources=sources.resource_bytes, bound=bound)
     output = output.expanduser() if output is not None else None
 
     skipped = 0

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO, Callable, Iterable
 
 from llmchat.batch.items import id_key
+from llmchat.bounded_input import ANY_TEXT, open_regular, read_line
 
 
 # --- output -----------------------------------------------------------------------------------------
@@ -21,24 +22,28 @@ def read_done_ids(path: Path) -> tuple[set[str], int]:
 
     Returns (id keys, bytes truncated)."""
     try:
-        data = path.read_bytes()
+        fd, _ = open_regular(path, f"output {path}", advice="write the results to a file to --resume them")
     except FileNotFoundError:
         return set(), 0
-    end = data.rfind(b"\n") + 1  # everything after the last newline is a partial record
-    cut = len(data) - end
+    done: set[str] = set()
+    end = size = 0
+    # Line by line: the records already written are not held, only their ids.
+    with os.fdopen(fd, "rb") as handle:
+        while raw := read_line(handle, f"a record in {path}", ANY_TEXT):
+            size += len(raw)
+            if not raw.endswith(b"\n"):
+                break  # everything after the last newline is a partial record
+            end = size
+            try:
+                record = json.loads(raw) if raw.strip() else None
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(record, dict) and "id" in record:
+                done.add(id_key(record["id"]))
+    cut = size - end
     if cut:
         with open(path, "r+b") as handle:
             handle.truncate(end)
-    done: set[str] = set()
-    for raw in data[:end].split(b"\n"):
-        if not raw.strip():
-            continue
-        try:
-            record = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            continue
-        if isinstance(record, dict) and "id" in record:
-            done.add(id_key(record["id"]))
     return done, cut
 
 

@@ -20,12 +20,23 @@ if TYPE_CHECKING:
     from llmchat.options import RunOptions
 
 
-def read_prompt(argument: str | None, env: Environment, *, from_stdin: bool = True, may_be_empty: bool = False) -> str:
+def read_prompt(
+    argument: str | None,
+    env: Environment,
+    *,
+    from_stdin: bool = True,
+    may_be_empty: bool = False,
+    context_tokens: int | None = None,
+) -> str:
     """The prompt from piped stdin, the argument, or both (stdin first: `cat notes | llmchat ask "summarise"`).
-    `from_stdin=False`: stdin is a file (`-f -`), not the prompt; `may_be_empty`: files carry the message."""
+    `from_stdin=False`: stdin is a file (`-f -`), not the prompt; `may_be_empty`: files carry the message.
+    Stdin is read up to what a context of `context_tokens` (None: any) could hold: more is exit 4."""
+    from llmchat.bounded_input import read_stream, text_bound
+    from llmchat.errors import ExitCode
+
     parts = []
     if from_stdin and not env.stdin_isatty:
-        raw = env.stdin.buffer.read()
+        raw = read_stream(env.stdin.buffer, "stdin", text_bound(context_tokens), exit_code=ExitCode.CONTEXT)
         try:
             piped = raw.decode("utf-8")
         except UnicodeDecodeError as err:
@@ -72,14 +83,17 @@ def run(
     env: Environment,
 ) -> None:
     """One prompt, one streamed reply on stdout."""
-    from llmchat.loading import loading_ahead, start_session
+    from llmchat.before_load import loading_ahead
+    from llmchat.loading import start_session
 
     config = env.config
     # From here llama.cpp loads the model on another thread while this command's imports and
     # checks run, MCP servers start and stdin is read; `start_session` takes it
-    # (llmchat.loading.loading_ahead). A check that fails cancels it.
-    with loading_ahead(opts, config):
+    # (llmchat.before_load.loading_ahead). A check that fails cancels it. What is read before the
+    # load is bounded by the context it opens, where that is known (llmchat.bounded_input).
+    with loading_ahead(opts, config) as context_tokens:
         from llmchat.attachments import STDIN, collect
+        from llmchat.bounded_input import text_bound
         from llmchat.commands.turns import check_overflow, continue_conversation, run_turn
         from llmchat.mcp_sources import McpSources, joined, terminal_asker
         from llmchat.media.use import check_before_loading
@@ -112,12 +126,17 @@ def run(
             with McpSources(
                 env.config, mcp or (), stderr=env.stderr, shared=toolset, saved_conversation=saved
             ) as sources:
-                attachments = tuple(collect(files or (), resources=sources.resource_bytes))
+                bound = text_bound(context_tokens)
+                attachments = tuple(collect(files or (), resources=sources.resource_bytes, bound=bound))
                 check_before_loading(opts, config, attachments)  # an image and no projector: exit 2 now
                 asker = terminal_asker(env.stdin, env.stderr, env.stdin_isatty and env.stderr_isatty)
                 opening = sources.opening(opts.saved_prompt, prompt_arg or (), asker)
             typed = read_prompt(
-                prompt, env, from_stdin=STDIN not in (files or ()), may_be_empty=bool(attachments) or bool(opening)
+                prompt,
+                env,
+                from_stdin=STDIN not in (files or ()),
+                may_be_empty=bool(attachments) or bool(opening),
+                context_tokens=context_tokens,
             )
             text = joined(opening, typed)
             tool_options.say_down(toolset)  # after -f/-p mcp:... naming one of them: exit 2

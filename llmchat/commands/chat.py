@@ -22,6 +22,10 @@ from llmchat.errors import UsageError
 from llmchat.options import RunOptions
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import BinaryIO
+
+    from llmchat.bounded_input import Bound
     from llmchat.session import ChatSession
     from llmchat.store.attachment_records import Attachment
 
@@ -91,6 +95,8 @@ def chat(
 ) -> None:
     """Chat: interactive on a terminal; with piped stdin, one message per line and one reply per turn."""
     from llmchat.attachments import STDIN, collect
+    from llmchat.before_load import context_ahead
+    from llmchat.bounded_input import text_bound
     from llmchat.commands.turns import check_overflow, continue_conversation
     from llmchat.loading import start_session
     from llmchat.mcp_sources import McpSources, terminal_asker
@@ -116,7 +122,9 @@ def chat(
     sources = McpSources(env.config, mcp or (), stderr=env.stderr, shared=toolset, saved_conversation=saved)
     with tool_options.closed_on_failure(toolset):  # MCP servers stop if the model cannot load
         with sources:  # read before the model loads, its own servers stopped (a later /file mcp:... starts one again)
-            attachments = tuple(collect(files or (), resources=sources.resource_bytes))  # a binary file: exit 2 now
+            # A binary file, or one bigger than the context it will open can hold: exit 2 now.
+            bound = text_bound(context_ahead(opts, config)) if files else None
+            attachments = tuple(collect(files or (), resources=sources.resource_bytes, bound=bound))
             from llmchat.media.use import check_before_loading
 
             check_before_loading(opts, config, attachments)  # an image and no projector: exit 2 now
@@ -179,6 +187,7 @@ def run_scripted_chat(
     """One user message per stdin line; each reply on stdout (or one JSON record per turn, with
     the turn number as its id). `attachments` (-f) and `opening` (an MCP prompt's text, -p
     mcp:SERVER/NAME) go with the first message."""
+    from llmchat.bounded_input import text_bound
     from llmchat.commands.turns import run_turn
     from llmchat.errors import ContextOverflowError
     from llmchat.mcp_sources import joined
@@ -189,10 +198,11 @@ def run_scripted_chat(
     exit_code = 0
     turn_number = 0
     # Bytes, decoded line by line: one undecodable line is reported like any bad message, and
-    # never reaches the tokenizer as surrogates (text-mode stdin would pass them through).
-    for raw in env.stdin.buffer:
+    # never reaches the tokenizer as surrogates (text-mode stdin would pass them through); a line
+    # longer than the context could hold is reported without being held.
+    for raw, too_long in _piped_lines(env.stdin.buffer, text_bound(session.engine.n_ctx)):
         message, bad_input = _decode_line(raw.rstrip(b"\r\n"))
-        if not bad_input and not message.strip():
+        if not bad_input and not too_long and not message.strip():
             continue
         turn_number += 1
         printer = StreamPrinter(
@@ -206,6 +216,8 @@ def run_scripted_chat(
             err_isatty=env.stderr_isatty,
         )
         try:
+            if too_long:
+                raise ContextOverflowError(too_long)
             if bad_input:
                 raise UsageError(bad_input)
             result = run_turn(session, joined(opening, message), printer, attachments)
@@ -229,6 +241,25 @@ def run_scripted_chat(
         if result.interrupted:
             raise KeyboardInterrupt
     return exit_code
+
+
+def _piped_lines(stream: "BinaryIO", bound: "Bound") -> "Iterator[tuple[bytes, str | None]]":
+    """stdin's lines, each read no further than `bound`: one longer is (b"", why it cannot fit),
+    the rest of it read past a chunk at a time and dropped (llmchat.bounded_input)."""
+    from llmchat.bounded_input import TooLong, read_line, skip_line
+
+    number = 0
+    while True:
+        number += 1
+        try:
+            raw = read_line(stream, f"line {number} of stdin", bound)
+        except TooLong as err:
+            skip_line(stream)
+            yield b"", str(err)
+            continue
+        if not raw:
+            return
+        yield raw, None
 
 
 def _decode_line(raw: bytes) -> "tuple[str, Optional[str]]":

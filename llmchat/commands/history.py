@@ -356,7 +356,7 @@ def _remove_copies(conversation_id: Optional[str], typed: set[str], wal_cleared:
     folder too (one conversation's images went with its messages: llmchat.store.media_files)."""
     from llmchat.engine import kv_store
     from llmchat.output import notice
-    from llmchat.private_files import forget_typed_lines
+    from llmchat.typed_lines import forget_typed_lines
 
     if conversation_id is None:
         from llmchat import paths
@@ -373,8 +373,8 @@ def _remove_copies(conversation_id: Optional[str], typed: set[str], wal_cleared:
 
             input_history.unlink(missing_ok=True)
             clipboard_file().unlink(missing_ok=True)  # the last /copy where OSC 52 could not go
-        elif typed:
-            forget_typed_lines(input_history, typed)
+        else:  # its messages, and its commands (/system ..., /file PATH) by their tags
+            forget_typed_lines(input_history, typed, conversation_id)
     except OSError as err:  # the conversation itself is gone: say what is left, do not fail
         notice(f"llmchat: warning: could not clear the input history {input_history} ({err.strerror or err})")
     if not wal_cleared:

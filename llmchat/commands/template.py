@@ -239,10 +239,15 @@ def read_text_input(source: str, what: str) -> str:
     """A file's text, or stdin's for "-"; anything that is not UTF-8 text is a one-line UsageError."""
     from pathlib import Path
 
+    from llmchat.bounded_input import ANY_TEXT, read_file, read_stream
     from llmchat.errors import UsageError
 
     try:
-        data = current_environment().stdin.buffer.read() if source == "-" else Path(source).expanduser().read_bytes()
+        data = (
+            read_stream(current_environment().stdin.buffer, "stdin", ANY_TEXT)
+            if source == "-"
+            else read_file(Path(source).expanduser(), f"{what} ({source})", ANY_TEXT)
+        )
     except OSError as err:
         raise UsageError(f"{what} ({source}): cannot read it ({err.strerror or err})") from None
     if b"\x00" in data:
@@ -292,14 +297,15 @@ def read_messages(source: str) -> list:
     import json
     from pathlib import Path
 
+    from llmchat.bounded_input import ANY_TEXT, read_file, read_stream
     from llmchat.errors import UsageError
 
     try:
         raw = (
-            current_environment().stdin.read()
+            read_stream(current_environment().stdin.buffer, "stdin", ANY_TEXT)
             if source == "-"
-            else Path(source).expanduser().read_text(encoding="utf-8")
-        )
+            else read_file(Path(source).expanduser(), f"--messages {source}", ANY_TEXT)
+        ).decode("utf-8")
     except OSError as err:
         raise UsageError(f"--messages {source}: cannot read it ({err.strerror or err})") from None
     except UnicodeDecodeError:

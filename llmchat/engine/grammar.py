@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llmchat.bounded_input import ANY_TEXT, read_file
 from llmchat.engine.schema_algebra import Refusal
 from llmchat.engine.schema_numbers import MAX_INTEGER_DIGITS, integer_range_rule
 from llmchat.errors import UsageError
@@ -106,7 +107,7 @@ def load_gbnf(path: Path) -> Grammar:
     """A `--grammar FILE`; its syntax is checked against the model's vocabulary once it is loaded
     (llmchat.engine.grammar_gate.check_grammar)."""
     try:
-        text = path.expanduser().read_text(encoding="utf-8")
+        text = read_file(path.expanduser(), f"--grammar {path}", ANY_TEXT, advice="pass a .gbnf file").decode("utf-8")
     except FileNotFoundError:
         raise UsageError(f"--grammar {path}: no such file; pass a .gbnf file") from None
     except (OSError, UnicodeDecodeError) as err:

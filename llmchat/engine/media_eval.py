@@ -10,6 +10,12 @@ the chat template put them, so the prefix matching of `LoadedModel.generate` reu
   positions get their sentinel ids (llmchat.engine.media_marks), keyed by the bytes' SHA-256.
 - `MediaTokenizer` is the engine's tokenizer for a rendered prompt: each marker of media it was
   given becomes those ids, the rest is tokenized as usual (llmchat.engine.prompt_pieces).
+- What a MediaContext holds is bounded: a decoded image keeps its preprocessed pixels (megabytes
+  each) until it is freed. Past `HELD_CONTEXTS` contexts' worth of media positions, the least
+  recently used are freed, when media are added and after a prompt with media is evaluated, but
+  never one the KV cache holds or the prompt being prepared uses (touched since the last
+  evaluation): a later prompt that names one again gets it decoded again
+  (llmchat.media.use.give_media), its ids the same, so the cache still matches them.
 - `MediaContext.eval` is `LoadedModel.eval` for a prompt with media: text runs go through the
   usual path, each media chunk is encoded by the projector and its embeddings decoded with
   `mtmd_helper_eval_chunk_single` (non-causal attention where the projector asks for it). A chunk
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
@@ -39,6 +46,9 @@ if TYPE_CHECKING:
     from llmchat.engine.prompt_pieces import PieceTokenizer
 
 KINDS = {1: "image", 2: "audio"}  # MTMD_INPUT_CHUNK_TYPE_IMAGE, _AUDIO
+# Media positions a MediaContext holds, in contexts' worth: the live prompt's (at most one context)
+# and as many again for the media of the message being added, /retry, /edit and /model.
+HELD_CONTEXTS = 2
 # What llmchat uses of the libmtmd bindings: one that an upgrade renamed or dropped is named in one
 # line when the projector opens, not met as an AttributeError in the middle of a turn.
 MTMD_NAMES = (
@@ -61,6 +71,7 @@ class MediaItem:
     tokens: list[int]  # its ids in a prompt: the template's own tokens around it and the sentinels
     media_tokens: int  # the positions the projector's embeddings take
     chunks: Any = field(repr=False)  # mtmd_input_chunks, owned by the MediaContext
+    used: int = 0  # the MediaContext's evaluation count when a prompt last used it
 
 
 class MediaContext:
@@ -69,7 +80,10 @@ class MediaContext:
 
     def __init__(self, model: LoadedModel, projector: Path, threads: int):
         self._mtmd = mtmd = library_module("mtmd_cpp")
-        self.items: dict[str, MediaItem] = {}
+        self._model = model
+        self.items: OrderedDict[str, MediaItem] = OrderedDict()  # least recently used first
+        self.held = 0  # media positions of the items
+        self._evals = 0  # prompts evaluated: media used since the last belong to the prompt being prepared
         self._where: dict[int, tuple[Any, int, int]] = {}  # sentinel -> (chunk, offset in it, its length)
         self._positions: dict[int, int] = {}  # a chunk's first sentinel -> the positions it advances
         self.encoded = 0  # media chunks encoded so far (a turn that reuses the cache encodes none)
@@ -97,6 +111,7 @@ class MediaContext:
         for item in self.items.values():
             self._mtmd.mtmd_input_chunks_free(item.chunks)
         self.items.clear()
+        self.held = 0
         self._where.clear()
         self._positions.clear()
         ctx, self.ctx = self.ctx, None
@@ -108,7 +123,7 @@ class MediaContext:
         """The media of these bytes, decoded and tokenized once per content. UsageError, naming
         `name`, when the projector cannot take its kind or libmtmd cannot decode it."""
         sha = hashlib.sha256(data).hexdigest()
-        found = self.items.get(sha)
+        found = self.use(sha)
         if found is not None:
             return found
         if kind == "audio" and not self.audio:
@@ -136,8 +151,39 @@ class MediaContext:
             mtmd.mtmd_input_chunks_free(chunks)
             raise UsageError(f"{name} cannot be prepared for the model (libmtmd said {code}); attach another file")
         item = self._index(sha, chunks)
+        item.used = self._evals
         self.items[sha] = item
+        self.held += item.media_tokens
+        self._free_unused()
         return item
+
+    def use(self, sha: str) -> MediaItem | None:
+        """The media of this hash, marked as used by the prompt being prepared; None when not held."""
+        item = self.items.get(sha)
+        if item is not None:
+            item.used = self._evals
+            self.items.move_to_end(sha)
+        return item
+
+    def _free_unused(self) -> None:
+        """Free the least recently used media while more than `HELD_CONTEXTS` contexts' worth is
+        held, but none that the KV cache holds or that the prompt being prepared uses."""
+        limit = HELD_CONTEXTS * self._model.n_ctx
+        if self.held <= limit:
+            return
+        cached = set(self._model.tokens)
+        for sha, item in list(self.items.items()):
+            if self.held <= limit:
+                break
+            if item.used == self._evals or any(token in cached for token in item.tokens if is_media(token)):
+                continue
+            del self.items[sha]
+            self.held -= item.media_tokens
+            for token in item.tokens:
+                if is_media(token):
+                    self._where.pop(token, None)
+                    self._positions.pop(token, None)
+            self._mtmd.mtmd_input_chunks_free(item.chunks)
 
     def _index(self, sha: str, chunks: Any) -> MediaItem:
         mtmd = self._mtmd
@@ -183,6 +229,7 @@ class MediaContext:
     # --- evaluation ----------------------------------------------------------------------------
     def eval(self, model: LoadedModel, tokens: Sequence[int]) -> None:
         """Evaluate `tokens` (text ids and media sentinels) after the model's sequence so far."""
+        self._evals += 1
         tokens = list(tokens)
         if tokens and is_media(tokens[0]):
             tokens = self._back_to_chunk_start(model, tokens)
@@ -201,6 +248,7 @@ class MediaContext:
                 raise DecodeError("media in the prompt that this engine was not given, or cut apart")
             self._eval_chunk(model, chunk, run)
             start += length
+        self._free_unused()  # what this prompt left out of the cache (trimmed) may go now
 
     def _back_to_chunk_start(self, model: LoadedModel, tokens: list[int]) -> list[int]:
         """A chunk whose first positions the cache kept (cut back in its middle) is evaluated
@@ -266,8 +314,9 @@ def add_media(engine: MediaHost, data: bytes, name: str, kind: str) -> MediaItem
 
 
 def holds_media(engine: MediaHost, sha256: str) -> bool:
-    """Whether a local `Engine` was given the media of this hash already (no need to read it again)."""
-    return engine.media is not None and sha256 in engine.media.items
+    """Whether a local `Engine` holds the media of this hash (no need to read it again); it is
+    then kept for the prompt being prepared."""
+    return engine.media is not None and engine.media.use(sha256) is not None
 
 
 class MediaTokenizer:
@@ -283,16 +332,16 @@ class MediaTokenizer:
         return bool(self._engine.is_control(token_id))
 
     def tokenize(self, text: str, *, special: bool) -> list[int]:
-        return expand(text, self._media.items, lambda part: self._engine.tokenize(part, special=special))
+        return expand(text, self._media.use, lambda part: self._engine.tokenize(part, special=special))
 
 
-def expand(text: str, items: dict[str, MediaItem], tokenize: Callable[[str], list[int]]) -> list[int]:
-    """The ids of `text`, with each marker of a known media replaced by that media's ids; the text
-    between markers is tokenized apart, as libmtmd's own tokenizer does."""
+def expand(text: str, media: Callable[[str], MediaItem | None], tokenize: Callable[[str], list[int]]) -> list[int]:
+    """The ids of `text`, with each marker of a known media (`media(sha256)`) replaced by that
+    media's ids; the text between markers is tokenized apart, as libmtmd's own tokenizer does."""
     tokens: list[int] = []
     at = 0
     for found in MARKER.finditer(text):
-        item = items.get(found.group(1))
+        item = media(found.group(1))
         if item is None:
             continue  # not media this engine was given: plain text
         if found.start() > at:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llmchat.bounded_input import ANY_TEXT, read_file
 from llmchat.errors import TemplateError, UsageError
 from llmchat.prompt.builtins import (
     BuiltinTemplate,
@@ -149,7 +150,7 @@ def _choice_candidate(choice: str, source: str) -> _Candidate:
     path = Path(choice).expanduser()
     if path.is_file():
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_file(path, f"template file {path}", ANY_TEXT, advice="pass a Jinja file").decode("utf-8")
         except (OSError, UnicodeDecodeError) as err:
             raise UsageError(f"cannot read template file {path} ({where}): {err}") from None
         label = f"template file {path} ({where})"

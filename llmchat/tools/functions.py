@@ -24,6 +24,7 @@ import typing
 from pathlib import Path
 from typing import Any, Callable
 
+from llmchat.bounded_input import ANY_TEXT, check_file
 from llmchat.errors import UsageError
 from llmchat.tools.spec import ToolFailure, ToolSpec, ToolTimeout
 
@@ -38,8 +39,12 @@ def load_functions(path: str | Path) -> list[ToolSpec]:
     syntax error, an exception at import, an unsupported signature) is one UsageError line."""
     file = Path(path).expanduser()
     where = f"--functions {path}"
-    if not file.is_file():
-        raise UsageError(f"{where}: no such file; give the path of a Python file")
+    try:
+        check_file(file, where, ANY_TEXT, advice="give the path of a Python file")
+    except (FileNotFoundError, IsADirectoryError):
+        raise UsageError(f"{where}: no such file; give the path of a Python file") from None
+    except OSError as err:
+        raise UsageError(f"{where}: cannot read it ({err.strerror or err})") from None
     module = _import_file(file, where)
     specs = []
     for name, function in vars(module).items():

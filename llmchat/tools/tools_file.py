@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from llmchat.bounded_input import ANY_TEXT, read_file
 from llmchat.errors import UsageError
 from llmchat.tools.functions import load_functions
 from llmchat.tools.spec import EMPTY_OBJECT_SCHEMA, ToolFailure, ToolSpec
@@ -23,7 +24,7 @@ def read_tools_file(path: str) -> list[ToolSpec]:
         return load_functions(file)
     where = f"--tools {path}"
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = json.loads(read_file(file, where, ANY_TEXT, advice="pass a JSON file of tools").decode("utf-8"))
     except OSError as err:
         raise UsageError(f"{where}: cannot read it ({err.strerror or err})") from None
     except UnicodeDecodeError:

@@ -14,7 +14,7 @@ On a terminal the reply is rendered as Markdown while it streams, unless `--rend
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Callable, TextIO
 
 from llmchat import interrupts
 from llmchat.attachments import compose
@@ -80,6 +80,7 @@ class ChatUI:
         self.context.attachments.extend(attachments)  # chat -f: pending for the first message
         self.opening = opening  # chat -p mcp:SERVER/NAME: the prompt's text, at the prompt to edit and send
         self.vi_mode = editing_mode == "vi"  # the config's editing_mode (checked when it was read)
+        self._tie_typed_lines: Callable[[], None] = lambda: None  # the input history's, once the prompt is built
 
     # --- output -----------------------------------------------------------------------------
     def error(self, message: str) -> None:
@@ -138,9 +139,12 @@ class ChatUI:
             from prompt_toolkit.output import create_output
 
             output = create_output(stdout=self.stderr)
+        history, self._tie_typed_lines = input_history(
+            self.error, self.persist_input, owner=lambda: self.session.conversation_id
+        )
         prompt: PromptSession[str] = PromptSession(
             output=output,
-            history=input_history(self.error, self.persist_input),
+            history=history,
             completer=self.completer,
             complete_while_typing=True,
             complete_in_thread=True,  # a slow look-up (the history, a server's listing) never stops typing
@@ -232,7 +236,15 @@ class ChatUI:
                 self.info(count_line(attachment, tokens, self.session.engine.n_ctx))
         self._prompt = self.build_prompt()
         pending = self.opening  # text put back into the prompt (a message that did not fit)
+        try:
+            self._prompt_loop(pending)
+        finally:
+            self._tie_typed_lines()  # the chat's first lines, to the conversation they began
+
+    def _prompt_loop(self, pending: str) -> None:
+        assert self._prompt is not None
         while True:
+            self._tie_typed_lines()  # once the first reply made the conversation (llmchat.typed_lines)
             self.guard.reset()
             self.completer.new_prompt()
             # A Ctrl-C deferred past the end of what it meant to stop (a reply's last frame) has
@@ -287,23 +299,21 @@ class ChatUI:
             pending = self.run_turn(text)
 
     def _attach_pasted(self, text: str) -> str | None:
-        """Attach the image and audio files whose paths the message holds (llmchat.ui.pasted_paths),
-        as /file does. None: send the message now. Else the text to leave at the prompt: nothing
-        after a message that was only a path, the message itself when a file could not be attached
-        (said above it), so that nothing goes without what it names."""
+        """A message that is only the path of an image or audio file (a file dropped on the
+        terminal: llmchat.ui.pasted_paths) attaches it to the next message, as /image does, and
+        leaves nothing at the prompt (""). Paths of such files inside a longer message are not
+        attached, only named with how to attach them; the message is sent as typed (None)."""
         from llmchat.ui.file_commands import cmd_file
         from llmchat.ui.pasted_paths import pasted_media
 
         paths, whole = pasted_media(text)
-        if is_command(text) and not whole:
-            return None  # a command that names a file (/file photo.png) is the command's
-        for path in paths:
-            cmd_file(self.context, path)
         if whole:
+            cmd_file(self.context, paths[0])
             return ""
-        if all(any(a.path == path for a in self.context.attachments) for path in paths):
-            return None
-        return text
+        if paths and not is_command(text):  # a command that names a file (/file photo.png) is the command's
+            how = f"/image {paths[0]} attaches it" if len(paths) == 1 else "/image PATH attaches each"
+            self.info(terminal_safe(f"not attached: {', '.join(paths)} ({how} to your next message)"))
+        return None
 
 
 def run_interactive(

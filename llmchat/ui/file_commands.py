@@ -13,6 +13,7 @@ from llmchat.ui.context import CONTINUE, CommandContext, Outcome
 
 def cmd_file(ctx: CommandContext, arg: str) -> Outcome:
     from llmchat.attachments import collect, count_line
+    from llmchat.bounded_input import text_bound
     from llmchat.turn.room import check_room
 
     if not arg:
@@ -20,7 +21,10 @@ def cmd_file(ctx: CommandContext, arg: str) -> Outcome:
         return CONTINUE
     try:
         resources = ctx.mcp.resource_bytes if ctx.mcp is not None else None
-        found = [a for a in collect([arg], resources=resources) if a not in ctx.attachments]
+        bound = text_bound(ctx.session.engine.n_ctx)  # no more than the context could hold is read
+        found = [
+            a for a in collect([arg], resources=resources, bound=bound, skipped=ctx.info) if a not in ctx.attachments
+        ]
         # The room counts the files already pending: together they must fit.
         checked = check_room(ctx.session, [*ctx.attachments, *found])
     except LlmchatError as err:

@@ -2,23 +2,26 @@
 
 A terminal that a file is dropped on types its path: bare, quoted ('...' or "..."), with its
 spaces escaped (`My\\ Photos/a.png`), or as a `file://` URI. A message that is only such a path
-attaches the file to the next message, as `/file PATH` does; a quoted, absolute or `~/` path inside
-a message attaches it to that message, whose text stays as typed. Only existing image and audio
-files count (recognised by their bytes, llmchat.media.kinds): a path to a text file, or a word that
-merely looks like a path, is left alone as text.
+attaches the file to the next message, as `/file PATH` does. A quoted, absolute or `~/` path inside
+a longer message is not attached: the message may only talk about the file ("what does the name
+'~/scans/id-card.png' say?"), and an attached picture would go with it, to a server too. The chat
+says in one line how to attach it (`/image PATH`). Only existing image and audio files count
+(recognised by their bytes, llmchat.media.kinds): a path to a text file, or a word that merely
+looks like a path, is left alone as text.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from llmchat.attachments import MAX_FILE_BYTES
+from llmchat.bounded_input import HEAD_BYTES, open_regular
+from llmchat.errors import UsageError
 from llmchat.media.kinds import sniff
 
 _QUOTED = re.compile(r"""(['"])(.+?)\1""")
-_HEAD_BYTES = 32  # enough for every signature sniff reads
 
 
 def pasted_media(text: str) -> tuple[list[str], bool]:
@@ -55,11 +58,9 @@ def _clean(candidate: str) -> str:
 def _is_media_file(path: str) -> bool:
     if not path or "\n" in path or len(path) > 4096:
         return False
-    file = Path(path).expanduser()
     try:
-        if not file.is_file() or file.stat().st_size > MAX_FILE_BYTES:
-            return False
-        with open(file, "rb") as handle:
-            return sniff(handle.read(_HEAD_BYTES)) is not None
-    except OSError:
+        fd, _ = open_regular(Path(path).expanduser(), path)  # a FIFO's path: never waited on
+    except (OSError, UsageError):
         return False
+    with os.fdopen(fd, "rb") as handle:
+        return sniff(handle.read(HEAD_BYTES)) is not None

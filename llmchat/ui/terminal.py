@@ -43,9 +43,13 @@ class CtrlCGuard:
         self.armed = False
 
 
-def input_history(warn: Callable[[str], None], persist: bool = True) -> History:
+def input_history(
+    warn: Callable[[str], None], persist: bool = True, owner: Callable[[], str | None] = lambda: None
+) -> tuple[History, Callable[[], None]]:
     """A FileHistory at `paths.input_history_file()`, or an in-memory one when that file cannot be
-    written (with one warning) or when the chat keeps no history (`persist=False`).
+    written (with one warning) or when the chat keeps no history (`persist=False`); and what ties
+    the lines typed so far to their conversation once it exists (llmchat.typed_lines: each line
+    is tagged with the conversation `owner()` names, so that deleting it deletes them).
 
     Every line typed is in that file, so it is created 0600 in a 0700 folder whatever the umask."""
     import os
@@ -53,10 +57,14 @@ def input_history(warn: Callable[[str], None], persist: bool = True) -> History:
     from prompt_toolkit.history import FileHistory, InMemoryHistory
 
     from llmchat import paths
-    from llmchat.private_files import ensure_private_dir, open_private, private_umask
+    from llmchat.private_files import ensure_private_dir, open_private
+    from llmchat.typed_lines import TaggedLines
+
+    def nothing_to_tie() -> None:
+        return None
 
     if not persist:
-        return InMemoryHistory()
+        return InMemoryHistory(), nothing_to_tie
     path = paths.input_history_file()
     try:
         ensure_private_dir(path.parent)
@@ -65,20 +73,27 @@ def input_history(warn: Callable[[str], None], persist: bool = True) -> History:
         warn(
             f"warning: cannot write the input history {path} ({err.strerror or err}); lines typed now are kept for this chat only"
         )
-        return InMemoryHistory()
+        return InMemoryHistory(), nothing_to_tie
+    tagged = TaggedLines(path, owner)
 
     class SafeFileHistory(FileHistory):
-        """A write that fails later (disk full, file removed with its folder) must not end the
-        chat: warn once, keep the rest of the lines in memory."""
+        """Entries tagged with their conversation (llmchat.typed_lines). A write that fails later
+        (disk full, file removed with its folder) must not end the chat: warn once, keep the rest
+        of the lines in memory."""
 
         failed = False
 
         def store_string(self, string: str) -> None:
+            self._write(lambda: tagged.append(tagged.entry(string)))
+
+        def settle(self) -> None:
+            self._write(tagged.settle)
+
+        def _write(self, write: Callable[[], None]) -> None:
             if self.failed:
                 return
             try:
-                with private_umask():  # prompt-toolkit opens with "ab": a file removed meanwhile comes back 0600
-                    super().store_string(string)
+                write()
             except OSError as err:
                 self.failed = True
                 warn(
@@ -91,7 +106,8 @@ def input_history(warn: Callable[[str], None], persist: bool = True) -> History:
             except (OSError, UnicodeDecodeError):
                 return
 
-    return SafeFileHistory(str(path))
+    history = SafeFileHistory(str(path))
+    return history, history.settle
 
 
 @contextmanager

@@ -15,12 +15,18 @@ are both on). So a prompt that holds media the engine was given goes as its rend
   the server's projector made. `generate` gets those ids, so the text is kept by them (`prompts`);
 - the server matches cached media by content, but llmchat cannot know where its cache and these ids
   part, so it claims no reuse: the reply's `timings` say what the server reused.
+
+The texts kept are bounded: the latest `_PROMPTS_KEPT`, and no more than `_TEXT_KEPT` characters
+(a batch's prompts in flight, a chat's few latest). They are found by a digest of their ids, and a
+prompt continued (a tool round, a reply carried on) by the digests of its prefixes at the kept
+lengths, taken in one pass over its ids: no kept prompt is compared id by id.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
+from array import array
+from collections import Counter, OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -35,6 +41,11 @@ if TYPE_CHECKING:
 
 # Media prompts kept by their ids: a batch's prompts in flight, and a chat's few latest.
 _PROMPTS_KEPT = 256
+_TEXT_KEPT = 64 * 1024 * 1024  # characters of their texts, all together: a few whole contexts' worth
+
+
+def _digest(ids: Sequence[int]) -> bytes:
+    return hashlib.blake2b(array("q", ids).tobytes(), digest_size=16).digest()
 
 
 class ServerMedia(RemoteMedia):
@@ -44,7 +55,10 @@ class ServerMedia(RemoteMedia):
     def __init__(self) -> None:
         super().__init__()
         self.counts: dict[str, int] = {}  # positions by SHA-256, once a reply said
-        self.prompts: OrderedDict[tuple[int, ...], str] = OrderedDict()
+        # digest of a prompt's ids -> (how many ids, its text); least recently kept first
+        self._prompts: OrderedDict[bytes, tuple[int, str]] = OrderedDict()
+        self._lengths: Counter[int] = Counter()  # how many prompts of each length are kept
+        self._chars = 0
 
     def add(self, data: bytes, kind: str, format: str) -> int:
         estimate = super().add(data, kind, format)
@@ -54,19 +68,44 @@ class ServerMedia(RemoteMedia):
         return self.counts.get(sha256) or ESTIMATE.get(self.items[sha256].kind, ESTIMATE["image"])
 
     def keep(self, ids: list[int], text: str) -> None:
-        self.prompts[tuple(ids)] = text
-        self.prompts.move_to_end(tuple(ids))
-        while len(self.prompts) > _PROMPTS_KEPT:
-            self.prompts.popitem(last=False)
+        key = _digest(ids)
+        if key in self._prompts:
+            self._forget(key)
+        self._prompts[key] = (len(ids), text)
+        self._lengths[len(ids)] += 1
+        self._chars += len(text)
+        while len(self._prompts) > _PROMPTS_KEPT or (self._chars > _TEXT_KEPT and len(self._prompts) > 1):
+            self._forget(next(iter(self._prompts)))
+
+    def _forget(self, key: bytes) -> None:
+        length, text = self._prompts.pop(key)
+        self._lengths[length] -= 1
+        if not self._lengths[length]:
+            del self._lengths[length]
+        self._chars -= len(text)
+
+    def kept(self) -> int:
+        """How many prompts' texts are kept."""
+        return len(self._prompts)
+
+    def text_of(self, ids: Sequence[int]) -> str | None:
+        """The text of the kept prompt of exactly these ids."""
+        found = self._prompts.get(_digest(ids))
+        return None if found is None else found[1]
 
     def text_for(self, ids: list[int]) -> tuple[str, list[int]] | None:
         """The text of the longest kept prompt that `ids` start with, and the ids after it (a reply
         continued, a tool round after the first); None when none."""
-        exact = self.prompts.get(tuple(ids))
-        if exact is not None:
-            return exact, []
-        best = max((key for key in list(self.prompts) if list(key) == ids[: len(key)]), key=len, default=None)
-        return None if best is None else (self.prompts[best], ids[len(best) :])
+        best: tuple[int, str] | None = None
+        digest = hashlib.blake2b(digest_size=16)
+        at = 0
+        for length in sorted(n for n in self._lengths if n <= len(ids)):
+            digest.update(array("q", ids[at:length]).tobytes())
+            at = length
+            found = self._prompts.get(digest.copy().digest())
+            if found is not None:
+                best = found
+        return None if best is None else (best[1], ids[best[0] :])
 
 
 class MediaFacts(Protocol):
@@ -178,7 +217,7 @@ def server_counts(
     positions = max(total - (len(sent) - estimated), 0)
     outcome.media_tokens = positions
     outcome.prompt_tokens = len(prompt) - count_media(prompt) + positions
-    shas = [sha for _, sha in _split(engine.media.prompts.get(tuple(prompt), ""), engine.media) if sha]
+    shas = [sha for _, sha in _split(engine.media.text_of(prompt) or "", engine.media) if sha]
     if shas and len(set(shas)) == 1 and positions % len(shas) == 0:
         engine.media.counts[shas[0]] = positions // len(shas)
 
