@@ -141,3 +141,23 @@ def test_tool_rounds_and_the_turn_after_them_evaluate_what_a_transformer_does(lo
     assert evaluated.rows[0][0] > 900
     over = evaluated.over_a_transformer()
     assert len(over) >= 5 and all(extra <= FEW for extra in over), (over, evaluated.rows)
+
+
+@pytest.mark.parametrize(
+    ("template", "think", "rewritten"),
+    [
+        ("Qwen3.5-4B.jinja", False, "<think>\n\n</think>\n\n"),  # the closed thinking block goes
+        ("Qwen3.5-4B.jinja", True, "<think>\n"),  # so does the open one (with the thinking)
+        ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", True, ">\n"),  # `<think>\n` becomes `<think></think>`
+        ("LFM2.5-Instruct.jinja", False, ""),  # the reply follows the whole generation prompt
+        ("ibm-granite-granite-4.0.jinja", False, ""),
+    ],
+)
+def test_the_rewrite_of_the_generation_prompt_is_derived_from_the_template(loaded, template, think, rewritten):
+    """The tail of the generation prompt that the next prompt renders otherwise, in SmolLM2's
+    tokens (`<think>` is three of them: the rewrite of Nemotron's starts inside it)."""
+    from llmchat.turn.parting import rewritten_tail
+
+    session = _session(loaded, template, think)
+    tail = rewritten_tail(session.tokenize_messages, think)
+    assert loaded.engine.detokenize(list(tail)) == rewritten
