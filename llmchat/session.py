@@ -50,6 +50,7 @@ from llmchat.session_changes import SessionChanges
 from llmchat.thinking import ThinkingSplitter, ThinkingTracker
 from llmchat.turn.compaction import compact_before_turn
 from llmchat.turn.observer import NullObserver, TurnObserver
+from llmchat.turn.parting import Rewrites, parting_points
 from llmchat.turn.plan import PreparedTurn, TurnScope, check_message_size, request_of
 from llmchat.turn.record import TurnResult
 from llmchat.turn.sink import ConversationFacts, TurnSink
@@ -102,6 +103,7 @@ class ChatSession(SessionChanges):
     # `/model NAME` (llmchat.model_switch): loads another model; None: this session cannot switch (a server).
     model_loader: ModelLoader | None = None
     _prefix_note: str | None = None  # why the next turn's KV prefix is built anew (its `prefix` stat)
+    _rewrites: Rewrites = field(default_factory=Rewrites)  # each template's rewrite of a reply (llmchat.turn.parting)
 
     # The sink's stores, as the commands and the chat UI name them.
     @property
@@ -273,16 +275,19 @@ class ChatSession(SessionChanges):
         budget = self.budget(sampling)
         self.check_message_size(user_text, budget)
         tail = [dict(message) for message in after_user]
-        renders: list[tuple[Prompt, str]] = []  # each prompt tried, with its text
+        renders: list[tuple[Prompt, RenderedPrompt, list[dict[str, Any]]]] = []  # each prompt tried, with its render
 
         def tokenize(messages: list[dict[str, Any]]) -> Prompt:
             rendered = self._render([*messages, *tail], True, tools)
             prompt = prompt_of(self.engine, rendered, [*messages, *tail], kept_prefix)
-            renders.append((prompt, rendered.text))
+            renders.append((prompt, rendered, [*messages, *tail]))
             return prompt
 
         fit = fit_to_context(conversation, user_text, budget, tokenize, overflow=scope.overflow or self.overflow)
-        text = next(text for prompt, text in renders if prompt is fit.prompt_tokens)
+        rendered, messages = next(
+            (rendered, messages) for prompt, rendered, messages in renders if prompt is fit.prompt_tokens
+        )
+        text = rendered.text
         stops = tuple(self.template.stop_strings)
         fmt = self.reasoning_format
         if fmt is not None:  # gpt-oss's <|end|> ends its analysis message, not the reply
@@ -294,7 +299,24 @@ class ChatSession(SessionChanges):
         prepared.rendered_text = text
         prepared.tracker = self._tracker(prepared, tools)
         prepared.markup = self._markup if prepared.tracker is not None else None
+        if self.engine.caps.checkpoints:
+            prompt = prompt_ids(fit.prompt_tokens)
+            first_round = not tail  # a later tool round extends the first, whose places come first
+            rewrite = self._rewritten_tail(tools, starts) if first_round else None
+            prepared.parting_points = parting_points(self.engine, prompt, rendered, messages, rewrite)
         return prepared
+
+    def _rewritten_tail(self, tools: ToolOffer | None, thinking: bool) -> tuple[int, ...]:
+        """The generation prompt's tail that the template renders otherwise once the reply is
+        history (llmchat.turn.parting), derived once per model, template, variables, tools and thinking."""
+        offered = tuple(tools.specs) if tools is not None and tools.active else ()
+        variables = repr(sorted(self.template_vars.items()))
+        shape = (self.engine.info.model_path, self.template.text, variables, offered, thinking)
+
+        def render_tokens(probe: list[dict[str, Any]]) -> list[int]:
+            return prompt_ids(prompt_of(self.engine, self._render(probe, True, tools), probe))
+
+        return self._rewrites.tail(shape, render_tokens, thinking)
 
     @interrupts.changes_state
     def hold_to(self, structured: StructuredOutput | None) -> None:

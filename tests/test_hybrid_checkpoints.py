@@ -66,9 +66,9 @@ class Counted:
         self.counts: list[int] = []
         real = getattr(model, method)
 
-        def counted(tokens):
+        def counted(tokens, *args):
             self.counts.append(len(tokens))
-            real(tokens)
+            real(tokens, *args)
 
         monkeypatch.setattr(model, method, counted)
 

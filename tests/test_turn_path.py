@@ -172,6 +172,30 @@ def test_reply_ids_are_used_only_where_they_spell_the_reply(smollm2_path):
         session.close()
 
 
+def test_a_reasoning_models_reply_without_thinking_goes_back_as_its_sampled_ids(smollm2_path):
+    """LFM2.5's template has a thinking block (a reasoning format) that SmolLM2 never writes: the
+    reply is all answer, and its sampled ids go back as they are, as any model's reply does."""
+    from llmchat.config import load_config
+    from llmchat.loading import start_session
+    from llmchat.options import RunOptions
+
+    template = Path(__file__).parent / "data" / "chat_cases" / "templates" / "LFM2.5-Instruct.jinja"
+    options = RunOptions(
+        model=str(smollm2_path), temperature=0.7, seed=11, max_tokens=40, ctx=4096, template=str(template)
+    )
+    session = start_session(options, config=load_config(), overflow="drop", with_history=False)
+    try:
+        first = session.turn("Tell me a long story about a dragon.")
+        assert session.reasoning_format is not None and not first.reasoning and first.reply
+        assert session.conversation.messages[-1]["token_ids"] == first.token_ids
+        assert session.engine.detokenize(first.token_ids) == first.reply
+        second = session.turn("Continue the story.").stats
+        expected = first.stats.prompt_tokens + first.stats.generated_tokens
+        assert expected - 3 <= second.cached_tokens <= expected, (second, first.stats)
+    finally:
+        session.close()
+
+
 # --- no runaway replies --------------------------------------------------------------------------------
 def test_loop_detector_counts_whole_periods():
     detector = LoopDetector(max_period=8, repeats=3, min_span=12)

@@ -11,10 +11,12 @@ of that state at chosen points instead (`tools/server/server-context.cpp`: `--ct
 - `restore(n)` loads the latest copy taken at n tokens or fewer; the caller then drops the
   attention cells after it (`llama_memory_seq_rm` succeeds once the recurrent part is that old)
   and prefills from there;
-- `cuts(start, end)`: where a prefill from `start` to `end` stops to save one: where it starts
-  (the end of the last reply: `/undo`, `/edit` and a new message leave the cache about there), and
-  4 and 4 + batch tokens before the prompt's end (llama-server's places: a template that renders
-  the last reply differently from how it was generated, and `/retry`, leave it there);
+- `cuts(start, end, parting)`: where a prefill from `start` to `end` stops to save one: where it
+  starts, 4 and 4 + batch tokens before the prompt's end (llama-server's places: `/retry` leaves
+  the cache 1 token before the end, and a template whose rewrite of the last turn it cannot tell
+  leaves it a few tokens before), and the `parting` points the turn names: where the next prompts
+  will leave this one, found from the template (llmchat.turn.parting: where it rewrites the
+  generation prompt when it renders the reply as history, where the last user message begins);
 - `hold(n)`: one more copy, outside the list, taken before each batch of drafted tokens is
   verified (`--lookup`, `--draft-model`), so that a rejected draft costs its batch, not the reply.
 
@@ -27,6 +29,7 @@ change (LoadedModel), which is the one place that changes them.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llmchat.defaults import DEFAULT_CTX_CHECKPOINTS, DEFAULT_CTX_CHECKPOINTS_MIB
@@ -62,13 +65,14 @@ class Checkpoints:
     def bytes(self) -> int:
         return sum(len(checkpoint.data) for checkpoint in self._all())
 
-    def cuts(self, start: int, end: int, n_batch: int) -> list[int]:
-        """Where a prefill of the tokens from `start` to `end` stops to save a checkpoint."""
+    def cuts(self, start: int, end: int, n_batch: int, parting: Sequence[int] = ()) -> list[int]:
+        """Where a prefill of the tokens from `start` to `end` stops to save a checkpoint; `parting`:
+        the token counts where the caller expects later prompts to leave this one."""
         self.fresh.clear()
         if end - start <= END_OFFSET:  # a few tokens (a thinking budget's forced end): nothing to gain
             return []
-        wanted = {start, end - END_OFFSET - n_batch, end - END_OFFSET}
-        return sorted(n for n in wanted if 0 < n < end and n >= start and n not in self._positions())
+        wanted = {start, end - END_OFFSET - n_batch, end - END_OFFSET, *parting}
+        return sorted(n for n in wanted if 0 < n <= end and n >= start and n not in self._positions())
 
     def save(self, n_tokens: int) -> None:
         """Copy the recurrent state now, while the sequence holds its first `n_tokens` tokens."""

@@ -59,8 +59,15 @@ class Engine:
     @property
     def caps(self) -> EngineCaps:
         kv_shift, media = self.settings.kv_shift, self.settings.mmproj is not None
+        checkpoints = self.model.checkpoints is not None
         return EngineCaps(
-            grammar=True, kv_shift=kv_shift, disk_cache=True, renders_template=False, token_ids=True, media=media
+            grammar=True,
+            kv_shift=kv_shift,
+            disk_cache=True,
+            renders_template=False,
+            token_ids=True,
+            media=media,
+            checkpoints=checkpoints,
         )
 
     @property
@@ -389,7 +396,7 @@ class Generation:
             engine._drafter.start_reply(len(self.prompt), self.request.sampling.repeat_penalty)
         if not state.start(time.perf_counter()):
             return
-        stream = self._stream(self.prompt)
+        stream = self._stream(self.prompt, self.request.parting_points)
         try:
             yield from self._events(stream)
         except DecodeError as err:  # llama.cpp failed to evaluate or tokenize (LoadedModel)
@@ -437,12 +444,12 @@ class Generation:
         finally:
             stream.close()
 
-    def _stream(self, tokens: list[int]) -> Generator[int, Any, None]:
+    def _stream(self, tokens: list[int], parting: Sequence[int] = ()) -> Generator[int, Any, None]:
         """The model's decode loop over `tokens`, sampled through llmchat's own chain
         (engine.sampler's `sampler_chain`): the repeat penalty's window holds the prompt's last
         tokens too, as on llama-server, and a grammar gate when the request has one. Drafted
         positions are sampled through the same chain, so a drafted token is kept only when it
-        equals the token the chain picked."""
+        equals the token the chain picked. `parting`: the request's (the prompt's stream only)."""
         from llmchat.engine.sampler import grammar_start, sampler_chain
 
         model = self.engine.model
@@ -461,7 +468,7 @@ class Generation:
             loop_exit=self.state.reply.loop_exit,
             feed_trigger=request.grammar_from_trigger,
         )
-        stream = model.generate(tokens, chain, self.engine._drafter)
+        stream = model.generate(tokens, chain, self.engine._drafter, parting)
         try:
             yield from stream
         finally:

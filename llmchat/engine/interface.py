@@ -38,6 +38,9 @@ class EngineCaps:
     remote: bool = False  # another process decodes: retries apply, and it owns its own settings
     media: bool = False  # it takes images or audio (`add_media`): a projector is there
     slots: int = 0  # server slots a batch may pin one worker each to (0: the server picks)
+    # A recurrent or hybrid model whose state is checkpointed (engine.checkpoints): a request's
+    # `parting_points` are worth finding, and it keeps checkpoints there.
+    checkpoints: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,9 @@ class GenerateRequest:
     # A prompt that carries tools (ChatMessages.tools): the OpenAI `tool_choice` ("auto",
     # "required", "none", or {"type": "function", "function": {"name": ...}}); None: "auto".
     tool_choice: str | dict[str, Any] | None = None
+    # Token counts of the prompt where later prompts are expected to leave it (llmchat.turn.parting):
+    # an engine with `caps.checkpoints` keeps a checkpoint of its recurrent state at each.
+    parting_points: tuple[int, ...] = ()
 
     @property
     def stops(self) -> tuple[str, ...]:

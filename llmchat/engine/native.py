@@ -363,13 +363,14 @@ class LoadedModel:
         self._cut(at)
         return at
 
-    def prefill(self, tokens: Sequence[int]) -> None:
-        """`eval(tokens)`, stopping where a checkpoint of the recurrent state is worth saving."""
+    def prefill(self, tokens: Sequence[int], parting: Sequence[int] = ()) -> None:
+        """`eval(tokens)`, stopping where a checkpoint of the recurrent state is worth saving
+        (`parting`: token counts of the sequence where later prompts are expected to leave it)."""
         done = 0
         # Not around images or audio (negative ids): a cut could split one (llama-server takes none there).
         if self.checkpoints is not None and (not tokens or min(tokens) >= 0):
             start = len(self.tokens)
-            for cut in self.checkpoints.cuts(start, start + len(tokens), self.n_batch):
+            for cut in self.checkpoints.cuts(start, start + len(tokens), self.n_batch, parting):
                 if cut - start > done:
                     self.eval(tokens[done : cut - start])
                 done = cut - start
@@ -406,12 +407,13 @@ class LoadedModel:
         self.logits_fresh = True
 
     def generate(
-        self, prompt: Sequence[int], sampler: Any, drafter: Drafter | None = None
+        self, prompt: Sequence[int], sampler: Any, drafter: Drafter | None = None, parting: Sequence[int] = ()
     ) -> Generator[int, None, None]:
         """Sample tokens after `prompt` through the sampler chain `sampler`, without end.
 
         The cache keeps the longest prefix it shares with `prompt`; at least the last prompt token
-        is evaluated again unless the cache holds exactly `prompt` with live logits."""
+        is evaluated again unless the cache holds exactly `prompt` with live logits. `parting`:
+        where later prompts are expected to leave this one (a recurrent state is checkpointed there)."""
         if not prompt:
             raise ValueError("an empty prompt has nothing to sample after")
         tokens = list(prompt)
@@ -421,7 +423,7 @@ class LoadedModel:
         else:
             tokens = tokens[self.rewind(self.reusable(tokens)) :]
         sample_at = len(self.tokens) + len(tokens) - 1
-        self.prefill(tokens)
+        self.prefill(tokens, parting)
         while True:
             while sample_at < len(self.tokens):
                 token = int(llama_cpp.llama_sampler_sample(sampler, self.ctx, sample_at - len(self.tokens)))

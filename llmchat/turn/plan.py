@@ -67,6 +67,9 @@ class PreparedTurn:
     # A tool round's reply stays as written, content markers and all: the tool loop's reader finds
     # the calls in it first (Kimi K3 writes them after its closing marker), then takes them off.
     keeps_markers: bool = False
+    # Token counts of the prompt where the next prompts are expected to leave it (llmchat.turn.parting),
+    # for an engine that keeps checkpoints of a recurrent state there.
+    parting_points: tuple[int, ...] = ()
 
     @property
     def prompt(self) -> Prompt:
@@ -159,4 +162,5 @@ def request_of(prepared: PreparedTurn, engine: ChatEngine, fmt: ReasoningFormat 
         grammar_after=grammar_after,
         grammar_from_trigger=prepared.tool_trigger is not None and prepared.tool_grammar is not None,
         tool_choice=prepared.tool_choice,
+        parting_points=prepared.parting_points,
     )

@@ -102,7 +102,7 @@ def result_of(
         reasoning=reasoning,
     )
     result.server_calls = list(outcome.server_calls)
-    if reasoning is None and outcome.generated_ids and engine.detokenize(outcome.generated_ids) == reply:
+    if _spells_the_reply(outcome.generated_ids, reply, reasoning, engine):
         result.token_ids = list(outcome.generated_ids)
     if fit.messages_dropped:
         result.notices.append(stats.trim_notice(prepared.budget.prompt_limit))
@@ -111,6 +111,17 @@ def result_of(
     if prepared.structured is not None:
         result.parsed, result.error = prepared.structured.check(reply, outcome.finish_reason)
     return result
+
+
+def _spells_the_reply(ids: list[int], reply: str, reasoning: str | None, engine: ChatEngine) -> bool:
+    """Whether a reply's sampled ids are its text exactly, so that the next prompt gives them back
+    as they are in the KV cache (llmchat.engine.prompt_pieces). A reasoning model's reply without
+    thinking too (its thinking switched off, or none written): unless a marker that the text does
+    not show is among them (an empty thinking block's control tokens), which the template would
+    not render."""
+    if not ids or reasoning or engine.detokenize(ids) != reply:
+        return False
+    return reasoning is None or not any(engine.is_control(token) for token in ids)
 
 
 def _thinking_of(

@@ -47,18 +47,33 @@ def prompt_of(
 ) -> Prompt:
     """`rendered` (of `messages`) as the engine's prompt. `kept_prefix`: (text, ids) of a prompt
     already in the KV cache that this one extends (a tool turn's first round)."""
-    sampled = {m["content"]: m["token_ids"] for m in messages if m["role"] == "assistant" and m.get("token_ids")}
-    pieces: list[Piece3] = [(piece.text, piece.trusted, piece.role) for piece in rendered.pieces]
     if kept_prefix is not None and rendered.text.startswith(kept_prefix[0]):
         # Tokenizing the joined text again could merge the kept prompt's last token with the call
         # that follows (`[/INST]` + `[TOOL_CALLS]` is `][` in a vocabulary without those control
         # tokens), so only what follows it is tokenized.
         kept_text, kept_ids = kept_prefix
-        _, tail = split_pieces(pieces, len(kept_text))
-        tail_ids = _tokens_after(engine, _with_sampled(tail, sampled))
+        tail_ids = tokens_from(engine, rendered, messages, len(kept_text))
         if tail_ids is not None:
             return [*kept_ids, *tail_ids]
-    return engine.prompt_tokens(_with_sampled(pieces, sampled))
+    return engine.prompt_tokens(_with_sampled(_pieces(rendered), _sampled(messages)))
+
+
+def tokens_from(
+    engine: ChatEngine, rendered: RenderedPrompt, messages: list[dict[str, Any]], offset: int
+) -> list[int] | None:
+    """The ids of `rendered`'s text from character `offset` on, as they continue the prompt before
+    it (no BOS of their own), by the same rules as `prompt_of`; None where the engine cannot say."""
+    _, tail = split_pieces(_pieces(rendered), offset)
+    return _tokens_after(engine, _with_sampled(tail, _sampled(messages)))
+
+
+def _pieces(rendered: RenderedPrompt) -> list[Piece3]:
+    return [(piece.text, piece.trusted, piece.role) for piece in rendered.pieces]
+
+
+def _sampled(messages: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """Earlier replies' sampled ids, by their text."""
+    return {m["content"]: m["token_ids"] for m in messages if m["role"] == "assistant" and m.get("token_ids")}
 
 
 def _with_sampled(pieces: list[Piece3], sampled: dict[str, list[int]]) -> list[PromptPiece]:
