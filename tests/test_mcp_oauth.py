@@ -374,6 +374,7 @@ def test_a_client_registered_beforehand_logs_in_and_refreshes_with_its_secret(is
         (['client_metadata_url = "https://example.com/"'], "client_metadata_url must be an https:// address"),
         (['client_id = "a"', 'client_metadata_url = "https://example.com/c.json"'], "not both"),
         (['client_id = "a"', 'client_secret_env = "not a name"'], "client_secret_env names an environment variable"),
+        (['client_id = "a"', 'bearer_token_env = "TOKEN"'], "sends a token of its own"),
     ],
 )
 def test_a_wrong_client_setting_is_one_line(isolated_home, lines, says):

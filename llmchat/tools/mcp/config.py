@@ -213,6 +213,13 @@ def _client_settings(where: str, settings: Mapping[str, Any]) -> dict[str, str]:
         )
     if client_id and metadata_url:
         raise ConfigError(f"{where}: give client_id (a registered client) or client_metadata_url, not both")
+    headers = settings.get("headers") or {}
+    own_token = settings.get("bearer_token_env") or any(str(key).lower() == "authorization" for key in headers)
+    if (client_id or metadata_url) and own_token:
+        raise ConfigError(
+            f"{where}: client_id and client_metadata_url are for an OAuth login, and this server sends a token of "
+            "its own (bearer_token_env or an Authorization header); keep one of the two"
+        )
     return {
         "client_id": client_id,
         "client_secret_env": settings.get("client_secret_env", ""),
