@@ -187,8 +187,8 @@ def login(server: McpServerConfig, stderr: IO[str], *, open_browser: bool, timeo
 
 
 def _one_more_authorization(asked: list[tuple[str, frozenset[str]]], url: str) -> None:
-    """Whether this login may ask for one more authorization (the address of it): only for more
-    scope, or at another authorization server, than one already granted in this login."""
+    """Let this login ask for one more authorization (the address of it), or end it: another is
+    asked for only for more scope, or at another authorization server, than one this login got."""
     parts = urlsplit(url)
     where = f"{parts.scheme}://{parts.netloc}{parts.path}"
     scope = frozenset(" ".join(parse_qs(parts.query).get("scope", [])).split())
