@@ -57,7 +57,7 @@ def _loads_a_model(item) -> bool:
 
 def pytest_collection_modifyitems(config, items):
     """A test that loads a real model is a `model` test, and one that needs the server build a
-    `server` test, so the fast loop (`pytest -m "not model and not server"`) loads no model and
+    `server` test, so the fast loop (`pytest -m "not model and not server and not conformance"`) loads no model and
     passes on a fresh clone before `tests/servers/build.sh` has run. `model`: it takes a model
     fixture, or it (or one of its fixtures) runs a command that loads the bundled default model.
     `server`: it (or one of its fixtures) starts a built server or reads the build's folder; a

@@ -8,10 +8,14 @@ MCP SDK's own server-side auth pieces, each served by uvicorn in a thread on a f
 - The resource server (`MCPServer` with `AuthSettings` and a token verifier that asks the
   `Authority`): protected resource metadata (RFC 9728) and Streamable HTTP at `/mcp`, 401 with
   `WWW-Authenticate` without a valid token. Tools: `add` and `whoami`.
+- Variants: `step_up_scope` makes `tools/call` need one scope more than the rest (a 403
+  `insufficient_scope` naming it, SEP-835's step-up); `preregistered` is a client registered
+  beforehand, with a secret, and no dynamic registration.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 import socket
 import threading
@@ -33,7 +37,7 @@ from mcp.server.auth.provider import (
 from mcp.server.auth.routes import create_auth_routes
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
-from pydantic import AnyHttpUrl
+from pydantic import AnyHttpUrl, AnyUrl
 from starlette.applications import Starlette
 
 SCOPE = "mcp"
@@ -126,6 +130,74 @@ class Authority:
         return list(self.access)
 
 
+class LoopbackClient(OAuthClientInformationFull):
+    """A client registered beforehand for a native app's loopback redirect, on whatever port the
+    app listens on (RFC 8252 7.3: the authorization server allows any port there)."""
+
+    def validate_redirect_uri(self, redirect_uri: AnyUrl | None) -> AnyUrl:
+        if redirect_uri is not None and redirect_uri.host == "127.0.0.1" and redirect_uri.path == "/callback":
+            return redirect_uri
+        return super().validate_redirect_uri(redirect_uri)
+
+
+def preregistered_client(client_id: str, secret: str, scopes: str = SCOPE) -> LoopbackClient:
+    return LoopbackClient(
+        client_id=client_id,
+        client_secret=secret,
+        redirect_uris=[AnyUrl("http://127.0.0.1/callback")],
+        token_endpoint_auth_method="client_secret_basic",
+        grant_types=["authorization_code", "refresh_token"],
+        scope=scopes,
+    )
+
+
+class StepUp:
+    """ASGI middleware before the resource server: `tools/call` with a token that lacks `needed`
+    gets a 403 whose challenge names only that scope (as a server asking for more does)."""
+
+    def __init__(self, app: Any, authority: Authority, needed: str, metadata_url: str):
+        self.app, self.authority, self.needed, self.metadata_url = app, authority, needed, metadata_url
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        headers = {key.decode().lower(): value.decode() for key, value in scope["headers"]}
+        token = headers.get("authorization", "").removeprefix("Bearer ")
+        access = self.authority.access.get(token)
+        try:
+            method = json.loads(body).get("method")
+        except (ValueError, AttributeError):
+            method = None
+        if method == "tools/call" and access is not None and self.needed not in access.scopes:
+            challenge = (
+                f'Bearer error="insufficient_scope", scope="{self.needed}", resource_metadata="{self.metadata_url}"'
+            )
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 403,
+                    "headers": [(b"www-authenticate", challenge.encode()), (b"content-type", b"application/json")],
+                }
+            )
+            await send({"type": "http.response.body", "body": b'{"error": "insufficient_scope"}'})
+            return
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
 class _Verifier:
     def __init__(self, authority: Authority):
         self.authority = authority
@@ -164,18 +236,26 @@ class OAuthServers:
 
 
 @contextmanager
-def oauth_servers(transport: str = "http") -> Iterator[OAuthServers]:
+def oauth_servers(
+    transport: str = "http", *, step_up_scope: str | None = None, preregistered: LoopbackClient | None = None
+) -> Iterator[OAuthServers]:
     """Both servers, until the block ends; the resource server speaks Streamable HTTP at /mcp, or
-    (transport="sse") HTTP+SSE at /sse."""
+    (transport="sse") HTTP+SSE at /sse. step_up_scope: what `tools/call` needs besides SCOPE;
+    preregistered: the one client there is (registration is off)."""
     authority = Authority()
+    if preregistered is not None:
+        assert preregistered.client_id is not None
+        authority.clients[preregistered.client_id] = preregistered
     as_sock, rs_sock = _listening_socket(), _listening_socket()
     issuer = f"http://127.0.0.1:{as_sock.getsockname()[1]}"
-    mcp_url = f"http://127.0.0.1:{rs_sock.getsockname()[1]}/{'sse' if transport == 'sse' else 'mcp'}"
+    origin = f"http://127.0.0.1:{rs_sock.getsockname()[1]}"
+    mcp_url = f"{origin}/{'sse' if transport == 'sse' else 'mcp'}"
+    scopes = [SCOPE] + ([step_up_scope] if step_up_scope else [])
     routes = create_auth_routes(
         authority,
         AnyHttpUrl(issuer),
         client_registration_options=ClientRegistrationOptions(
-            enabled=True, valid_scopes=[SCOPE], default_scopes=[SCOPE]
+            enabled=preregistered is None, valid_scopes=scopes, default_scopes=[SCOPE]
         ),
     )
     guarded = MCPServer(
@@ -199,6 +279,8 @@ def oauth_servers(transport: str = "http") -> Iterator[OAuthServers]:
         """Who the token belongs to."""
         return "a logged-in llmchat"
 
-    app = guarded.sse_app() if transport == "sse" else guarded.streamable_http_app()
+    app: Any = guarded.sse_app() if transport == "sse" else guarded.streamable_http_app()
+    if step_up_scope:
+        app = StepUp(app, authority, step_up_scope, f"{origin}/.well-known/oauth-protected-resource/mcp")
     with _serving(Starlette(routes=routes), as_sock), _serving(app, rs_sock):
         yield OAuthServers(authority, issuer, mcp_url)

@@ -3,6 +3,9 @@ server and a real resource server (tests/oauth_servers.py: the MCP SDK's own ser
 free loopback ports), with the test as the browser: it GETs the URL llmchat prints and follows the
 redirects to llmchat's loopback listener. Then the stored token serves `tools list` and a call, an
 expired one is refreshed, a refused one is one line, `logout` forgets it, and no token ever shows.
+A server that wants more scope for a call (a 403, step-up) is logged in to again for the union of
+what was granted and what it asked for; a client registered beforehand logs in with its secret and
+refreshes with it in later runs, and the secret never shows.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from oauth_servers import OAuthServers, oauth_servers
+from oauth_servers import OAuthServers, oauth_servers, preregistered_client
 
 WAIT_S = 120  # the most any step waits for its event, so a broken run cannot hang the suite
 
@@ -293,3 +296,100 @@ def test_ctrl_c_while_the_login_waits_for_the_browser_ends_in_one_line(guarded, 
     assert not login_file(isolated_home).exists()
     with pytest.raises(httpx.TransportError):  # nothing listens there any more
         httpx.get(redirect_uri, timeout=WAIT_S, trust_env=False)
+
+
+def configure(home: Path, url: str, *lines: str) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text("\n".join(["[mcp.guarded]", f'url = "{url}"', *lines]) + "\n", encoding="utf-8")
+
+
+def test_a_server_wanting_more_scope_gets_it_at_the_next_login(isolated_home):
+    """The server's tools/call needs `mcp:write` besides `mcp`: the run is refused with a 403 naming
+    only `mcp:write`, says to log in again, and keeps what it was asked for; the next login asks for
+    both (SEP-2350's union: what was granted stays), and the call goes through."""
+    with oauth_servers(step_up_scope="mcp:write") as stepping:
+        configure(isolated_home, stepping.mcp_url)
+        assert log_in()[0].returncode == 0
+        first = json.loads(login_file(isolated_home).read_text(encoding="utf-8"))
+        assert first["tokens"]["scope"] == "mcp"
+
+        refused = llmchat("mcp", "call", "guarded", "add", "--args", '{"a": 2, "b": 3}')
+        assert refused.returncode == 1 and refused.stdout == "" and "Traceback" not in refused.stderr
+        assert refused.stderr.count("\n") == 1, refused.stderr
+        assert "(HTTP 403: for more access, log in again with `llmchat mcp login guarded`)" in refused.stderr
+        kept = json.loads(login_file(isolated_home).read_text(encoding="utf-8"))
+        assert kept["scope_wanted"] == "mcp mcp:write" and kept["tokens"] == first["tokens"]
+
+        again, _page = log_in()
+        assert again.returncode == 0, again.stderr
+        assert "scope=mcp+mcp%3Awrite" in again.stderr  # the authorization asked for both
+        second = json.loads(login_file(isolated_home).read_text(encoding="utf-8"))
+        assert set(second["tokens"]["scope"].split()) == {"mcp", "mcp:write"} and "scope_wanted" not in second
+        called = llmchat("mcp", "call", "guarded", "add", "--args", '{"a": 2, "b": 3}')
+        assert (called.returncode, called.stdout) == (0, "2 + 3 = 5\n"), called.stderr
+        assert_no_token_in(stepping, isolated_home, refused, again, called)
+
+
+def test_a_client_registered_beforehand_logs_in_and_refreshes_with_its_secret(isolated_home, monkeypatch):
+    secret = "s3cret-" + "x" * 24
+    client = preregistered_client("llmchat-at-guarded", secret)
+    with oauth_servers(preregistered=client) as fixed:
+        configure(
+            isolated_home, fixed.mcp_url, 'client_id = "llmchat-at-guarded"', 'client_secret_env = "GUARDED_SECRET"'
+        )
+        unset = llmchat("mcp", "login", "guarded", "--no-browser")
+        assert unset.returncode == 2 and unset.stderr.count("\n") == 1 and "Traceback" not in unset.stderr
+        assert "client_secret_env = 'GUARDED_SECRET', but that environment variable is not set" in unset.stderr
+
+        monkeypatch.setenv("GUARDED_SECRET", secret)
+        login, _page = log_in()
+        assert login.returncode == 0, login.stderr
+        assert "client_id=llmchat-at-guarded" in login.stderr
+        assert list(fixed.authority.clients) == ["llmchat-at-guarded"]  # nothing registered
+        path = login_file(isolated_home)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        record = json.loads(path.read_text(encoding="utf-8"))
+        assert record["client"]["client_id"] == "llmchat-at-guarded" and record["client"]["client_secret"] == secret
+        assert record["client"]["token_endpoint_auth_method"] == "client_secret_basic"
+
+        # A later run refreshes with the stored secret, its variable gone: the token endpoint
+        # authenticates the client with it (a wrong or missing secret is refused there).
+        monkeypatch.delenv("GUARDED_SECRET")
+        fixed.authority.expire_access_tokens()
+        path.write_text(json.dumps({**record, "expires_at": record["expires_at"] - 7200}), encoding="utf-8")
+        called = llmchat("mcp", "call", "guarded", "whoami")
+        assert (called.returncode, called.stdout) == (0, "a logged-in llmchat\n"), called.stderr
+        assert fixed.authority.grants == ["authorization_code", "refresh_token"]
+        for run in (unset, login, called):
+            assert secret not in run.stdout and secret not in run.stderr
+        assert_no_token_in(fixed, isolated_home, login, called)
+
+
+@pytest.mark.parametrize(
+    ("lines", "says"),
+    [
+        (['client_secret = "abc"'], "the client secret never goes in the config"),
+        (['client_secret_env = "SECRET"'], "client_secret_env is the secret of a client_id"),
+        (['client_metadata_url = "http://example.com/c.json"'], "client_metadata_url must be an https:// address"),
+        (['client_metadata_url = "https://example.com/"'], "client_metadata_url must be an https:// address"),
+        (['client_id = "a"', 'client_metadata_url = "https://example.com/c.json"'], "not both"),
+        (['client_id = "a"', 'client_secret_env = "not a name"'], "client_secret_env names an environment variable"),
+        (['client_id = "a"', 'bearer_token_env = "TOKEN"'], "sends a token of its own"),
+    ],
+)
+def test_a_wrong_client_setting_is_one_line(isolated_home, lines, says):
+    configure(isolated_home, "http://127.0.0.1:9/mcp", *lines)
+    done = llmchat("mcp", "login", "guarded", "--no-browser")
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
+    assert "abc" not in done.stderr
+
+
+def test_client_settings_are_for_url_servers(isolated_home):
+    isolated_home.mkdir(parents=True, exist_ok=True)
+    (isolated_home / "config.toml").write_text(
+        '[mcp.time]\ncommand = "mcp-server-time"\nclient_id = "a"\n', encoding="utf-8"
+    )
+    done = llmchat("mcp", "tools", "time")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert 'client_id is for servers reached by url = "http://..."' in done.stderr

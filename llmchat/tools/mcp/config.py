@@ -14,6 +14,12 @@
     bearer_token_env = "EVERYTHING_TOKEN"   # `Authorization: Bearer $EVERYTHING_TOKEN`, read when used
     transport = "sse"               # only for older servers (HTTP+SSE); a URL ending in /sse is SSE too
 
+    [mcp.work]                      # OAuth (below) as a client registered beforehand, not registering itself
+    url = "https://mcp.example.com/mcp"
+    client_id = "llmchat-at-example"
+    client_secret_env = "EXAMPLE_SECRET"    # its secret, read from this variable at login
+    # client_metadata_url = "https://example.com/llmchat.json"   # or: a client ID metadata document
+
 A url server without a token of its own that asks for one (401) is logged in to with OAuth:
 `llmchat mcp login NAME` (llmchat.tools.mcp.oauth).
 
@@ -39,7 +45,23 @@ from llmchat.tools.spec import APPROVE_POLICIES
 
 Transport = Literal["stdio", "http", "sse"]
 TRANSPORTS: tuple[str, ...] = ("stdio", "http", "sse")
-_KEYS = ("command", "args", "env", "url", "headers", "bearer_token_env", "transport", "approve", "timeout", "roots")
+_KEYS = (
+    "command",
+    "args",
+    "env",
+    "url",
+    "headers",
+    "bearer_token_env",
+    "transport",
+    "approve",
+    "timeout",
+    "roots",
+    "client_id",
+    "client_secret_env",
+    "client_metadata_url",
+)
+_URL_ONLY_KEYS = ("headers", "bearer_token_env", "client_id", "client_secret_env", "client_metadata_url")
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _URL = re.compile(r"^https?://", re.IGNORECASE)
 
@@ -47,7 +69,8 @@ _URL = re.compile(r"^https?://", re.IGNORECASE)
 @dataclass(frozen=True)
 class McpServerConfig:
     """One server: a command to start (stdio) or a URL to reach (http, sse). No secret is held here:
-    a bearer token is read from its environment variable when the connection opens."""
+    a bearer token is read from its environment variable when the connection opens, a client
+    secret when a login starts."""
 
     name: str
     command: str = ""
@@ -61,6 +84,9 @@ class McpServerConfig:
     timeout_s: float | None = None
     source: str = ""
     roots: tuple[str, ...] = ()  # the config's roots = [...], as written (checked as folders when it starts)
+    client_id: str = ""  # an OAuth client registered beforehand at the server's authorization server
+    client_secret_env: str = ""  # the variable holding that client's secret
+    client_metadata_url: str = ""  # an https:// client ID metadata document naming llmchat (SEP-991)
 
     @property
     def target(self) -> str:
@@ -87,10 +113,25 @@ class McpServerConfig:
         own_token = self.bearer_token_env or any(key.lower() == "authorization" for key in self.headers)
         return self.transport != "stdio" and not own_token
 
+    def client_secret(self) -> str:
+        """The pre-registered client's secret, read from its variable now ("" for none)."""
+        if not self.client_secret_env:
+            return ""
+        secret = os.environ.get(self.client_secret_env, "")
+        if not secret:
+            raise UsageError(
+                f"MCP server {self.name}: client_secret_env = {self.client_secret_env!r}, but that environment "
+                "variable is not set; export it, or remove client_secret_env"
+            )
+        return secret
+
     def status_hint(self, status: int) -> str:
-        """What to do about an HTTP refusal, said after its status: log in (OAuth), or check the token."""
+        """What to do about an HTTP refusal, said after its status: log in (OAuth; again, for more
+        access), or check the token."""
         if status == 401 and self.logs_in:
             return f": log in with `llmchat mcp login {self.name}`"
+        if status == 403 and self.logs_in:
+            return f": for more access, log in again with `llmchat mcp login {self.name}`"
         return ": check its token (bearer_token_env) and headers" if status in (401, 403) else ""
 
 
@@ -101,6 +142,11 @@ def server_from_config(name: str, settings: Any, config_path: Path | str) -> Mcp
     if not isinstance(settings, dict):
         raise ConfigError(f'{where} must be a table with command = "..." (and args, env) or url = "http://..."')
     for key in settings:
+        if key == "client_secret":
+            raise ConfigError(
+                f"{where}: the client secret never goes in the config; put it in an environment variable and "
+                'name it with client_secret_env = "VARIABLE"'
+            )
         if key not in _KEYS:
             raise ConfigError(f"{where}: unknown key {key!r}; use {', '.join(_KEYS)}")
     command, url = settings.get("command"), settings.get("url")
@@ -121,7 +167,7 @@ def server_from_config(name: str, settings: Any, config_path: Path | str) -> Mcp
     }
     if url is not None:
         return McpServerConfig(**common, **_remote_settings(where, url, settings))
-    for key in ("headers", "bearer_token_env"):
+    for key in _URL_ONLY_KEYS:
         if key in settings:
             raise ConfigError(f'{where}: {key} is for servers reached by url = "http://..."')
     if settings.get("transport", "stdio") != "stdio":
@@ -152,18 +198,56 @@ def _remote_settings(where: str, url: Any, settings: Mapping[str, Any]) -> dict[
             raise ConfigError(f"{where}: {key} is for servers started by command; a url server takes headers")
     if not isinstance(url, str) or not _URL.match(url):
         raise ConfigError(f'{where}: url must be an http:// or https:// address, e.g. "http://127.0.0.1:3001/mcp"')
-    token_env = settings.get("bearer_token_env", "")
-    if not isinstance(token_env, str) or (token_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", token_env)):
-        raise ConfigError(f'{where}: bearer_token_env names an environment variable, e.g. "MY_TOKEN"')
+    for key in ("bearer_token_env", "client_secret_env"):
+        name = settings.get(key, "")
+        if not isinstance(name, str) or (name and not _VARIABLE.fullmatch(name)):
+            raise ConfigError(f'{where}: {key} names an environment variable, e.g. "MY_SECRET"')
     transport = settings.get("transport") or _transport_for(url)
     if transport not in ("http", "sse"):
         raise ConfigError(f'{where}: transport must be "http" (Streamable HTTP) or "sse" for a url server')
     return {
         "url": url,
         "headers": _strings(where, "headers", settings),
-        "bearer_token_env": token_env,
+        "bearer_token_env": settings.get("bearer_token_env", ""),
         "transport": transport,
+        **_client_settings(where, settings),
     }
+
+
+def _client_settings(where: str, settings: Mapping[str, Any]) -> dict[str, str]:
+    """Who llmchat is at the server's authorization server, when not a client it registers itself:
+    a client registered beforehand (client_id, and client_secret_env), or a client ID metadata
+    document (client_metadata_url). The secret itself never goes in the config."""
+    client_id, metadata_url = settings.get("client_id", ""), settings.get("client_metadata_url", "")
+    if not isinstance(client_id, str) or (client_id and not client_id.strip()):
+        raise ConfigError(f'{where}: client_id must be the client ID the authorization server gave, e.g. "abc123"')
+    if settings.get("client_secret_env") and not client_id:
+        raise ConfigError(f"{where}: client_secret_env is the secret of a client_id; give the client_id too")
+    if not isinstance(metadata_url, str) or (metadata_url and not _is_metadata_url(metadata_url)):
+        raise ConfigError(
+            f"{where}: client_metadata_url must be an https:// address with a path, the client ID metadata "
+            'document naming llmchat, e.g. "https://example.com/llmchat/client.json"'
+        )
+    if client_id and metadata_url:
+        raise ConfigError(f"{where}: give client_id (a registered client) or client_metadata_url, not both")
+    headers = settings.get("headers") or {}
+    own_token = settings.get("bearer_token_env") or any(str(key).lower() == "authorization" for key in headers)
+    if (client_id or metadata_url) and own_token:
+        raise ConfigError(
+            f"{where}: client_id and client_metadata_url are for an OAuth login, and this server sends a token of "
+            "its own (bearer_token_env or an Authorization header); keep one of the two"
+        )
+    return {
+        "client_id": client_id,
+        "client_secret_env": settings.get("client_secret_env", ""),
+        "client_metadata_url": metadata_url,
+    }
+
+
+def _is_metadata_url(url: str) -> bool:
+    """What the SDK accepts as a client ID metadata document's address: https, a host, a path."""
+    parts = urlsplit(url)
+    return parts.scheme == "https" and bool(parts.hostname) and parts.path not in ("", "/")
 
 
 def _strings(where: str, key: str, settings: Mapping[str, Any]) -> dict[str, str]:

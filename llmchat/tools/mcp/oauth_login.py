@@ -7,7 +7,14 @@ there is one to open (a display, not over SSH, no --no-browser). The browser com
 listener with the code; the SDK checks the state and trades the code for tokens. Only then is the
 login written (llmchat.tools.mcp.oauth_store), whole: a login that fails or is stopped leaves the
 one before it. Each login registers anew, for the port it listens on (an authorization server
-compares redirect URIs exactly).
+compares redirect URIs exactly), unless the server's table names a client (client_id, or
+client_metadata_url). The scope asked for is the server's, and what a run was refused for since
+the last login (a step-up, llmchat.tools.mcp.oauth).
+
+Within one login the server may ask for another authorization right away: a 403 asking for more
+scope than the first gave, or a 401 naming another authorization server. It gets one while it asks
+for something new, up to AUTHORIZATIONS in all; asking again for what was just granted ends the
+login (a server that refuses whatever it is given cannot make it loop).
 """
 
 from __future__ import annotations
@@ -26,11 +33,12 @@ from llmchat.output import is_tty
 from llmchat.safe_text import for_stream
 from llmchat.tools.mcp.config import McpServerConfig
 from llmchat.tools.mcp.oauth import provider
-from llmchat.tools.mcp.oauth_store import LoginStorage, write_login
+from llmchat.tools.mcp.oauth_store import LoginStorage, read_login, registered_client, write_login
 
 LOGIN_TIMEOUT_S = 300.0  # for the person in the browser
 CALLBACK_PATH = "/callback"
 REQUEST_TIMEOUT_S = 30.0  # each request to the servers
+AUTHORIZATIONS = 3  # the most one login asks the person for (each one for something new)
 
 
 class LoginFailed(LlmchatError):
@@ -65,7 +73,8 @@ class _Answer(BaseHTTPRequestHandler):
 
 
 class LoopbackListener:
-    """The redirect's destination: takes the first answer that comes back, then waits for no other."""
+    """The redirect's destination: for each authorization (expect), takes the first answer that
+    comes back, then waits for no other."""
 
     def __init__(self) -> None:
         self.httpd = HTTPServer(("127.0.0.1", 0), _Answer)
@@ -73,15 +82,24 @@ class LoopbackListener:
         self.redirect_uri = f"http://127.0.0.1:{self.httpd.server_address[1]}{CALLBACK_PATH}"
         self._answered = threading.Event()
         self._answer: dict[str, str] = {}
+        self._expecting = True
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self._thread.start()
 
+    def expect(self) -> None:
+        """Another authorization starts: its answer is still to come."""
+        with self._lock:
+            self._expecting = True
+            self._answer = {}
+            self._answered.clear()
+
     def take(self, query: dict[str, str]) -> bool:
         with self._lock:
-            if self._answered.is_set():
+            if not self._expecting or self._answered.is_set():
                 return False
             self._answer = query
+            self._expecting = False
             self._answered.set()
             return True
 
@@ -114,10 +132,16 @@ def login(server: McpServerConfig, stderr: IO[str], *, open_browser: bool, timeo
     from llmchat.tools.mcp import sdk_logs
 
     sdk_logs.install()  # the SDK logs a failed flow with its traceback; the failure is one line here
+    earlier = read_login(server)
+    wanted_scope = LoginStorage(server, earlier, persist=False).wanted_scope if earlier else None
     listener = LoopbackListener()
-    storage = LoginStorage(server, persist=False)
+    client = registered_client(server, listener.redirect_uri)
+    storage = LoginStorage(server, {"url": server.url, "client": client} if client else None, persist=False)
+    asked: list[tuple[str, frozenset[str]]] = []  # each authorization of this login: where, what scope
 
     async def show(url: str) -> None:
+        _one_more_authorization(asked, url)
+        listener.expect()
         # The address is built from the authorization server's metadata: shown, never run.
         stderr.write(
             for_stream(f"llmchat: log in to MCP server {server.name} in your browser: {url}\n", is_tty(stderr))
@@ -139,17 +163,20 @@ def login(server: McpServerConfig, stderr: IO[str], *, open_browser: bool, timeo
             raise LoginFailed(f"the authorization server refused the login: {why}")
         return AuthorizationCodeResult(code=query.get("code", ""), state=query.get("state"), iss=query.get("iss"))
 
-    auth = provider(server, storage, listener.redirect_uri, show, answer)
+    auth = provider(server, storage, listener.redirect_uri, show, answer, wanted_scope=wanted_scope)
     # The event loop runs on this thread, so a Ctrl-C lands inside it: asyncio.run's shutdown would
     # then log the cancelled flow's traceback. The interruption is one line (llmchat.cli).
     asyncio_log = logging.getLogger("asyncio")
     asyncio_log.disabled = True
+    refusals: list[int] = []  # the server's 401s and 403s during the login
     try:
-        anyio.run(_connect, server, auth)
+        anyio.run(_connect, server, auth, refusals)
     except (KeyboardInterrupt, SystemExit, LlmchatError):
         raise
     except BaseException as err:
-        raise LoginFailed(f"MCP server {server.name} ({server.url}): the login failed: {_reason(err)}") from None
+        raise LoginFailed(
+            f"MCP server {server.name} ({server.url}): the login failed: {_reason(err, refusals)}"
+        ) from None
     finally:
         asyncio_log.disabled = False
         listener.close()
@@ -159,9 +186,27 @@ def login(server: McpServerConfig, stderr: IO[str], *, open_browser: bool, timeo
     return write_login(server.name, storage.record)
 
 
-async def _connect(server: McpServerConfig, auth: Any) -> None:
+def _one_more_authorization(asked: list[tuple[str, frozenset[str]]], url: str) -> None:
+    """Let this login ask for one more authorization (the address of it), or end it: another is
+    asked for only for more scope, or at another authorization server, than one this login got."""
+    parts = urlsplit(url)
+    where = f"{parts.scheme}://{parts.netloc}{parts.path}"
+    scope = frozenset(" ".join(parse_qs(parts.query).get("scope", [])).split())
+    if any(where == before and scope <= granted for before, granted in asked):
+        shown = " ".join(sorted(scope)) or "none named"
+        raise LoginFailed(
+            f"the server refuses the access its authorization server just granted (scope: {shown}); "
+            "this account needs more rights there"
+        )
+    if len(asked) >= AUTHORIZATIONS:
+        raise LoginFailed(f"the server asked for more than {AUTHORIZATIONS} authorizations in one login")
+    asked.append((where, scope))
+
+
+async def _connect(server: McpServerConfig, auth: Any, refusals: list[int]) -> None:
     """Open an MCP session through the auth and list the tools: the first request gets the 401 that
-    starts the flow (the SDK's clock stops while the person is in the browser)."""
+    starts the flow (the SDK's clock stops while the person is in the browser). Each 401 and 403
+    the server answers with is added to refusals."""
     from contextlib import AsyncExitStack
 
     import httpx2
@@ -169,29 +214,45 @@ async def _connect(server: McpServerConfig, auth: Any) -> None:
 
     from llmchat.tools.mcp.transports import STREAM_READ_TIMEOUT_S, USER_AGENT
 
+    async def heard(response: Any) -> None:
+        if response.status_code in (401, 403):
+            refusals.append(response.status_code)
+
+    def http_client(headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None) -> Any:
+        timeout = timeout or httpx2.Timeout(REQUEST_TIMEOUT_S, read=STREAM_READ_TIMEOUT_S)
+        return httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, event_hooks={"response": [heard]})
+
     headers = {"User-Agent": USER_AGENT, **server.headers}
     async with AsyncExitStack() as stack:
         if server.transport == "sse":
             from mcp.client.sse import sse_client
 
             transport = sse_client(
-                server.url, headers, timeout=REQUEST_TIMEOUT_S, sse_read_timeout=STREAM_READ_TIMEOUT_S, auth=auth
+                server.url,
+                headers,
+                timeout=REQUEST_TIMEOUT_S,
+                sse_read_timeout=STREAM_READ_TIMEOUT_S,
+                httpx_client_factory=http_client,
+                auth=auth,
             )
         else:
             from mcp.client.streamable_http import streamable_http_client
 
-            timeout = httpx2.Timeout(REQUEST_TIMEOUT_S, read=STREAM_READ_TIMEOUT_S)
-            http_client = httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth)
-            await stack.enter_async_context(http_client)
-            transport = streamable_http_client(server.url, http_client=http_client)
+            client_for_http = await stack.enter_async_context(http_client(headers, auth=auth))
+            transport = streamable_http_client(server.url, http_client=client_for_http)
         client = Client(transport, read_timeout_seconds=server.timeout_s or REQUEST_TIMEOUT_S)
         await (await stack.enter_async_context(client)).list_tools()
 
 
-def _reason(err: BaseException) -> str:
+def _reason(err: BaseException, refusals: list[int]) -> str:
+    """Why the login failed: llmchat's own reason, else a 403 the server gave (in a login, only
+    ever to the token just granted: the SDK's next step, an older server's handshake, would hide
+    it), else what the SDK raised."""
     from llmchat.tools.mcp.failures import describe, root
 
     first = root(err)
     if isinstance(first, LlmchatError):
         return str(first)
+    if 403 in refusals:
+        return "the server refuses the access its authorization server just granted (HTTP 403)"
     return describe(first)

@@ -1,10 +1,14 @@
 """Where an HTTP MCP server's OAuth login is kept: one private file per server, written whole.
 
 `DATA_DIR/mcp-auth/NAME.json` (0600 in a 0700 folder) holds the server's URL, the client llmchat
-registered at its authorization server (its client_id, and a client_secret if it was given one),
-the tokens, when the access token expires (the SDK keeps only `expires_in`, which says nothing
-once the run that heard it is over), and the metadata discovery found (where to refresh). A login is bound to the URL it was made for: a server renamed
-or pointed elsewhere is not sent another server's token.
+is at its authorization server (the client_id it registered, or the one its table names, and a
+client_secret if it has one: a client registered beforehand keeps its secret here, read from its
+variable at login, so that later runs can refresh), the tokens, when the access token expires
+(the SDK keeps only `expires_in`, which says nothing once the run that heard it is over), the
+metadata discovery found (where to refresh), and the scope a run was refused for (`scope_wanted`,
+asked for by the next login). A login is bound to the URL it was made for, and to the client_id
+the table names: a server renamed, pointed elsewhere or given another client is not sent another's
+token.
 """
 
 from __future__ import annotations
@@ -35,7 +39,26 @@ def read_login(server: McpServerConfig) -> dict[str, Any] | None:
         return None
     if not isinstance(record, dict) or record.get("url") != server.url or not isinstance(record.get("tokens"), dict):
         return None
+    if server.client_id and (record.get("client") or {}).get("client_id") != server.client_id:
+        return None
     return record
+
+
+def registered_client(server: McpServerConfig, redirect_uri: str) -> dict[str, Any] | None:
+    """The client the server's table names (client_id, its secret from client_secret_env), as the
+    SDK's client information; None when llmchat registers itself. The way it authenticates is
+    chosen once the authorization server is known (llmchat.tools.mcp.oauth)."""
+    if not server.client_id:
+        return None
+    secret = server.client_secret()
+    client: dict[str, Any] = {
+        "client_id": server.client_id,
+        "redirect_uris": [redirect_uri],
+        "token_endpoint_auth_method": "client_secret_basic" if secret else "none",
+    }
+    if secret:
+        client["client_secret"] = secret
+    return client
 
 
 def write_login(name: str, record: dict[str, Any]) -> Path:
@@ -79,6 +102,16 @@ class LoginStorage:
             ProtectedResourceMetadata.model_validate(resource) if resource else None,
             OAuthMetadata.model_validate(server) if server else None,
         )
+
+    @property
+    def wanted_scope(self) -> str | None:
+        """The scope a run was refused for (a 403 asking for more), for the next login to ask for."""
+        value = self.record.get("scope_wanted")
+        return value if isinstance(value, str) and value.strip() else None
+
+    def want_scope(self, scope: str) -> None:
+        self.record["scope_wanted"] = scope
+        self._save()
 
     def keep_metadata(self, resource: Any, server: Any) -> None:
         """What discovery found, for the refreshes of later runs (the SDK discovers only on a 401)."""
