@@ -78,9 +78,10 @@ def run(
     # checks run, MCP servers start and stdin is read; `start_session` takes it
     # (llmchat.loading.loading_ahead). A check that fails cancels it.
     with loading_ahead(opts, config):
+        from llmchat import person
         from llmchat.attachments import STDIN, collect
         from llmchat.commands.turns import check_overflow, continue_conversation, run_turn
-        from llmchat.mcp_sources import McpSources, joined, terminal_asker
+        from llmchat.mcp_sources import McpSources, argument_asker, joined
         from llmchat.media.use import check_before_loading
         from llmchat.output import StreamPrinter, write_json
         from llmchat.structured import from_options
@@ -93,6 +94,7 @@ def run(
         check_overflow(overflow)
         use_roots(root)  # a --root that is not a folder: exit 2, before any MCP server starts
         model_answers()  # the servers it starts may ask this run's model (sampling)
+        person.use(person.Person(env.stdin, env.stderr))  # who every question of the run is asked
         if compact is not None:  # a bad --compact: exit 2
             # Imported here only: without --compact, the turn's modules it pulls in load on another
             # thread while llama.cpp loads the model (llmchat.loading), 40 ms off a one-shot's TTFT.
@@ -113,7 +115,7 @@ def run(
             ) as sources:
                 attachments = tuple(collect(files or (), resources=sources.resource_bytes))
                 check_before_loading(opts, config, attachments)  # an image and no projector: exit 2 now
-                asker = terminal_asker(env.stdin, env.stderr, env.stdin_isatty and env.stderr_isatty)
+                asker = argument_asker(person.current())
                 opening = sources.opening(opts.saved_prompt, prompt_arg or (), asker)
             typed = read_prompt(
                 prompt, env, from_stdin=STDIN not in (files or ()), may_be_empty=bool(attachments) or bool(opening)

@@ -3,7 +3,8 @@ a task it runs (llmchat.tools.mcp.tasks), on stderr.
 
 On a terminal it is one line, rewritten in place and wiped when the call ends; elsewhere (a pipe,
 a log file) each new state is one line of its own, so a log keeps what happened without the
-carriage returns.
+carriage returns. The server's words (its message, a task's status) are shown terminal-safe on
+a terminal (llmchat.safe_text): an escape in them could rewrite what is on the screen.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import IO
 
 from llmchat.output import is_tty
+from llmchat.safe_text import for_stream
 
 
 class ProgressLine:
@@ -30,6 +32,7 @@ class ProgressLine:
         self._show(f"llmchat: {self.label}: task {status}" + (f" ({message})" if message else ""))
 
     def _show(self, text: str) -> None:
+        text = " ".join(for_stream(text, self.tty).split())  # one line, whatever the server wrote
         if text == self._last:
             return
         self._last = text
