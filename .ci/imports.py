@@ -41,6 +41,7 @@ LAYERS: dict[str, int] = {
     "options": 0,
     "sampling": 0,
     "machine": 0,
+    "person": 0,
     "gguf": 1,
     "engine": 2,
     "prompt": 3,

@@ -48,7 +48,15 @@ _callback_codes: set[CodeType] = set()
 _CALLBACK_FILES = ("llama_cpp/_logger.py", "llama_cpp\\_logger.py")
 
 # command: inside a Command(); holding: that command has begun to change state (a Ctrl-C is held).
-_state: dict[str, Any] = {"pending": None, "terminated": False, "installed": False, "command": False, "holding": False}
+# first_fired: inside FirstCtrlCOnly, whether its Ctrl-C came (None: outside one).
+_state: dict[str, Any] = {
+    "pending": None,
+    "terminated": False,
+    "installed": False,
+    "command": False,
+    "holding": False,
+    "first_fired": None,
+}
 
 
 def native_callback(function: "F") -> "F":
@@ -176,6 +184,15 @@ def consume() -> None:
         _state["pending"] = None
 
 
+def taken_by_a_question() -> None:
+    """A Ctrl-C's KeyboardInterrupt that a question to the person caught (llmchat.person: its
+    "no"): consumed, and the turn's first Ctrl-C not spent (FirstCtrlCOnly), so that the next
+    Ctrl-C still stops the turn, up to its last round."""
+    consume()
+    if _state["first_fired"]:
+        _state["first_fired"] = False
+
+
 def terminated() -> bool:
     """Whether a SIGTERM arrived (the exit is then 143 whatever unwinding raised)."""
     return bool(_state["terminated"])
@@ -224,6 +241,34 @@ def _release_a_leaked_import_lock() -> None:
             _imp.release_lock()
         except RuntimeError:
             return
+
+
+class FirstCtrlCOnly:
+    """`with FirstCtrlCOnly():` around a turn of the chat. The first Ctrl-C raises
+    KeyboardInterrupt (session.turn makes it an interrupted reply); later ones are ignored until
+    the block ends, so hammering Ctrl-C cannot break the saving of the partial reply or leave the
+    terminal's scrolling region set. A Ctrl-C that a question took is not the turn's
+    (`taken_by_a_question`): the next one is the first again."""
+
+    def __enter__(self) -> FirstCtrlCOnly:
+        self._outer = _state["first_fired"]
+        _state["first_fired"] = False
+        try:
+            self._previous_handler: Any = signal.signal(signal.SIGINT, interrupt_handler(_first_only))
+        except ValueError:  # not the main thread: keep Python's default behaviour
+            self._previous_handler = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _state["first_fired"] = self._outer
+        if self._previous_handler is not None:
+            signal.signal(signal.SIGINT, self._previous_handler)
+
+
+def _first_only(signum: int, frame: FrameType | None) -> None:
+    if _state["first_fired"] is False:
+        _state["first_fired"] = True
+        raise KeyboardInterrupt
 
 
 class Command:

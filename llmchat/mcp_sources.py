@@ -17,7 +17,8 @@ McpSources (close()).
   the same trust boundary. A binary resource is refused, as a binary file is.
 - A prompt's messages (user messages; their text, an embedded resource's text, a placeholder for
   media) become the opening of the next user message, a blank line apart, before what is typed.
-  A required argument not given is asked for on a terminal, and a usage error without one.
+  A required argument not given is asked for (llmchat.person), and a usage error where nobody is
+  there to answer.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import IO, TYPE_CHECKING, Any
 from llmchat.errors import UsageError
 
 if TYPE_CHECKING:
+    from llmchat.person import Person
     from llmchat.tools.mcp.catalog import PromptInfo, ResourceInfo, ResourceTemplateInfo
     from llmchat.tools.mcp.config import McpServerConfig
     from llmchat.tools.mcp.connection import McpConnection
@@ -80,17 +82,14 @@ def joined(opening: str, typed: str) -> str:
     return f"{opening}\n\n{typed}" if opening and typed else opening or typed
 
 
-def terminal_asker(stdin: IO[str], stderr: IO[str], on_terminal: bool) -> AskArgument | None:
-    """Ask for a missing prompt argument on the terminal (None where there is none: then a
-    missing required argument is a usage error). The end of input answers nothing."""
-    if not on_terminal:
+def argument_asker(person: Person) -> AskArgument | None:
+    """Ask the person for a missing prompt argument (None where nobody is there: then a missing
+    required argument is a usage error). No answer (Ctrl-C, the end of input) answers nothing."""
+    if not person.present():
         return None
 
     def ask(name: str, description: str | None) -> str | None:
-        stderr.write(name + (f" ({description})" if description else "") + ": ")
-        stderr.flush()
-        line = stdin.readline()
-        return line.rstrip("\n") if line else None
+        return person.ask(name + (f" ({description})" if description else "") + ": ")
 
     return ask
 
@@ -113,10 +112,11 @@ class McpSources:
         self._shared = shared  # the run's tools: their servers are read through, never closed here
         self._ad_hoc: dict[str, McpServerConfig] = {}
         if mcp_specs:  # the MCP configuration's module only where MCP is used (0.13 MiB of a one-shot)
-            from llmchat.tools.mcp.config import parse_mcp_spec
+            from llmchat.tools.mcp.config import ad_hoc_server, configured_servers
 
+            configured = configured_servers(config)
             for spec in mcp_specs:
-                server = parse_mcp_spec(spec)
+                server = ad_hoc_server(spec, configured)
                 self._ad_hoc[server.name] = server
         self._open: dict[str, McpConnection] = {}
         self._stack = ExitStack()

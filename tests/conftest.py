@@ -96,11 +96,14 @@ def _no_ctrl_c_left_over():
 @pytest.fixture(autouse=True)
 def _a_run_of_its_own():
     """What a command sets for its run's MCP servers (roots, sampling, whether a person attends:
-    llmchat.tools.mcp.run_mode) is set again by the next command in a process of its own; a test
-    that runs a command in this process leaves it as a fresh run finds it."""
+    llmchat.tools.mcp.run_mode; the run's Person, llmchat.person) is set again by the next command
+    in a process of its own; a test that runs a command in this process leaves it as a fresh run
+    finds it."""
     yield
+    from llmchat import person
     from llmchat.tools.mcp import roots, run_mode
 
+    person.use(None)
     run_mode.model_answers(False)
     run_mode.answer_with(None)
     roots.use_roots(None)

@@ -246,14 +246,13 @@ def test_a_ctrl_c_while_a_frame_is_written_waits_until_the_frame_is_whole():
     """The frame is written whole and the Ctrl-C goes to the decode loop's next checkpoint; the
     interrupted reply's final frame then erases exactly the rows that were drawn."""
     from llmchat import interrupts
-    from llmchat.ui.terminal import interrupt_once
 
     out = SlowTerminal()
     printer = MarkdownPrinter(out, io.StringIO(), show_live=False, show_summary=False, console=console())
     printer.markdown = MarkdownStream(printer.console, interval=0, cost_clock=fixed_clock)  # every fragment draws
     printer.prefill_started(10, 0, 2048)
     try:
-        with interrupt_once():
+        with interrupts.FirstCtrlCOnly():
             printer.text("Note 1 of 12.\n\nNote 2")
             out.interrupt_next = True
             with pytest.raises(KeyboardInterrupt):

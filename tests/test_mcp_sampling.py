@@ -123,7 +123,7 @@ def test_without_a_terminal_or_approval_it_is_declined_at_once_with_one_notice(d
     assert str(failed.value) == "MCP server python failed: the user declined the sampling request"
     assert stderr.getvalue().splitlines() == [
         "llmchat: MCP server python asks the model for a completion (Name a colour.): declined, no terminal to "
-        'ask on (approve = "always" in its config table allows it)'
+        'ask on (an [mcp.python] table in the config for it, with approve = "always", allows it)'
     ]
 
 
@@ -137,17 +137,22 @@ def test_a_request_runs_on_the_thread_that_waits_and_one_nobody_waits_for_is_giv
 
     from anyio.from_thread import start_blocking_portal
 
-    from llmchat.tools.mcp.desk import PersonDesk
+    from llmchat.tools.mcp.desk import NobodyWaits, PersonDesk
 
     desk = PersonDesk()
     with start_blocking_portal() as portal:
-        asked = portal.start_task_soon(desk.ask, threading.current_thread)
-        assert desk.wait(asked) is threading.main_thread()  # asked and answered by the waiting thread
+
+        async def asked_in_a_request() -> threading.Thread:
+            with desk.deadline(CALL_TIMEOUT_S):  # a request of llmchat's under way, its server asking
+                return await desk.ask(threading.current_thread)
+
+        request = portal.start_task_soon(asked_in_a_request)
+        assert desk.wait(request) is threading.main_thread()  # asked by the thread that waits
 
         async def unasked() -> str:
-            return await desk.ask(lambda: "never asked", taken_within_s=0.0)
+            return await desk.ask(lambda: "never asked")
 
-        with pytest.raises(TimeoutError):  # nobody waits: given up at its bound, never run
+        with pytest.raises(NobodyWaits):  # nothing waits: declined at once, never run, never held
             portal.call(unasked)
 
 

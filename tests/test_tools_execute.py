@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmchat.tools.approval import ApprovalPolicy, ask_on_terminal, format_call, parse_answer
+from llmchat.tools.approval import ApprovalPolicy, ask_approval, format_call, parse_answer
 from llmchat.tools.command_tools import command_tool
 from llmchat.tools.execute import cap_output, run_call
 from llmchat.tools.functions import function_spec
@@ -129,8 +129,19 @@ def test_without_a_terminal_nothing_runs_and_one_notice_says_how_to_allow_it():
     assert calls == []  # the side effect never happened
     assert not first.approved and not second.approved
     assert first.text_for_model.startswith("Cancelled: ") and "write_note" in first.text_for_model
-    assert len(notices) == 1
-    assert "--approve-tools" in notices[0] and 'approve = "always"' in notices[0]
+    # A function has no config table: the notice names the one way to allow it, the flag.
+    assert notices == ["tool call write_note refused: there is no terminal to ask; allow it with --approve-tools"]
+
+
+def test_the_refusal_notice_names_the_config_table_only_for_a_tool_that_has_one():
+    spec = command_tool("stamp", {"command": [sys.executable, "-c", "print(1)"]}, "cfg.toml")
+    notices: list = []
+    record = run_call({"stamp": spec}, "stamp", {}, ApprovalPolicy(interactive=False), notify=notices.append)
+    assert not record.approved
+    assert notices == [
+        "tool call stamp refused: there is no terminal to ask; allow it with --approve-tools or "
+        'approve = "always" in its config table [tools.stamp]'
+    ]
 
 
 def test_without_a_terminal_a_config_always_tool_runs(tmp_path):
@@ -178,8 +189,9 @@ def test_answers_typed_at_the_prompt():
     ]
     replies = iter(["what", "a"])
     prompts: list = []
-    assert ask_on_terminal("t", '{"x": 1}', lambda p: prompts.append(p) or next(replies)) == "always"
+    assert ask_approval("t", {"x": 1}, lambda p: prompts.append(p) or next(replies)) == "always"
     assert len(prompts) == 2 and prompts[0].startswith('run t({"x": 1})?')
+    assert ask_approval("t", {}, lambda p: None) == "no", "no answer (Ctrl-C, the end of input) is no"
 
 
 def test_a_refused_mcp_call_never_reaches_the_server(tmp_path):

@@ -115,7 +115,8 @@ def test_without_a_terminal_nothing_runs_and_the_model_hears_why(cli, smollm2_pa
     assert run.returncode == 0, run.stderr
     assert calls_made(tmp_path) == []  # the side effect never happened
     notices = [line for line in run.stderr.splitlines() if "--approve-tools" in line]
-    assert len(notices) == 1 and "refused" in notices[0] and 'approve = "always"' in notices[0]
+    # Functions have no config table: the notice does not send the person to one.
+    assert len(notices) == 1 and "refused" in notices[0] and 'approve = "always"' not in notices[0]
     [call] = json.loads(run.stdout)["tool_calls"]
     assert call["approved"] is False and call["error"].startswith("Cancelled:")
 

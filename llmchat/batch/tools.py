@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from llmchat.errors import UsageError
 from llmchat.output import notice
 from llmchat.tools.choice import MODES, parse_tool_choice
-from llmchat.tools.mcp.config import configured_servers, parse_mcp_spec
+from llmchat.tools.mcp.config import ad_hoc_server, configured_servers
 from llmchat.tools.registry import MCP_PREFIX, ToolSet, gather_tools
 
 if TYPE_CHECKING:
@@ -162,9 +162,10 @@ def plan_tools(
 
 def _server_sources(config: Any, request: ToolRequest) -> dict[str, str]:
     """Each MCP server name an item may write as `mcp:NAME`, and the source its tools carry."""
-    sources = {name: server.source for name, server in configured_servers(config).items()}
+    configured = configured_servers(config)
+    sources = {name: server.source for name, server in configured.items()}
     for spec in request.mcp:
-        server = parse_mcp_spec(spec)
+        server = ad_hoc_server(spec, configured)
         sources[server.name] = server.source
     return sources
 

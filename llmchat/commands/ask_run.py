@@ -92,10 +92,11 @@ def run(
     # (llmchat.before_load.loading_ahead). A check that fails cancels it. What is read before the
     # load is bounded by the context it opens, where that is known (llmchat.bounded_input).
     with loading_ahead(opts, config) as context_tokens:
+        from llmchat import person
         from llmchat.attachments import STDIN, collect
         from llmchat.bounded_input import text_bound
         from llmchat.commands.turns import check_overflow, continue_conversation, run_turn
-        from llmchat.mcp_sources import McpSources, joined, terminal_asker
+        from llmchat.mcp_sources import McpSources, argument_asker, joined
         from llmchat.media.use import check_before_loading
         from llmchat.output import StreamPrinter, write_json
         from llmchat.structured import from_options
@@ -108,6 +109,7 @@ def run(
         check_overflow(overflow)
         use_roots(root)  # a --root that is not a folder: exit 2, before any MCP server starts
         model_answers()  # the servers it starts may ask this run's model (sampling)
+        person.use(person.Person(env.stdin, env.stderr))  # who every question of the run is asked
         if compact is not None:  # a bad --compact: exit 2
             # Imported here only: without --compact, the turn's modules it pulls in load on another
             # thread while llama.cpp loads the model (llmchat.loading), 40 ms off a one-shot's TTFT.
@@ -129,7 +131,7 @@ def run(
                 bound = text_bound(context_tokens)
                 attachments = tuple(collect(files or (), resources=sources.resource_bytes, bound=bound))
                 check_before_loading(opts, config, attachments)  # an image and no projector: exit 2 now
-                asker = terminal_asker(env.stdin, env.stderr, env.stdin_isatty and env.stderr_isatty)
+                asker = argument_asker(person.current())
                 opening = sources.opening(opts.saved_prompt, prompt_arg or (), asker)
             typed = read_prompt(
                 prompt,

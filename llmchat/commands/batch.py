@@ -92,6 +92,7 @@ def batch(
     `tool_choice` replace them. Nobody is at a terminal to approve a call, so tools run only with
     --approve-tools (or a tool's approve = "always"); without it the batch stops before the load.
     """
+    from llmchat import person
     from llmchat.batch.runner import run_batch
     from llmchat.errors import ExitCode, LlmchatError
     from llmchat.tools.mcp.roots import use_roots
@@ -99,9 +100,10 @@ def batch(
     from llmchat.tools.options import tool_request
 
     use_roots(root)  # a --root that is not a folder: exit 2, before any MCP server starts
-    # Items run unattended, maybe in parallel: a server's elicitation is declined at once, and its
-    # sampling is answered only where its config approves it.
-    model_answers(attended=False)
+    # Items run unattended, maybe in parallel: nobody is asked anything (a server's elicitation is
+    # declined at once, and its sampling answered only where its config approves it).
+    person.use(person.Person(attended=False))
+    model_answers()
     tools = tool_request(tool, functions, mcp, tool_choice, chain_limit, approve_tools, offered_elsewhere=True)
     try:
         failed, total = run_batch(

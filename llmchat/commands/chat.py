@@ -94,12 +94,13 @@ def chat(
     env: Environment,
 ) -> None:
     """Chat: interactive on a terminal; with piped stdin, one message per line and one reply per turn."""
+    from llmchat import person
     from llmchat.attachments import STDIN, collect
     from llmchat.before_load import context_ahead
     from llmchat.bounded_input import text_bound
     from llmchat.commands.turns import check_overflow, continue_conversation
     from llmchat.loading import start_session
-    from llmchat.mcp_sources import McpSources, terminal_asker
+    from llmchat.mcp_sources import McpSources, argument_asker
     from llmchat.structured import from_options
     from llmchat.tools import options as tool_options
     from llmchat.tools.mcp.roots import use_roots
@@ -110,6 +111,7 @@ def chat(
     check_overflow(overflow)
     use_roots(root)  # a --root that is not a folder: exit 2, before any MCP server starts
     model_answers()  # the servers it starts may ask this run's model (sampling)
+    person.use(person.Person(env.stdin, env.stderr))  # who every question of the run is asked
     config = with_mode(env.config, compact)  # a bad --compact: exit 2 before the load
     markdown = wants_markdown(render, env.config.render, env.stdout_isatty)  # a bad --render: exit 2 before the load
     if STDIN in (files or ()):
@@ -128,7 +130,7 @@ def chat(
             from llmchat.media.use import check_before_loading
 
             check_before_loading(opts, config, attachments)  # an image and no projector: exit 2 now
-            asker = terminal_asker(env.stdin, env.stderr, env.stdin_isatty and env.stderr_isatty)
+            asker = argument_asker(person.current())
             opening = sources.opening(opts.saved_prompt, prompt_arg or (), asker)  # goes with the first message
         tool_options.say_down(toolset)  # after -f/-p mcp:... naming one of them: exit 2
         structured = from_options(opts, env.config)  # a bad --schema is a usage error before the model loads

@@ -39,16 +39,11 @@ def _use_roots(folders: Optional[List[str]]) -> None:
 def _servers(env: Any, name: Optional[str], specs: Optional[List[str]]) -> list:
     """The servers a command is about: the config's and --mcp's, or the one named."""
     from llmchat.errors import UsageError
-    from llmchat.tools.mcp.config import configured_servers, parse_mcp_spec
+    from llmchat.tools.mcp.config import ad_hoc_server, configured_servers
 
     servers = dict(configured_servers(env.config))
     for spec in specs or ():
-        server = parse_mcp_spec(spec)
-        if server.name in servers:
-            raise UsageError(
-                f"--mcp {spec}: a server named {server.name} is configured already; "
-                "name this one with --mcp NAME=URL, or use the configured one"
-            )
+        server = ad_hoc_server(spec, servers)  # the configured one, or a name clash: exit 2
         servers[server.name] = server
     if name is None:
         if not servers:

@@ -1,9 +1,11 @@
 """Who lets a tool call run: a pure decision, so it can be tested without a terminal.
 
-On a terminal the person is asked each time: yes, no, or always for this tool (remembered for the
-session). Without one nothing runs, unless approve-all was given (`--approve-tools`) or the config
-says `approve = "always"` for that tool. A refusal goes back to the model as text, and the person
-gets one notice per tool saying how to allow it.
+Where a person is there (llmchat.person) they are asked each time: yes, no, or always for this
+tool (remembered for the session); Ctrl-C or the end of input at the question is no. Elsewhere
+nothing runs, unless approve-all was given (`--approve-tools`) or the config says
+`approve = "always"` for that tool. A refusal goes back to the model as text, and the person gets
+one notice per tool saying how to allow it: the flag, and the tool's config table where it has one
+(a function or a server given with --mcp has none).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, Literal
 
 Answer = Literal["yes", "no", "always"]
 APPROVE_ALL_FLAG = "--approve-tools"
+CONFIG_SOURCE = "config:"  # the source of a tool from a config table: "config:tools.NAME", "config:mcp.NAME"
 
 
 @dataclass(frozen=True)
@@ -31,13 +34,14 @@ class ApprovalPolicy:
     always: set[str] = field(default_factory=set)  # tools the person answered "always" for, this session
     _noticed: set[str] = field(default_factory=set)
 
-    def decide(self, tool: str, configured: str = "ask") -> Decision:
-        """Before asking: run, refuse, or ask. `configured` is the tool's `approve` setting."""
+    def decide(self, tool: str, configured: str = "ask", source: str = "") -> Decision:
+        """Before asking: run, refuse, or ask. `configured` is the tool's `approve` setting, and
+        `source` where it comes from (ToolSpec.source: "config:tools.NAME", "config:mcp.NAME", ...)."""
         if self.approve_all or configured == "always" or tool in self.always:
             return Decision(run=True)
         if self.interactive:
             return Decision(run=False, ask=True)
-        return Decision(run=False, notice=self._notice_once(tool))
+        return Decision(run=False, notice=self._notice_once(tool, source))
 
     def answer(self, tool: str, answer: Answer) -> Decision:
         """After asking: the person's answer, remembered when it is "always"."""
@@ -48,14 +52,14 @@ class ApprovalPolicy:
             return Decision(run=True)
         return Decision(run=False)
 
-    def _notice_once(self, tool: str) -> str | None:
+    def _notice_once(self, tool: str, source: str) -> str | None:
         if tool in self._noticed:
             return None
         self._noticed.add(tool)
-        return (
-            f"tool call {tool} refused: there is no terminal to ask; allow it with {APPROVE_ALL_FLAG} "
-            f'or approve = "always" in its config table'
-        )
+        allow = APPROVE_ALL_FLAG
+        if source.startswith(CONFIG_SOURCE):  # its `approve` is "ask", or it would have run
+            allow += f' or approve = "always" in its config table [{source.removeprefix(CONFIG_SOURCE)}]'
+        return f"tool call {tool} refused: there is no terminal to ask; allow it with {allow}"
 
 
 def refusal_text(tool: str, interactive: bool) -> str:
@@ -76,10 +80,13 @@ def parse_answer(text: str) -> Answer | None:
     return None
 
 
-def ask_on_terminal(tool: str, arguments_text: str, read: Callable[[str], str]) -> Answer:
-    """Ask until the answer is one we know; `read` prints the prompt and returns a line (input())."""
+def ask_approval(tool: str, arguments: Any, ask: Callable[[str], str | None]) -> Answer:
+    """Ask until the answer is one we know. `ask` shows the question and returns the line typed
+    (llmchat.person.Person.ask): None, no answer (Ctrl-C, the end of input), is no."""
+    question = f"run {format_call(tool, arguments)}? [y]es / [N]o / [a]lways for this tool: "
     while True:
-        answer = parse_answer(read(f"run {tool}({arguments_text})? [y]es / [N]o / [a]lways for this tool: "))
+        typed = ask(question)
+        answer = parse_answer(typed) if typed is not None else "no"
         if answer is not None:
             return answer
 

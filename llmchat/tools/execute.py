@@ -84,7 +84,7 @@ def run_call(
     if problem:
         return record(approved=False, error=problem, arguments=arguments)
 
-    decision = policy.decide(name, spec.approve)
+    decision = policy.decide(name, spec.approve, spec.source)
     if decision.ask:
         answer: Answer = ask(name, arguments) if ask is not None else "no"
         decision = policy.answer(name, answer)

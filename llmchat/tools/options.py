@@ -3,29 +3,26 @@
 
 The tools are gathered before the model loads (a bad --functions file or an unknown -T NAME is a
 usage error at once; MCP servers start here and are stopped with the ToolSet). Calls are shown on
-stderr before they run; on a terminal (stdin and stderr) the person is asked yes / no / always,
-and without one nothing runs unless --approve-tools or the tool's `approve = "always"`. In the
+stderr before they run; where a person is there (llmchat.person) they are asked yes / no / always,
+and elsewhere nothing runs unless --approve-tools or the tool's `approve = "always"`. In the
 interactive chat each result's first lines follow its call, dimmed, with its full length.
 The command-line flags themselves are declared with the commands (llmchat.commands.tool_options).
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from llmchat import interrupts
 from llmchat.defaults import DEFAULT_CHAIN_LIMIT
 from llmchat.safe_text import terminal_safe
 
 if TYPE_CHECKING:
     from llmchat.config import Config
-    from llmchat.tools.approval import Answer
     from llmchat.tools.offer import ToolTaker
     from llmchat.tools.registry import ToolSet
     from llmchat.tools.spec import CallRecord
@@ -133,11 +130,13 @@ def offer(
 ) -> None:
     """Offer the tools to the session's model. `dim`: calls shown dimmed (the interactive chat).
     `lazy_share`: the config's lazy_tools (llmchat.tools.lazy; None: never lazily)."""
+    from llmchat import person as people
     from llmchat.output import is_tty, notice
+    from llmchat.tools.approval import ask_approval
     from llmchat.tools.offer import ToolIO, make_offer
 
-    answers = answer_source() if is_tty(sys.stderr) else None
-    interactive = answers is not None
+    person = people.current()
+    interactive = person.present()  # else nothing runs unapproved
 
     def show_call(text: str) -> None:
         line = f"tool call: {text}"
@@ -151,7 +150,7 @@ def offer(
         show_call=show_call,
         notice=notice,
         show_result=(lambda record: show_result(record, sys.stderr)) if dim else None,
-        ask=(lambda name, arguments: ask_on_terminal(name, arguments, answers)) if answers is not None else None,
+        ask=(lambda name, arguments: ask_approval(name, arguments, person.ask)) if interactive else None,
     )
     session.use_tools(
         make_offer(
@@ -192,38 +191,3 @@ def result_preview(text: str, width: int, lines: int = RESULT_PREVIEW_LINES) -> 
 
 def _clipped(line: str, width: int) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
-
-
-def answer_source() -> TextIO | None:
-    """Where the person's answers to approval questions come from: stdin on a terminal; with stdin
-    piped (`cat notes.txt | llmchat ask ...`), the controlling terminal, as sudo and ssh ask for a
-    password; None where there is no terminal at all (then nothing runs unapproved)."""
-    from llmchat.output import is_tty
-
-    if is_tty(sys.stdin):
-        return sys.stdin
-    try:
-        return open("/dev/tty", encoding="utf-8", errors="replace")  # closed at exit
-    except OSError:
-        return None
-
-
-def ask_on_terminal(name: str, arguments: Any, answers: TextIO | None = None) -> Answer:
-    """Ask on the terminal (stderr for the question, `answers` (stdin) for the answer). End of
-    input and Ctrl-C at the question are no: the call is refused and the turn goes on."""
-    from llmchat.tools.approval import ask_on_terminal as ask_until_known
-
-    source = answers if answers is not None else sys.stdin
-
-    def read(question: str) -> str:
-        sys.stderr.write(question)
-        sys.stderr.flush()
-        try:
-            line = source.readline()
-        except KeyboardInterrupt:  # Ctrl-C at the question is a "no", not the end of the run
-            interrupts.consume()
-            sys.stderr.write("\n")
-            return "n"
-        return line if line else "n"
-
-    return ask_until_known(name, json.dumps(arguments, ensure_ascii=False, sort_keys=True), read)

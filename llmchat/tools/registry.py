@@ -31,7 +31,7 @@ from typing import Any
 from llmchat.errors import UsageError
 from llmchat.tools.command_tools import command_tool
 from llmchat.tools.functions import load_functions
-from llmchat.tools.mcp.config import McpServerConfig, configured_servers, parse_mcp_spec
+from llmchat.tools.mcp.config import McpServerConfig, ad_hoc_server, configured_servers
 from llmchat.tools.mcp.connection import McpConnection
 from llmchat.tools.mcp.failures import McpServerDown
 from llmchat.tools.spec import ToolSpec
@@ -181,7 +181,10 @@ def gather_tools(
                 wanted_tools.append(name)
         else:
             picks.append(name)  # one of the offered tools, checked once they are listed
-    wanted_servers.extend(parse_mcp_spec(spec) for spec in mcp_specs)
+    for given in mcp_specs:  # a configured server given again with --mcp is started once
+        server = ad_hoc_server(given, servers)
+        if server not in wanted_servers:
+            wanted_servers.append(server)
     _check_unique_servers(wanted_servers)
     if picks and not (wanted_tools or wanted_servers or functions_files):
         known = ", ".join(sorted(tool_tables)) or "none in the config"

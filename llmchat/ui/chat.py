@@ -25,7 +25,7 @@ from llmchat.ui.completer import SlashCompleter
 from llmchat.ui.context import Action, CommandContext
 from llmchat.ui.markdown import MarkdownPrinter
 from llmchat.ui.slash import dispatch, is_command, split_command, unescape_message
-from llmchat.ui.terminal import CtrlCGuard, input_history, interrupt_once, quiet_terminal
+from llmchat.ui.terminal import CtrlCGuard, input_history, quiet_terminal
 
 if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
@@ -175,7 +175,7 @@ class ChatUI:
         from_pending = attachments is None  # /file: sent with this message, then cleared
         attachments = tuple(self.context.attachments) if attachments is None else attachments
         try:
-            with interrupt_once(), quiet_terminal(sys.stdin):
+            with interrupts.FirstCtrlCOnly(), quiet_terminal(sys.stdin):
                 # Only a message that carries files passes them (a session without files is called as before).
                 message = compose(attachments, text)
                 if attachments:

@@ -122,10 +122,10 @@ def cmd_compact(ctx: CommandContext, arg: str) -> Outcome:
 
     from llmchat import interrupts
     from llmchat.turn.compaction import compact_now
-    from llmchat.ui.terminal import interrupt_once, quiet_terminal
+    from llmchat.ui.terminal import quiet_terminal
 
     try:
-        with interrupt_once(), quiet_terminal(sys.stdin):
+        with interrupts.FirstCtrlCOnly(), quiet_terminal(sys.stdin):
             compaction = compact_now(ctx.session, arg or None)
     except KeyboardInterrupt:
         interrupts.consume()

@@ -8,10 +8,10 @@ The servers are the chat's McpSources (`CommandContext.mcp`: the config's [mcp.*
 from __future__ import annotations
 
 import shlex
-import sys
 
+from llmchat import person
 from llmchat.errors import LlmchatError
-from llmchat.mcp_sources import McpSources, is_mcp_ref, listing_lines, parse_prompt_args, terminal_asker
+from llmchat.mcp_sources import McpSources, argument_asker, is_mcp_ref, listing_lines, parse_prompt_args
 from llmchat.ui import settings_commands as settings
 from llmchat.ui.context import CONTINUE, Action, CommandContext, Outcome
 
@@ -33,7 +33,7 @@ def cmd_prompt(ctx: CommandContext, arg: str) -> Outcome:
         return CONTINUE
     try:
         words = shlex.split(arg)
-        asker = terminal_asker(sys.stdin, sys.stderr, sys.stdin.isatty() and sys.stderr.isatty())
+        asker = argument_asker(person.current())
         text = sources.prompt_text(words[0], parse_prompt_args(words[1:]), asker)
     except ValueError as err:  # shlex: an unclosed quote
         ctx.error(f"error: /prompt {arg}: {err}; quote a value with spaces as k='two words'")

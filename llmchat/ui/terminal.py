@@ -1,5 +1,6 @@
-"""The terminal around the chat prompt: what Ctrl-C does at the prompt and during a reply, the
-terminal settings while a reply streams, and the file that keeps the lines typed.
+"""The terminal around the chat prompt: what Ctrl-C does at the prompt, the terminal settings while
+a reply streams, and the file that keeps the lines typed (during a reply, Ctrl-C follows
+llmchat.interrupts.FirstCtrlCOnly).
 
 Kept apart from the loop (llmchat.ui.chat) because each piece is a small state machine or a
 context manager that tests drive without a model.
@@ -7,15 +8,10 @@ context manager that tests drive without a model.
 
 from __future__ import annotations
 
-import signal
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Callable, Iterator
 
-from llmchat import interrupts
-
 if TYPE_CHECKING:
-    from types import FrameType
-
     from prompt_toolkit.history import History
 
 
@@ -111,35 +107,13 @@ def input_history(
 
 
 @contextmanager
-def interrupt_once() -> Iterator[None]:
-    """During a turn, the first Ctrl-C raises KeyboardInterrupt (session.turn turns it into an
-    interrupted reply); later ones are ignored until the turn is over, so hammering Ctrl-C cannot
-    break the saving of the partial reply or leave the terminal's scrolling region set."""
-    fired = False
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        nonlocal fired
-        if not fired:
-            fired = True
-            raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGINT, interrupts.interrupt_handler(handler))
-    except ValueError:  # not the main thread: keep Python's default behaviour
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-@contextmanager
 def quiet_terminal(stream: IO[str]) -> Iterator[None]:
     """Terminal settings for while a reply streams.
 
     - No ECHO: keys typed ahead would land in the middle of the reply (and Ctrl-C would leave a
-      `^C`). They stay in the input queue and prompt-toolkit shows them at the next prompt.
+      `^C`). They stay in the input queue and prompt-toolkit shows them at the next prompt; a
+      question asked during the reply (llmchat.person) discards them and turns echo on for its
+      answer.
     - NOFLSH: Ctrl-C must not make the terminal driver discard its queues, or the readout's
       escape sequences still in the output queue could be cut in half (and typed-ahead text lost).
     Signals still work: ISIG is untouched, so Ctrl-C still interrupts the reply."""

@@ -15,8 +15,9 @@ only when a server is used: `pip install 'llmchat[mcp]'`).
 - catalog.py: resources and prompts as small frozen values.
 - progress.py: a call's progress notifications as one line on stderr.
 - roots.py: the client's roots (each --root, and the server's own roots = [...]) for `roots/list`.
-- elicitation.py, form.py, desk.py: a server's `elicitation/create` (form or URL) asked on the
-  terminal, on the thread that waits for the call; declined at once without a terminal.
+- elicitation.py, form.py, desk.py: a server's `elicitation/create` (form or URL) asked of the
+  person (llmchat.person), on the thread that waits for the call; declined at once where nobody is
+  there, or where no call waits (desk.NobodyWaits).
 
 Open one server without a model:
 

@@ -27,13 +27,17 @@ A url server without a token of its own that asks for one (401) is logged in to 
 none, it is told of none, and works where its own command line says.
 
 `--mcp "COMMAND ARGS"` starts a server over stdio (named after its program: `mcp-server-time` ->
-`time`); `--mcp URL` connects over Streamable HTTP (named after the host, or `NAME=URL`).
+`time`); `--mcp URL` connects over Streamable HTTP (named after the host, or `NAME=URL`). A server
+given so whose name a config table has is that table's server when it is the same one (the same
+program and arguments, or the same URL), with its settings (`approve`, `timeout`, `env`, `tools`);
+another server of that name is a usage error (ad_hoc_server): one name, one server.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -283,6 +287,36 @@ def parse_mcp_spec(spec: str) -> McpServerConfig:
     return McpServerConfig(
         name=server_name_for(words[0]), command=words[0], args=tuple(words[1:]), source=f"--mcp {words[0]}"
     )
+
+
+def ad_hoc_server(spec: str, configured: Mapping[str, McpServerConfig]) -> McpServerConfig:
+    """`--mcp SPEC` beside the config's servers: the configured one of its name where it is the
+    same server, a UsageError where another one has its name, else the server SPEC gives."""
+    server = parse_mcp_spec(spec)
+    same_name = configured.get(server.name)
+    if same_name is None:
+        return server
+    if _same_server(server, same_name):
+        return same_name
+    what = f"reaches {same_name.url}" if same_name.url else f"runs {' '.join((same_name.command, *same_name.args))}"
+    fix = f"--mcp OTHER={server.url}" if server.url else f"rename the table [mcp.{server.name}]"
+    raise UsageError(
+        f"--mcp {spec}: the name {server.name} is taken by [mcp.{server.name}] in the config, which {what}; "
+        f"use that one with -T mcp:{server.name}, or {fix}"
+    )
+
+
+def _same_server(given: McpServerConfig, configured: McpServerConfig) -> bool:
+    """The same URL, or the same program (found on PATH as it would be started) and arguments."""
+    if given.url or configured.url:
+        return given.url.rstrip("/") == configured.url.rstrip("/")
+    return given.args == configured.args and _program(given.command) == _program(configured.command)
+
+
+def _program(command: str) -> str:
+    """The program's path, as PATH finds it; links not followed (two virtual environments'
+    `python` links lead to one file, and are two servers)."""
+    return os.path.abspath(shutil.which(command) or command)
 
 
 def server_name_for(program: str) -> str:

@@ -1,44 +1,40 @@
-"""A server's `elicitation/create`, answered by the person at the terminal.
+"""A server's `elicitation/create`, answered by the person at the terminal (llmchat.person).
 
 Giving the SDK this callback declares the elicitation capability, form mode and URL mode.
 
 - Form mode: the message, then "accept, decline or cancel?" (an empty answer or Ctrl-C cancels);
-  on accept each field is asked on stderr (llmchat.tools.mcp.form) and the answers go back.
-- URL mode: the message and the URL on stderr, then "open it?": yes opens it in the browser
-  (webbrowser) and accepts, anything else declines; Ctrl-C cancels. Only http(s) URLs are asked.
-- Without a terminal (stdin or stderr not a TTY: piped, tests), or in a batch, the request is declined at
-  once, with one notice: nobody is there to answer, and a call must not hang on it.
+  on accept each field is asked (llmchat.tools.mcp.form) and the answers go back.
+- URL mode: the message and the URL, then "open it?": yes opens it in the browser (webbrowser) and
+  accepts, anything else declines; Ctrl-C cancels. Only http(s) URLs are asked.
+- The message, the URL and the fields are the server's text: shown terminal-safe, so an escape
+  sequence in them is seen, never run (a link that shows one address and opens another).
+- Where nobody is there to answer (no terminal, a batch), the request is declined at once, with
+  one notice; so is one that comes while llmchat waits on no request of the server's (after its
+  call was answered, between turns): nobody would ask it, and the server must not wait forever.
 - A request llmchat cannot ask (a nested schema, a URL that is not http or https) gets an error
   answer (invalid params) naming why; one the SDK cannot even read, the SDK answers itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import IO, Any
 from urllib.parse import urlsplit
 
-from llmchat import interrupts
-from llmchat.output import notice
-from llmchat.tools.mcp import run_mode
-from llmchat.tools.mcp.desk import PersonDesk
-from llmchat.tools.mcp.form import FormError, fill_form, form_fields, terminal_ask
+from llmchat import person as people
+from llmchat.output import is_tty, notice
+from llmchat.safe_text import for_stream
+from llmchat.tools.mcp.desk import NobodyWaits, PersonDesk
+from llmchat.tools.mcp.form import FormError, fill_form, form_fields
 
 URL_QUESTION = "Open it in your browser? [y/N] (Ctrl-C: cancel): "
+OUTSIDE = "it came outside any request of llmchat's"
 
 
 class Elicitation:
-    """The SDK's elicitation_callback for one connection."""
+    """The SDK's elicitation_callback for one connection; its notices go to `stderr`."""
 
-    def __init__(
-        self,
-        label: str,
-        stdin: IO[str],
-        stderr: IO[str],
-        desk: PersonDesk,
-    ):
+    def __init__(self, label: str, stderr: IO[str], desk: PersonDesk):
         self.label = label
-        self.stdin = stdin
         self.stderr = stderr
         self.desk = desk
 
@@ -52,55 +48,47 @@ class Elicitation:
             fields = form_fields(params.requested_schema)
         except FormError as err:
             return self._refused(f"its form cannot be asked: {err}")
-        if not self._can_ask():
-            return self._declined_without_terminal(params.message)
-        ask = terminal_ask(self.stdin, self.stderr)
-        action, content = await self.desk.ask(lambda: fill_form(self._heading(params.message), fields, ask, self._say))
+        person = people.current()
+        if not person.present():
+            return self._declined(params.message, "no terminal to ask on")
+        heading = self._heading(params.message)
+        try:
+            action, content = await self.desk.ask(lambda: fill_form(heading, fields, person.ask, person.say))
+        except NobodyWaits:
+            return self._declined(params.message, OUTSIDE)
         return _result(action, content if action == "accept" else None)
 
     async def _url(self, params: Any) -> Any:
         if urlsplit(params.url).scheme not in ("http", "https"):
             return self._refused(f"it asks to open {params.url!r}, which is not an http or https URL")
-        if not self._can_ask():
-            return self._declined_without_terminal(f"{params.message} {params.url}")
-        ask = terminal_ask(self.stdin, self.stderr)
-        action = await self.desk.ask(lambda: self._open_url(params.message, params.url, ask))
+        person = people.current()
+        if not person.present():
+            return self._declined(f"{params.message} {params.url}", "no terminal to ask on")
+        try:
+            action = await self.desk.ask(lambda: self._open_url(params.message, params.url, person))
+        except NobodyWaits:
+            return self._declined(f"{params.message} {params.url}", OUTSIDE)
         return _result(action)
 
-    def _open_url(self, message: str, url: str, ask: Callable[[str], str | None]) -> str:
-        self._say(self._heading(message))
-        self._say(f"  {url}")
-        try:
-            typed = ask(URL_QUESTION)
-        except KeyboardInterrupt:
-            interrupts.consume()  # this Ctrl-C cancelled the question; the call and the turn go on
-            typed = None
+    def _open_url(self, message: str, url: str, person: people.Person) -> str:
+        typed = person.ask(URL_QUESTION, about=[self._heading(message), f"  {url}"])
         if typed is None:
-            self._say("cancelled")
+            person.say("cancelled")
             return "cancel"
         if typed.strip().lower() not in ("y", "yes"):
             return "decline"
         import webbrowser
 
         if not webbrowser.open(url):
-            self._say("  no browser could be started: open the URL yourself")
+            person.say("  no browser could be started: open the URL yourself")
         return "accept"
-
-    def _can_ask(self) -> bool:
-        """Whether a person can be asked: stdin and stderr are a terminal, and this is not a batch."""
-        return run_mode.person_at(self.stdin, self.stderr)
 
     def _heading(self, message: str) -> str:
         return f"llmchat: {self.label} asks: {message}"
 
-    def _say(self, line: str) -> None:
-        self.stderr.write(line + "\n")
-        self.stderr.flush()
-
-    def _declined_without_terminal(self, what: str) -> Any:
-        notice(
-            f"llmchat: {self.label} asks for input ({_one_line(what)}): declined, no terminal to ask on", self.stderr
-        )
+    def _declined(self, what: str, why: str) -> Any:
+        line = f"llmchat: {self.label} asks for input ({_one_line(what)}): declined, {why}"
+        notice(for_stream(line, is_tty(self.stderr)), self.stderr)
         return _result("decline")
 
     def _refused(self, why: str) -> Any:

@@ -9,16 +9,14 @@ What the person types is read as the field's type (yes/no for a boolean, a choic
 its title or its number, several choices comma-separated), then checked against the field's own
 schema with jsonschema; an invalid answer is said in one line and the field asked again. An empty
 answer takes the default, leaves an optional field out, and is asked again for a required one.
-Ctrl-C or the end of input at any question cancels the whole form.
+Ctrl-C or the end of input at any question (no answer: llmchat.person) cancels the whole form.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import IO, Any
-
-from llmchat import interrupts
+from typing import Any
 
 FIELD_TYPES = ("string", "number", "integer", "boolean", "array")
 YES = ("y", "yes", "true", "1")
@@ -174,21 +172,11 @@ def invalid_reason(field: Field, value: Any) -> str | None:
     return error.message if error is not None else None
 
 
-Ask = Callable[[str], str | None]  # the question -> the line typed (None at the end of input)
-
-
-def terminal_ask(stdin: IO[str], stderr: IO[str]) -> Ask:
-    def ask(question: str) -> str | None:
-        stderr.write(question)
-        stderr.flush()
-        line = stdin.readline()
-        return line.rstrip("\r\n") if line else None
-
-    return ask
+Ask = Callable[[str], str | None]  # the question -> the line typed (None: no answer, llmchat.person)
 
 
 class Cancelled(Exception):
-    """The person ended the form (Ctrl-C, the end of input)."""
+    """The person ended the form (no answer: Ctrl-C, the end of input)."""
 
 
 def fill_form(message: str, fields: list[Field], ask: Ask, say: Callable[[str], None]) -> tuple[str, dict[str, Any]]:
@@ -199,8 +187,7 @@ def fill_form(message: str, fields: list[Field], ask: Ask, say: Callable[[str], 
         if action != "accept":
             return action, {}
         return "accept", _answers(fields, ask, say)
-    except (KeyboardInterrupt, Cancelled):
-        interrupts.consume()  # this Ctrl-C cancelled the form; the call and the turn go on
+    except Cancelled:
         say("cancelled")
         return "cancel", {}
 

@@ -33,12 +33,13 @@ class ProgressLine:
         self._show(f"llmchat: {self.label}: task {status}" + (f" ({message})" if message else ""))
 
     def _show(self, text: str) -> None:
+        text = " ".join(text.split())  # one line, whatever the server wrote
         if text == self._last:
             return
         self._last = text
         try:
             if self.tty:
-                self.stream.write("\r\x1b[K" + " ".join(terminal_safe(text).split("\n")))
+                self.stream.write("\r\x1b[K" + terminal_safe(text))
                 self._drawn = True
             else:
                 self.stream.write(text + "\n")

@@ -9,31 +9,29 @@ answers, llmchat.turn.sampled) is handed over once it exists (answer_with).
   `maxTokens` from 1 up to the model's cap (the run's reply cap: --max-tokens, else 2,048). A
   request that breaks a rule gets an error answer naming why (invalid params): the call that
   caused it fails in one line, for the model, and the turn goes on.
-- The person approves it: the messages, the system prompt and the token limit on stderr, then
-  "Let the model answer?". `approve = "always"` in the server's config table answers without
-  asking. Without a terminal (stdin or stderr not a TTY), or in a batch, and without that
-  setting, it is declined at once with one notice: nobody is there to approve, and nothing hangs.
+- The person approves it (llmchat.person): the messages, the system prompt and the token limit,
+  terminal-safe (they are the server's text), then "Let the model answer?". `approve = "always"`
+  in the server's config table answers without asking. Where nobody is there (no terminal, a
+  batch), and without that setting, it is declined at once with one notice saying how to allow it.
 - The completion runs on the thread that waits for the server's request (llmchat.tools.mcp.desk),
   the one that owns the engine: the tool loop runs calls between two decodes, never during one,
   so a request waits for the decode before it, never shares the engine with it. A request that
-  comes while no request of llmchat's waits (mid-decode, between turns) waits for the next one,
-  up to the server's timeout, then is declined.
+  comes while no request of llmchat's to that server waits (mid-decode, between turns) is
+  declined at once.
 """
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
-from llmchat import interrupts
-from llmchat.output import notice
+from llmchat import person as people
+from llmchat.output import is_tty, notice
+from llmchat.safe_text import for_stream
 from llmchat.tools.mcp import run_mode
 from llmchat.tools.mcp.config import McpServerConfig
-from llmchat.tools.mcp.desk import PersonDesk
+from llmchat.tools.mcp.desk import NobodyWaits, PersonDesk
 from llmchat.tools.mcp.elicitation import Elicitation
-from llmchat.tools.mcp.form import terminal_ask
-from llmchat.tools.spec import DEFAULT_TIMEOUT_S
 
 QUESTION = "Let the model answer? [y/N] "
 DECLINED = -1  # the spec's code for "the user rejected the request"
@@ -83,23 +81,20 @@ def answer_with(model: SamplingModel | None) -> None:
 
 def person_callbacks(label: str, server: McpServerConfig, desk: PersonDesk, stderr: IO[str]) -> dict[str, Any]:
     """The SDK's callbacks that reach the person (and the model) for one connection: elicitation
-    always, sampling where this run declares it (approved by the server's `approve`; a request that
-    finds nothing waiting waits its `timeout`)."""
-    callbacks: dict[str, Any] = {"elicitation_callback": Elicitation(label, sys.stdin, stderr, desk)}
+    always, sampling where this run declares it (approved by the server's `approve`)."""
+    callbacks: dict[str, Any] = {"elicitation_callback": Elicitation(label, stderr, desk)}
     if run_mode.sampling_declared():
-        wait_s = server.timeout_s or DEFAULT_TIMEOUT_S
-        callbacks["sampling_callback"] = Sampling(label, server.approve, desk, sys.stdin, stderr, wait_s)
+        callbacks["sampling_callback"] = Sampling(label, server, desk, stderr)
     return callbacks
 
 
 class Sampling:
-    def __init__(self, label: str, approve: str, desk: PersonDesk, stdin: IO[str], stderr: IO[str], wait_s: float):
+    def __init__(self, label: str, server: McpServerConfig, desk: PersonDesk, stderr: IO[str]):
         self.label = label
-        self.approved = approve == "always"
+        self.server = server
+        self.approved = server.approve == "always"
         self.desk = desk
-        self.stdin = stdin
         self.stderr = stderr
-        self.wait_s = wait_s  # how long a request waits for a request of llmchat's to wait with it
 
     async def __call__(self, context: Any, params: Any) -> Any:
         model: SamplingModel | None = run_mode.answering_model()
@@ -109,66 +104,60 @@ class Sampling:
             request = sample_request(params, model.cap)
         except SamplingError as err:
             return _error(f"llmchat cannot answer this: {err}")
-        if not self.approved and not self._can_ask():
-            notice(
+        person = people.current()
+        if not self.approved and not person.present():
+            self._notice(
                 f"llmchat: {self.label} asks the model for a completion ({_one_line(request.messages[-1][1])}): "
-                f'declined, no terminal to ask on (approve = "always" in its config table allows it)',
-                self.stderr,
+                f"declined, no terminal to ask on ({self._how_to_allow()})"
             )
             return _declined()
         try:
-            return await self.desk.ask(lambda: self._answer(model, request), taken_within_s=self.wait_s)
-        except TimeoutError:
-            notice(
-                f"llmchat: {self.label} asked the model for a completion while nothing waited on it: declined",
-                self.stderr,
-            )
+            return await self.desk.ask(lambda: self._answer(model, request, person))
+        except NobodyWaits:
+            self._notice(f"llmchat: {self.label} asked the model for a completion while nothing waited on it: declined")
             return _error(f"{self.label}: the request came while llmchat waited on nothing of this server's")
 
-    def _answer(self, model: SamplingModel, request: SampleRequest) -> Any:
+    def _how_to_allow(self) -> str:
+        """Where `approve = "always"` goes for this server: its config table, or one to add for it
+        (a server given with --mcp has none, and one named like a configured server is that one)."""
+        name = self.server.name
+        if self.server.source == f"config:mcp.{name}":
+            return f'approve = "always" in its config table [mcp.{name}] allows it'
+        return f'an [mcp.{name}] table in the config for it, with approve = "always", allows it'
+
+    def _answer(self, model: SamplingModel, request: SampleRequest, person: people.Person) -> Any:
         """On the waiting thread: ask the person (unless approved), then run the model."""
-        if not self.approved and not self._approved_now(request):
+        if not self.approved and not self._approved_now(request, person):
             return _declined()
         try:
             sampled = model(request)
         except (KeyboardInterrupt, SystemExit):  # the user stopped it: the turn ends, as in decode
             raise
         except Exception as err:  # a prompt too big for the context, an engine failure: one line
-            notice(f"llmchat: {self.label}: the completion it asked for failed: {_one_line(str(err))}", self.stderr)
+            self._notice(f"llmchat: {self.label}: the completion it asked for failed: {_one_line(str(err))}")
             return _error(f"the completion failed: {_one_line(str(err))}")
-        notice(
+        self._notice(
             f"llmchat: {self.label}: the model answered it: {sampled.tokens:,} tokens in {sampled.seconds:.1f} s "
-            f"({sampled.finish_reason})",
-            self.stderr,
+            f"({sampled.finish_reason})"
         )
         return _result(sampled)
 
-    def _approved_now(self, request: SampleRequest) -> bool:
-        say = self._say
+    def _approved_now(self, request: SampleRequest, person: people.Person) -> bool:
         limits = f"at most {request.max_tokens:,} tokens"
         if request.temperature is not None:
             limits += f", temperature {request.temperature:g}"
-        say(f"llmchat: {self.label} asks the model for a completion ({limits}):")
+        about = [f"llmchat: {self.label} asks the model for a completion ({limits}):"]
         if request.system:
-            say(f"  system: {_shown(request.system)}")
-        for role, text in request.messages:
-            say(f"  {role}: {_shown(text)}")
-        try:
-            typed = terminal_ask(self.stdin, self.stderr)(QUESTION)
-        except KeyboardInterrupt:
-            interrupts.consume()  # this Ctrl-C declined the request; the call and the turn go on
-            typed = None
+            about.append(f"  system: {_shown(request.system)}")
+        about += [f"  {role}: {_shown(text)}" for role, text in request.messages]
+        typed = person.ask(QUESTION, about=about)
         if typed is None or typed.strip().lower() not in ("y", "yes"):
-            say("declined")
+            person.say("declined")
             return False
         return True
 
-    def _can_ask(self) -> bool:
-        return run_mode.person_at(self.stdin, self.stderr)
-
-    def _say(self, line: str) -> None:
-        self.stderr.write(line + "\n")
-        self.stderr.flush()
+    def _notice(self, line: str) -> None:
+        notice(for_stream(line, is_tty(self.stderr)), self.stderr)
 
 
 def sample_request(params: Any, cap: int) -> SampleRequest:
