@@ -145,6 +145,8 @@ class Person:
 
 def write_config(home: Path, url: str, scenario: str, context: dict[str, Any]) -> None:
     lines = [f"[mcp.{SERVER}]", f"url = {json.dumps(url)}", 'approve = "always"', f"timeout = {STEP_TIMEOUT_S - 5:g}"]
+    if scenario == "elicitation-sep1034-client-defaults":
+        lines.append('elicitation = "defaults"')  # as a user automating llmchat sets it: forms take their defaults
     if context.get("client_id"):
         lines.append(f"client_id = {json.dumps(context['client_id'])}")
     if context.get("client_secret"):

@@ -342,3 +342,96 @@ def test_a_request_llmchat_cannot_ask_fails_the_call_in_one_line(cli, tmp_path, 
     [line] = run.stderr.splitlines()
     assert line.startswith(f"llmchat: error: python_{tool}: MCP server python failed: llmchat cannot ask this: ")
     assert line.endswith(why)
+
+
+# --- elicitation = "defaults" | "decline": forms answered without a person -----------------------
+
+DEFAULTS_SERVER = """
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitRequestURLParams, InputRequiredResult
+
+server = MCPServer("forms")
+WITH_DEFAULTS = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "default": "John Doe"},
+        "age": {"type": "integer", "default": 30},
+        "score": {"type": "number", "default": 95.5},
+        "status": {"type": "string", "enum": ["active", "inactive"], "default": "active"},
+        "verified": {"type": "boolean", "default": True},
+        "nickname": {"type": "string"},
+    },
+}
+WITHOUT_DEFAULT = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+def asked(ctx, params):
+    if ctx.input_responses:
+        [answer] = ctx.input_responses.values()
+        return f"{answer.action} {sorted((answer.content or {}).items())}"
+    return InputRequiredResult(input_requests={"it": ElicitRequest(params=params)})
+
+
+@server.tool()
+async def with_defaults(ctx: Context) -> InputRequiredResult | str:
+    return asked(ctx, ElicitRequestFormParams(message="Your profile?", requested_schema=WITH_DEFAULTS))
+
+
+@server.tool()
+async def without_default(ctx: Context) -> InputRequiredResult | str:
+    return asked(ctx, ElicitRequestFormParams(message="Your city?", requested_schema=WITHOUT_DEFAULT))
+
+
+@server.tool()
+async def a_url(ctx: Context) -> InputRequiredResult | str:
+    return asked(ctx, ElicitRequestURLParams(message="Open this.", url="https://example.com/", elicitation_id="e1"))
+
+
+server.run()
+"""
+
+
+def _forms_server(home, tmp_path, answer: str) -> None:
+    script = tmp_path / "forms_server.py"
+    script.write_text(DEFAULTS_SERVER, encoding="utf-8")
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        f"[mcp.forms]\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(script))}]\n"
+        f'elicitation = "{answer}"\n',
+        encoding="utf-8",
+    )
+
+
+def test_elicitation_defaults_accepts_a_form_with_its_schemas_defaults_without_asking(cli, isolated_home, tmp_path):
+    _forms_server(isolated_home, tmp_path, "defaults")
+    run = cli("mcp", "call", "forms", "with_defaults", "--timeout", str(CALL_TIMEOUT_S), timeout=120)
+    assert run.returncode == 0, run.stderr
+    expected = [("age", 30), ("name", "John Doe"), ("score", 95.5), ("status", "active"), ("verified", True)]
+    assert run.stdout.strip() == f"accept {expected}"
+    assert run.stderr == ""
+
+
+def test_elicitation_defaults_declines_a_required_field_without_one_and_any_url(cli, isolated_home, tmp_path):
+    _forms_server(isolated_home, tmp_path, "defaults")
+    form = cli("mcp", "call", "forms", "without_default", "--timeout", str(CALL_TIMEOUT_S), timeout=120)
+    assert form.returncode == 0 and form.stdout.strip() == "decline []", form.stderr
+    [line] = form.stderr.splitlines()
+    assert line.endswith('declined, no default for city (elicitation = "defaults")')
+    url = cli("mcp", "call", "forms", "a_url", "--timeout", str(CALL_TIMEOUT_S), timeout=120)
+    assert url.returncode == 0 and url.stdout.strip() == "decline []", url.stderr
+    assert url.stderr.strip().endswith('declined, elicitation = "defaults" for this server')
+
+
+def test_elicitation_decline_never_asks(cli, isolated_home, tmp_path):
+    _forms_server(isolated_home, tmp_path, "decline")
+    run = cli("mcp", "call", "forms", "with_defaults", "--timeout", str(CALL_TIMEOUT_S), timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "decline []", run.stderr
+    assert run.stderr.strip().endswith('declined, elicitation = "decline" for this server')
+
+
+def test_a_wrong_elicitation_setting_is_one_line(cli, isolated_home, tmp_path):
+    _forms_server(isolated_home, tmp_path, "sometimes")
+    run = cli("mcp", "tools", "forms")
+    assert run.returncode == 2 and run.stdout == ""
+    [line] = run.stderr.splitlines()
+    assert 'elicitation must be "ask", "defaults" or "decline"' in line

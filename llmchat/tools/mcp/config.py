@@ -5,6 +5,7 @@
     args = ["--local-timezone", "UTC"]
     env = { TZ = "UTC" }            # added to the SDK's safe default environment
     approve = "always"              # default "ask"
+    elicitation = "defaults"        # its forms: "ask" (default), "defaults" (unattended), "decline"
     timeout = 30                    # seconds for one call (and for the start)
     roots = ["~/notes"]             # the folders declared to it as the client's roots (with --root's)
 
@@ -58,6 +59,7 @@ _KEYS = (
     "bearer_token_env",
     "transport",
     "approve",
+    "elicitation",
     "timeout",
     "roots",
     "client_id",
@@ -65,6 +67,7 @@ _KEYS = (
     "client_metadata_url",
 )
 _URL_ONLY_KEYS = ("headers", "bearer_token_env", "client_id", "client_secret_env", "client_metadata_url")
+ELICITATION_ANSWERS = ("ask", "defaults", "decline")
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _URL = re.compile(r"^https?://", re.IGNORECASE)
@@ -85,6 +88,7 @@ class McpServerConfig:
     bearer_token_env: str = ""
     transport: Transport = "stdio"
     approve: str = "ask"
+    elicitation: str = "ask"  # how its forms are answered: asked, with the schema's defaults, or declined
     timeout_s: float | None = None
     source: str = ""
     roots: tuple[str, ...] = ()  # the config's roots = [...], as written (checked as folders when it starts)
@@ -159,12 +163,16 @@ def server_from_config(name: str, settings: Any, config_path: Path | str) -> Mcp
     approve = settings.get("approve", "ask")
     if approve not in APPROVE_POLICIES:
         raise ConfigError(f'{where}: approve must be "ask" or "always"')
+    elicitation = settings.get("elicitation", "ask")
+    if elicitation not in ELICITATION_ANSWERS:
+        raise ConfigError(f'{where}: elicitation must be "ask", "defaults" or "decline"')
     timeout = settings.get("timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
         raise ConfigError(f"{where}: timeout must be a number of seconds above 0")
     common: dict[str, Any] = {
         "name": name,
         "approve": approve,
+        "elicitation": elicitation,
         "timeout_s": float(timeout) if timeout is not None else None,
         "source": f"config:mcp.{name}",
         "roots": _roots(where, settings.get("roots", [])),

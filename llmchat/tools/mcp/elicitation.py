@@ -8,6 +8,10 @@ Giving the SDK this callback declares the elicitation capability, form mode and 
   accepts, anything else declines; Ctrl-C cancels. Only http(s) URLs are asked.
 - The message, the URL and the fields are the server's text: shown terminal-safe, so an escape
   sequence in them is seen, never run (a link that shows one address and opens another).
+- A server's `elicitation = "defaults"` (for unattended runs: batch, scripts, CI) answers a form
+  without asking anyone: accepted, with each field's schema default (SEP-1034); a form with a
+  required field that has no default is declined. `elicitation = "decline"` declines every
+  request. Both decline URL requests: opening a browser for nobody is never right.
 - Where nobody is there to answer (no terminal, a batch), the request is declined at once, with
   one notice; so is one that comes while llmchat waits on no request of the server's (after its
   call was answered, between turns): nobody would ask it, and the server must not wait forever.
@@ -24,7 +28,7 @@ from llmchat import person as people
 from llmchat.output import is_tty, notice
 from llmchat.safe_text import for_stream
 from llmchat.tools.mcp.desk import NobodyWaits, PersonDesk
-from llmchat.tools.mcp.form import FormError, fill_form, form_fields
+from llmchat.tools.mcp.form import Field, FormError, fill_form, form_fields
 
 URL_QUESTION = "Open it in your browser? [y/N] (Ctrl-C: cancel): "
 OUTSIDE = "it came outside any request of llmchat's"
@@ -33,10 +37,11 @@ OUTSIDE = "it came outside any request of llmchat's"
 class Elicitation:
     """The SDK's elicitation_callback for one connection; its notices go to `stderr`."""
 
-    def __init__(self, label: str, stderr: IO[str], desk: PersonDesk):
+    def __init__(self, label: str, stderr: IO[str], desk: PersonDesk, answer: str = "ask"):
         self.label = label
         self.stderr = stderr
         self.desk = desk
+        self.answer = answer  # the server's `elicitation`: "ask", "defaults" or "decline"
 
     async def __call__(self, context: Any, params: Any) -> Any:
         if getattr(params, "mode", None) == "url":
@@ -48,6 +53,10 @@ class Elicitation:
             fields = form_fields(params.requested_schema)
         except FormError as err:
             return self._refused(f"its form cannot be asked: {err}")
+        if self.answer == "decline":
+            return self._declined(params.message, 'elicitation = "decline" for this server')
+        if self.answer == "defaults":
+            return self._with_defaults(params.message, fields)
         person = people.current()
         if not person.present():
             return self._declined(params.message, "no terminal to ask on")
@@ -61,6 +70,8 @@ class Elicitation:
     async def _url(self, params: Any) -> Any:
         if urlsplit(params.url).scheme not in ("http", "https"):
             return self._refused(f"it asks to open {params.url!r}, which is not an http or https URL")
+        if self.answer != "ask":
+            return self._declined(f"{params.message} {params.url}", f'elicitation = "{self.answer}" for this server')
         person = people.current()
         if not person.present():
             return self._declined(f"{params.message} {params.url}", "no terminal to ask on")
@@ -82,6 +93,14 @@ class Elicitation:
         if not webbrowser.open(url):
             person.say("  no browser could be started: open the URL yourself")
         return "accept"
+
+    def _with_defaults(self, message: str, fields: list[Field]) -> Any:
+        """Accepted without asking anyone, each field given its schema default (SEP-1034); a
+        required field without one cannot be answered so."""
+        missing = [field.key for field in fields if field.required and "default" not in field.schema]
+        if missing:
+            return self._declined(message, f'no default for {", ".join(missing)} (elicitation = "defaults")')
+        return _result("accept", {field.key: field.schema["default"] for field in fields if "default" in field.schema})
 
     def _heading(self, message: str) -> str:
         return f"llmchat: {self.label} asks: {message}"

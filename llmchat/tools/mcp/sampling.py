@@ -82,7 +82,7 @@ def answer_with(model: SamplingModel | None) -> None:
 def person_callbacks(label: str, server: McpServerConfig, desk: PersonDesk, stderr: IO[str]) -> dict[str, Any]:
     """The SDK's callbacks that reach the person (and the model) for one connection: elicitation
     always, sampling where this run declares it (approved by the server's `approve`)."""
-    callbacks: dict[str, Any] = {"elicitation_callback": Elicitation(label, stderr, desk)}
+    callbacks: dict[str, Any] = {"elicitation_callback": Elicitation(label, stderr, desk, server.elicitation)}
     if run_mode.sampling_declared():
         callbacks["sampling_callback"] = Sampling(label, server, desk, stderr)
     return callbacks
