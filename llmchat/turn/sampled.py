@@ -79,10 +79,10 @@ class kept_sequence:
     One copy of the state is held meanwhile, and none after: llama.cpp writes it into the buffer
     kept here (`Engine.sequence_state`) and reads it back from there. Prefilling the conversation
     again instead would hold nothing, but costs the whole prefix's prefill where the copy costs a
-    memory copy each way: on SmolLM2 at 4,096 tokens the copy holds 90 MiB and takes 0.14 s,
-    taken and put back, where prefilling again took 75-125 s on a 2-core machine under heavy load
-    (bench/sampling_prefix.py; its results file). An 8B model at 32K tokens holds 4 GiB, and its
-    prefill takes minutes on a CPU."""
+    memory copy each way: on SmolLM2 at 4,096 tokens the copy holds 90 MiB and takes 0.11 s,
+    taken and put back, where prefilling again took 61 s on a shared 2-core Xeon under load
+    (bench/sampling_prefix.py; bench/results/sampling_prefix_2026-12-07_xeon_loaded.md). An 8B
+    model at 32K tokens holds 4 GiB, and its prefill takes minutes on a CPU."""
 
     def __init__(self, session: ChatSession):
         engine = session.engine
