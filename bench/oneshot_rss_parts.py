@@ -34,12 +34,9 @@ from oneshot_vs_completion import BATCH, CTX, PROMPT, SYSTEM
 from report import write_report
 
 HERE = Path(__file__).resolve().parent
-# Run before the floor's own code: OpenSSL's hashlib hidden, as llmchat.launch does, then a part.
+# Run before the floor's own code: one part.
 WRAPPER = """
 import runpy, sys
-sys.modules["_hashlib"] = None
-import hashlib
-del sys.modules["_hashlib"]
 exec(sys.argv.pop(1))
 sys.argv[0] = {floor!r}
 sys.path.insert(0, {bench!r})

@@ -13,9 +13,10 @@ ask's gap into what is Python's (floor / llama-completion) and what is llmchat's
 
 Measured per run: wall time from exec to exit, and peak RSS (the child's own ru_maxrss, from
 wait4). Rounds rotate which side goes first; the ratios are reported as medians over the rounds
-with the min-max spread, and peak RSS also as a difference in MiB: its target is at most 16 MiB
-over llama-completion (issue 31), since Python and the bindings alone (the floor) take 7-9 MiB,
-which no ratio on a 135M model can hide. Every run is in the results file.
+with the min-max spread, and peak RSS also as a difference in MiB: its target is at most 24 MiB
+over llama-completion (issue 45; issue 31's 16 MiB was met only by hiding OpenSSL from `hashlib`,
+which broke every `ask` on a CPython whose own hashes are blake2 alone), since Python and the
+bindings alone (the floor) take 7-9 MiB, which no ratio on a 135M model can hide. Every run is in the results file.
 
     python bench/oneshot_vs_completion.py LLAMA_COMPLETION [--reps 9] [--tokens 64]
            [--out bench/results/oneshot_vs_completion.md]
@@ -154,7 +155,7 @@ def main() -> None:
         f"wall medians: {medians(0, 's')}",
         f"wall: {ratio('ask', 'completion', 0, '1.10')}; {ratio('floor', 'completion', 0)}; {ratio('ask', 'floor', 0)}",
         f"peak RSS medians: {medians(1, 'MiB')}",
-        f"peak RSS: {over('ask', 'completion', '+16')}; {over('floor', 'completion')}; {over('ask', 'floor')}",
+        f"peak RSS: {over('ask', 'completion', '+24')}; {over('floor', 'completion')}; {over('ask', 'floor')}",
         f"peak RSS ratios: {ratio('ask', 'completion', 1)}; {ratio('floor', 'completion', 1)}; "
         f"{ratio('ask', 'floor', 1)}",
     ]

@@ -16,10 +16,9 @@ def _stop_at_once(signum: int, _frame: object) -> None:
 
 
 # As the command line (`llmchat ...` or `python -m llmchat`, whose argv[0] is "-m" while this
-# package is imported), take over SIGINT and SIGTERM from the first line of llmchat's code. The
-# handler module itself imports only preloaded builtins, so there is no gap before this line.
+# package is imported), take over SIGINT and SIGTERM from the first line of llmchat's code.
 if _sys.argv and (_sys.argv[0] == "-m" or _sys.argv[0].replace("\\", "/").rsplit("/", 1)[-1].startswith("llmchat")):
-    import _signal  # type: ignore[import-not-found]  # the C module behind signal, loaded at start-up
+    import signal as _signal
 
     _signal.signal(_signal.SIGINT, _stop_at_once)
     _signal.signal(_signal.SIGTERM, _stop_at_once)

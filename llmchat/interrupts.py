@@ -18,6 +18,17 @@ weakref callback (`install()` also hooks `sys.unraisablehook`), and C code that 
 clears whatever it raised, which reports nothing at all. A signal's exception stays recorded until
 a checkpoint raises it or the code that caught it on purpose calls `consume()`.
 
+Two places inside Python itself defer a signal the same way, because an exception raised there
+does harm that outlives the code that catches it (`_inside_python_machinery`):
+- importlib's own code (its module locks, its finders and loaders): raised between its taking of
+  the global import lock and its `try`, the exception leaves the main thread holding that lock for
+  good, and every other thread then waits forever at its next import;
+- the top level of source text that exec() or eval() compiles (dataclasses build their methods
+  so, namedtuple its `__new__`): a KeyboardInterrupt that leaves it, even one caught later, makes
+  CPython 3.11 end the process by SIGINT after its teardown instead of with its exit code.
+Imports and class definitions run briefly there, and a start-up's are followed by a checkpoint
+(llmchat.launch), so such a signal is acted on a moment later.
+
 Two more places defer a Ctrl-C the same way, because cutting them in the middle leaves things
 wrong: a function marked `uninterrupted` (a terminal frame of cursor moves, written whole), and a
 chat command that has begun to change state. Inside `Command()` a Ctrl-C cancels the command
@@ -44,6 +55,8 @@ if TYPE_CHECKING:  # the start-up path stays free of typing's import
 TERMINATED_EXIT = 143  # 128 + SIGTERM, as a shell reports a process ended by it
 
 _callback_codes: set[CodeType] = set()
+# The import system's own code, as CPython names its frozen modules in every version llmchat runs on.
+_IMPORTLIB_FILES = frozenset({"<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>"})
 # llama-cpp-python installs its own log callback on import, before llmchat replaces it.
 _CALLBACK_FILES = ("llama_cpp/_logger.py", "llama_cpp\\_logger.py")
 
@@ -87,6 +100,26 @@ def _inside_callback(frame: FrameType | None) -> bool:
     return False
 
 
+def _inside_python_machinery(frame: FrameType | None) -> bool:
+    """Whether the signal's handler runs in importlib's own code, or anywhere below the top level
+    of source text that exec() or eval() compiled (see the module). importlib's code only where it
+    runs itself: a signal in the code of a module being imported is raised as anywhere else. And
+    not the top level of `python -c`, which has no caller (nothing is left to catch it there)."""
+    if frame is not None and frame.f_code.co_filename in _IMPORTLIB_FILES:
+        return True
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "<module>" and code.co_filename == "<string>" and frame.f_back is not None:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _deferred(signum: int, frame: FrameType | None) -> bool:
+    """Whether a signal landing at `frame` is recorded only, to be raised at the next checkpoint."""
+    return _holding(signum) or _inside_callback(frame) or _inside_python_machinery(frame)
+
+
 def _exception_for(signum: int) -> BaseException:
     if signum == signal.SIGTERM:
         return SystemExit(TERMINATED_EXIT)
@@ -101,7 +134,7 @@ def _handle(signum: int, frame: FrameType | None) -> None:
         _state["terminated"] = True
     if _state["pending"] is None or signum == signal.SIGTERM:
         _state["pending"] = signum
-    if _holding(signum) or _inside_callback(frame):
+    if _deferred(signum, frame):
         return
     # Raised at once, and still recorded: CPython clears an exception in a few places of its own
     # (C code that runs Python and drops any error it raised), so a raise alone can vanish. The
@@ -203,7 +236,7 @@ def interrupt_handler(handler: Callable[[int, Any], None]) -> Callable[[int, Any
     defers inside native callbacks instead of having its exception dropped."""
 
     def wrapped(signum: int, frame: FrameType | None) -> None:
-        if _holding(signum) or _inside_callback(frame):
+        if _deferred(signum, frame):
             if _state["pending"] is None:
                 _state["pending"] = signum
             return
@@ -219,28 +252,11 @@ def join_whole(thread: Any) -> None:
     interrupted: BaseException | None = None
     while thread.is_alive():
         try:
-            _release_a_leaked_import_lock()
-            thread.join(0.1)  # a bounded wait: the check above again, in case a lock leaks meanwhile
+            thread.join()
         except BaseException as error:  # noqa: BLE001 - raised below, once the thread is done
             interrupted = interrupted or error
     if interrupted is not None:
         raise interrupted
-
-
-def _release_a_leaked_import_lock() -> None:
-    """A Ctrl-C raised in importlib's module-lock callback between its acquire of the global import
-    lock and its `try` leaves this thread holding that lock for good (CPython 3.11 reports the raise
-    as "Exception ignored in ... _get_module_lock.<locals>.cb"). The thread being joined then waits
-    forever at its next import, and the join with it. A thread that waits for another is not inside
-    an import itself, so an import lock it holds is such a leak: released here. One that another
-    thread holds is that thread's own (`release_lock` refuses it)."""
-    import _imp
-
-    while _imp.lock_held():
-        try:
-            _imp.release_lock()
-        except RuntimeError:
-            return
 
 
 class FirstCtrlCOnly:

@@ -9,8 +9,9 @@ handles the signal: the process is killed by it.
 A one-shot `ask` whose options llmchat.quick_ask reads runs from there, without Typer; every other
 command line goes to llmchat.cli.
 
-The process's `hashlib` is also set up here, before anything imports it: CPython's own hash
-functions instead of OpenSSL's (see `_hashlib_without_openssl`).
+Nothing here repairs CPython's state after the fact: a signal that lands inside the import system
+is deferred by llmchat.interrupts (an exception raised there would outlive its catch), and acted on
+at the checkpoint after the imports below; the exit is Python's own, with the command's code.
 """
 
 import sys
@@ -18,12 +19,12 @@ from typing import Callable, NoReturn
 
 
 def main() -> None:
-    _hashlib_without_openssl()
     from llmchat import interrupts
 
     interrupts.install()
     try:
         run = _runner(sys.argv[1:])
+        interrupts.raise_pending()  # one deferred while Python imported the command (llmchat.interrupts)
     except SystemExit:
         if interrupts.terminated():
             _stopped("terminated (SIGTERM)", interrupts.TERMINATED_EXIT)
@@ -32,14 +33,10 @@ def main() -> None:
         _stopped_by_signal(err)
     try:
         run()
-    except SystemExit as done:
-        if done.code in (130, interrupts.TERMINATED_EXIT):
-            _exit_now(int(done.code))
-        _collector_off_for_teardown()
-        raise
     except (KeyboardInterrupt, RuntimeError) as err:  # in the few steps before the command's own handling
         _stopped_by_signal(err)
-    _collector_off_for_teardown()
+    finally:
+        _collector_off_for_teardown()
 
 
 def _stopped_by_signal(err: BaseException) -> NoReturn:
@@ -68,24 +65,6 @@ def _runner(args: list[str]) -> Callable[[], None]:
     return run
 
 
-def _hashlib_without_openssl() -> None:
-    """Import `hashlib` with OpenSSL's `_hashlib` hidden, so it takes CPython's own md5, sha1,
-    sha2, sha3 and blake2 (the same digests). Loading OpenSSL's libcrypto costs 3.5-4 MiB of
-    resident memory, a quarter of what llmchat adds to a one-shot `ask` (peak RSS against
-    llama-completion's, bench/oneshot_vs_completion.py), and nothing in the process needs it:
-    Jinja imports hashlib only for a bytecode cache llmchat does not use, and llmchat's own
-    digests are SHA-256 cache keys and attachment checksums. Lost: OpenSSL's extra algorithms in
-    `hashlib.new`, `pbkdf2_hmac` and `scrypt`, which nothing here calls. `_hashlib` is visible
-    again afterwards: `hmac` or `ssl` load OpenSSL themselves where an MCP connection needs them."""
-    if "hashlib" in sys.modules:
-        return
-    sys.modules["_hashlib"] = None  # type: ignore[assignment]  # None: "import _hashlib" fails
-    try:
-        import hashlib  # noqa: F401
-    finally:
-        del sys.modules["_hashlib"]
-
-
 def _collector_off_for_teardown() -> None:
     """The command is done and everything it opened is closed: what is left is the interpreter's
     teardown, whose garbage collections trace every object the run made (Jinja's, Typer's, the
@@ -96,26 +75,6 @@ def _collector_off_for_teardown() -> None:
     import gc
 
     gc.freeze()
-
-
-def _exit_now(code: int) -> None:
-    """Exit with `code` exactly, skipping the interpreter's final teardown.
-
-    CPython 3.11 remembers any KeyboardInterrupt that passed through code compiled from a string
-    (dataclasses build their methods with exec(), so a Ctrl-C during an import can go through
-    one), even when it was caught later, and then kills the process with SIGINT after its teardown
-    instead of exiting 130. Everything llmchat opened is closed by now (the `finally` blocks ran);
-    what is left is flushing the streams and the exit handlers."""
-    import atexit
-    import os
-
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    atexit._run_exitfuncs()
-    os._exit(code)
 
 
 def _stopped(message: str, code: int) -> NoReturn:

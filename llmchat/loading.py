@@ -7,12 +7,11 @@ one-time notices are printed (bundled default model, context above the trained l
 from __future__ import annotations
 
 import sys
-import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from llmchat import interrupts, paths
+from llmchat import paths
 from llmchat.config import Config
 from llmchat.engine_settings import (
     FLASH_ATTN_CHOICES,
@@ -157,44 +156,45 @@ def load_model(opts: RunOptions, *, config: Config, n_ctx_override: int | None =
     return Loaded(config, model, engine, sampling, trained_ctx, base_model, recommended_sampling=recommended)
 
 
-def _prepare_while_loading() -> threading.Thread:
-    """Start, on another thread, the work the turn needs right after the load: Jinja and its
-    sandboxed environment (which the chat template compiles in) and the modules the first reply
-    uses. llama.cpp loads the model in C with the GIL released, so on a second core this runs
-    alongside the load instead of after it: about 40 ms of a one-shot `ask` on a small model
-    (bench/results/oneshot_vs_completion.md). Whatever this does not finish, the main thread does
-    as it would have; a failure here is met again, and reported, there. The caller waits for
-    the thread before it goes on (`interrupts.join_whole`), whether the load worked or not: a load
-    that fails at once left it importing while the interpreter exited, which crashed CPython 3.11
-    (SIGSEGV in the import lock) in about one run in three on a busy machine."""
-
-    def prepare() -> None:
-        try:
-            import llmchat.session  # noqa: F401  (the turn, the template, the conversation)
-            from llmchat.prompt import sandbox
-
-            sandbox.compile_template("{{ messages }}", "warm-up")
-            import llmchat.engine.sampler  # noqa: F401  (the sampler chain)
-            import llmchat.models.kind  # noqa: F401
-        except Exception:  # noqa: BLE001 - the main thread meets and reports it
-            pass
-
-    thread = threading.Thread(target=prepare, name="llmchat-prepare", daemon=True)
-    thread.start()
-    return thread
-
-
 def _load_with_spinner(model: ResolvedModel, settings: EngineSettings) -> Engine:
-    from llmchat.engine import Engine
+    """`Engine.load`, with the turn's own start-up done beside llama.cpp's load where it can be:
+    the load runs on a thread of its own (llmchat.engine.load_ahead; for a one-shot `ask` it was
+    begun earlier still) while this thread imports what the first reply uses."""
+    from llmchat.engine import Engine, load_ahead
 
-    preparing = _prepare_while_loading()
     try:
+        if not (settings.verbose or settings.lookup or settings.draft_model):
+            # (--verbose: llama.cpp's log in order with the run's own lines; drafting: two models,
+            # opened in their order by `Engine.load`.)
+            load_ahead.begin(model.path, settings)  # nothing new where this very load is in flight
+            _prepare_the_turn()
         if not is_tty(sys.stderr):
             return Engine.load(model.path, settings)
         with spinner(f"loading {model.path.name}…"):
             return Engine.load(model.path, settings)
     finally:
-        interrupts.join_whole(preparing)
+        load_ahead.cancel()  # nothing to do once `Engine.load` took it; else it stops and is freed
+
+
+def _prepare_the_turn() -> None:
+    """Import Jinja and its sandboxed environment (which the chat template compiles in) and the
+    modules the first reply uses, while llama.cpp loads the model in C with the GIL released:
+    about 40 ms of a one-shot `ask` on a small model (bench/results/oneshot_vs_completion.md).
+
+    On this thread, not the loading one, by design: the thread that loads imports nothing once it
+    has started (tests/test_load_ahead.py), so no wait for it can meet an import lock, and the
+    process never exits while another thread is inside the import system (where CPython 3.11
+    crashed, SIGSEGV in the import lock, in about one run in three on a busy machine). A failure
+    here is met again, and reported, where the module is used."""
+    try:
+        import llmchat.session  # noqa: F401  (the turn, the template, the conversation)
+        from llmchat.prompt import sandbox
+
+        sandbox.compile_template("{{ messages }}", "warm-up")
+        import llmchat.engine.sampler  # noqa: F401  (the sampler chain)
+        import llmchat.models.kind  # noqa: F401
+    except Exception:  # noqa: BLE001 - met again where it matters
+        pass
 
 
 def report_template(session: ChatSession, verbose: bool) -> None:
@@ -218,7 +218,7 @@ def start_session(
     `disk_cache`: use the KV cache on disk; None: wherever the history is on (batch, which saves no
     history, passes True: its items restore a shared system prompt)."""
     loaded = load_model(opts, config=config)
-    # Imported after the load: `_prepare_while_loading` has imported them alongside it.
+    # Imported after the load: `_prepare_the_turn` imported them while it ran.
     from llmchat.reasoning import ReasoningSettings
     from llmchat.session import ChatSession
 

@@ -185,32 +185,64 @@ def freed_gates(monkeypatch) -> list:
 
 
 @pytest.fixture
-def grammar_reference():
-    """The greedy reply that llama.cpp's own grammar sampler gives (it filters the whole vocabulary
-    at every token): `grammar_reference(engine, prompt, gbnf, limit)` -> token ids, up to an end
-    token or `limit` tokens. What llmchat's grammar gate is compared with."""
+def llama_cpp_grammar_picks(monkeypatch):
+    """What llama.cpp's own grammar sampler and greedy pick (its grammar filters the whole
+    vocabulary at every token), on the very logits each pick of the engine was made from:
+    `llama_cpp_grammar_picks(engine, gbnf)` before a `generate` returns a list that fills with one
+    (engine's pick, llama.cpp's pick) pair per sampled token. llama.cpp's grammar follows the
+    engine's picks, so every pair is asked at the same text; a pick the grammar refuses ends the
+    list with (that pick, -1). What llmchat's grammar gate is compared with.
 
-    def reply(engine, prompt: list[int], gbnf: str, limit: int) -> list[int]:
-        from llmchat.engine.bindings import llama_cpp
+    Not a reply of llama.cpp's own, run after the engine's: that reply is decoded with other
+    batch shapes (the last prompt token alone, for one), whose kernels round differently (by up
+    to 1.0 in Gemma 3's logits on an AVX-512 Xeon), and where two tokens are that close the two
+    replies part for a reason that is neither sampler's, on some CPU kinds and not others."""
+    import ctypes
 
-        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-        grammar = llama_cpp.llama_sampler_init_grammar(engine.model.vocab, gbnf.encode(), b"root")
+    import numpy
+
+    from llmchat.engine.bindings import llama_cpp
+
+    real_sample = llama_cpp.llama_sampler_sample
+    grammars: list = []  # freed after the test
+
+    def watch(engine, gbnf: str) -> list[tuple[int, int]]:
+        vocab = engine.model.vocab
+        n_vocab = int(llama_cpp.llama_vocab_n_tokens(vocab))
+        grammar = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
         assert grammar, "llama.cpp could not parse the grammar"
-        llama_cpp.llama_sampler_chain_add(chain, grammar)
-        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
-        tokens: list[int] = []
-        stream = engine.model.generate(prompt, chain)
-        try:
-            for token in stream:
-                if engine.is_end_of_generation(token) or len(tokens) >= limit:
-                    break
-                tokens.append(token)
-        finally:
-            stream.close()
-            llama_cpp.llama_sampler_free(chain)
-        return tokens
+        grammars.append(grammar)
+        data = (llama_cpp.llama_token_data * n_vocab)()
+        candidates = llama_cpp.llama_token_data_array(data, n_vocab, -1, False)
+        rows = numpy.ctypeslib.as_array(ctypes.cast(data, ctypes.POINTER(ctypes.c_int32)), shape=(n_vocab, 3))
+        pairs: list[tuple[int, int]] = []
 
-    return reply
+        def sample(chain, ctx, index):
+            if pairs and pairs[-1][1] == -1:  # the engine left the grammar: nothing more to compare
+                return real_sample(chain, ctx, index)
+            logits = numpy.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, index), shape=(n_vocab,))
+            rows[:, 0] = numpy.arange(n_vocab, dtype=numpy.int32)
+            rows[:, 1] = logits.view(numpy.int32)
+            rows[:, 2] = 0
+            candidates.size, candidates.selected, candidates.sorted = n_vocab, -1, False
+            llama_cpp.llama_sampler_apply(grammar, ctypes.byref(candidates))
+            allowed = rows[:, 1].view(numpy.float32)
+            # Greedy over the candidates in id order: the first of the highest (as llama.cpp's own).
+            theirs = int(numpy.argmax(allowed))
+            ours = int(real_sample(chain, ctx, index))
+            if not numpy.isfinite(allowed[ours]):
+                pairs.append((ours, -1))  # a pick the grammar refuses (accepting it would abort llama.cpp)
+                return ours
+            pairs.append((ours, theirs))
+            llama_cpp.llama_sampler_accept(grammar, ours)
+            return ours
+
+        monkeypatch.setattr(llama_cpp, "llama_sampler_sample", sample)
+        return pairs
+
+    yield watch
+    for grammar in grammars:
+        llama_cpp.llama_sampler_free(grammar)
 
 
 # --- MCP reference servers (tests/mcp_servers.py) ---------------------------------------------------

@@ -1,7 +1,18 @@
 """Issue 25: on a refusal the grammar gate filters the top candidates first, on Gemma 3's 262,144 tokens.
 
-The greedy reply must stay the one llama.cpp's own grammar sampler gives (which filters the whole
-vocabulary at every token), while most refusals are settled among the top candidates.
+At temperature 0 every pick must be the one llama.cpp's own grammar sampler and greedy make (its
+grammar filters the whole vocabulary at every token), while most refusals are settled among the
+top candidates.
+
+Issue 45: the two are compared pick by pick, on the same logits (the `llama_cpp_grammar_picks`
+fixture), not as two replies decoded one after the other. Those replies part on some CPU kinds: on
+a Sapphire Rapids Xeon after 89 characters (`"adventure", "comedy"` against `"drama", "horror"`).
+The second reply is decoded with other batch shapes (llama.cpp's run keeps the prompt but its last
+token, and evaluates that one alone), whose kernels round differently. Along this very reply, on an
+AVX-512 Xeon without AMX, the two schemes' logits differ by 0.6 to 1.6 at each of the 60 steps,
+while the best two allowed tokens stand as little as 0.01 apart (a digit of the year) and 0.10 at
+"horror" against "drama", where the other scheme's logits put "drama" first. A near-tie, decided by
+rounding: the gate's and llama.cpp's picks from the same logits agree at every step, on every CPU.
 """
 
 from __future__ import annotations
@@ -14,7 +25,9 @@ from llmchat.structured import concise_to_schema
 MOVIE = "title, year int, genres list[str]"
 
 
-def test_top_candidates_settle_refusals_and_greedy_equals_llama_cpp(gemma_path, freed_gates, grammar_reference):
+def test_top_candidates_settle_refusals_and_each_greedy_pick_equals_llama_cpps(
+    gemma_path, freed_gates, llama_cpp_grammar_picks
+):
     from llmchat.engine import Engine, EngineSettings
     from llmchat.engine.grammar import Grammar, schema_to_gbnf
     from llmchat.sampling import SamplingParams
@@ -28,12 +41,13 @@ def test_top_candidates_settle_refusals_and_greedy_equals_llama_cpp(gemma_path, 
     try:
         turn = "<start_of_turn>user\nDescribe the film Alien as JSON.<end_of_turn>\n<start_of_turn>model\n"
         prompt = engine.prompt_tokens([(turn, True)])
+        picks = llama_cpp_grammar_picks(engine, grammar.text)
         generation = engine.generate(GenerateRequest(prompt, sampling, max_tokens=60, grammar=grammar))
         gate_text = "".join(event.text for event in generation)
-        reference = grammar_reference(engine, prompt, grammar.text, 60)
     finally:
         engine.close()
-    assert gate_text == engine.detokenize(reference)
+    assert len(picks) == 60
+    assert [ours for ours, _ in picks] == [theirs for _, theirs in picks]
     # Without the penalty the reply may run past the 60 tokens: a prefix of the grammar's JSON.
     assert gate_text.lstrip().startswith("{") and len(gate_text) > 60
     (gate,) = gates

@@ -9,6 +9,8 @@ Real loads of the bundled model, counted through the ledger of tests/test_engine
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 import threading
 import time
 
@@ -164,34 +166,69 @@ def test_cancel_stops_a_load_in_flight_and_frees_it(smollm2_path, ledger):
     assert made == freed
 
 
-def test_a_load_that_fails_at_once_leaves_no_thread_running_python(monkeypatch):
-    """While the model loads, another thread imports the turn's modules and compiles a template
-    (`loading._prepare_while_loading`). A load that failed at once used to return while that
-    thread was still importing; the command then exited, and CPython 3.11 crashed (SIGSEGV in the
-    import lock during finalization) in about a third of the runs on a busy machine. The failed
-    load now returns only once that thread is done."""
-    from pathlib import Path
-    from types import SimpleNamespace
+# Records, at the process's exit, every module imported by a thread other than the main one.
+THREAD_IMPORTS = (
+    "import atexit, runpy, sys, threading\n"
+    "imports = []\n"
+    "class Recorder:\n"
+    "    @staticmethod\n"
+    "    def find_spec(name, path=None, target=None):\n"
+    "        if threading.current_thread() is not threading.main_thread():\n"
+    "            imports.append(threading.current_thread().name + ':' + name)\n"
+    "        return None  # the real finders import it\n"
+    "sys.meta_path.insert(0, Recorder)\n"
+    "atexit.register(lambda: sys.stderr.write('THREAD-IMPORTS ' + ' '.join(imports) + '\\n'))\n"
+    "sys.argv = ['llmchat', *sys.argv[1:]]\n"
+    "runpy.run_module('llmchat', run_name='__main__')\n"
+)
 
+
+def test_no_thread_but_the_main_one_imports_during_a_one_shot(isolated_home, smollm2_path):
+    """The model loads on its own thread while the main thread imports what the turn uses. The
+    loading thread imports nothing: a Ctrl-C that leaves the main thread inside the import system
+    can then never make a wait for that thread hang on an import lock, nor can the process exit
+    while another thread is inside the import system (CPython 3.11 crashed there). Until then the
+    turn's modules were imported on a thread of their own during the load."""
+    ask = ("ask", "--no-history", "-m", str(smollm2_path), "-n", "4", "--temp", "0", "Hi")
+    result = subprocess.run(
+        [sys.executable, "-c", THREAD_IMPORTS, *ask],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip()
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("THREAD-IMPORTS")]
+    assert line.split()[1:] == []
+
+
+def test_a_chat_loads_on_the_load_thread_and_a_failure_after_it_frees_the_load(smollm2_path, load_threads, ledger):
+    """Every start-up that loads a model (a chat's, batch's, `/model NAME`'s) runs llama.cpp's load
+    on the loading thread while this one imports; when `Engine.load` fails instead of taking it,
+    the load is stopped and freed, and no loading thread is left."""
     from llmchat import loading
-    from llmchat.engine import Engine
+    from llmchat.engine import Engine, EngineSettings
     from llmchat.errors import ModelError
-    from llmchat.prompt import sandbox
+    from llmchat.models.resolve import ResolvedModel
 
-    load_failed = threading.Event()
-    prepared: list[str] = []
-
-    def slow_warm_up(source, label):
-        load_failed.wait(timeout=60)  # still compiling when the load fails
-        prepared.append(label)
+    model = ResolvedModel(path=smollm2_path, name="smollm2", how="path", template=None, ctx=None)
+    settings = EngineSettings(n_ctx=256, threads=1, flash_attn=False)
+    engine = loading._load_with_spinner(model, settings)
+    try:
+        assert load_threads == [THREAD]
+    finally:
+        engine.close()
+    ledger.assert_all_freed()
 
     def failing_load(path, settings):
-        load_failed.set()
         raise ModelError(f"llama.cpp could not load {path}")
 
-    monkeypatch.setattr(sandbox, "compile_template", slow_warm_up)
-    monkeypatch.setattr(Engine, "load", failing_load)
-    with pytest.raises(ModelError):
-        loading._load_with_spinner(SimpleNamespace(path=Path("broken.gguf")), SimpleNamespace())
-    assert prepared == ["warm-up"], "the warm-up thread finished before the failure went on"
-    assert not [t for t in threading.enumerate() if t.name == "llmchat-prepare"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Engine, "load", failing_load)
+        with pytest.raises(ModelError):
+            loading._load_with_spinner(model, settings)
+    assert load_threads == [THREAD, THREAD]
+    assert _no_load_thread_left()
+    made, freed = sum(ledger.made.values()), sum(ledger.freed.values())
+    assert made == freed

@@ -210,6 +210,40 @@ def test_the_next_round_after_a_sampled_completion_is_as_if_nothing_ran(declared
     assert [[r[k] for k in tokens] for r in quiet_run.stats.rounds] == [[r[k] for k in tokens] for r in (first, second)]
 
 
+def test_a_sampled_completion_holds_one_copy_of_the_conversations_state_at_most(smollm2_path):
+    """The conversation's KV state is kept in memory while the sampled completion runs in its cells
+    (llmchat.turn.sampled): once, not twice (a ctypes buffer and the bytes made from it, then a
+    bytearray made from those), which for an 8B model at 32K tokens was 4 GiB more. Measured as
+    the Python memory the request allocates at its peak (tracemalloc: llama.cpp's own memory is
+    not counted), against the state's size; and the conversation's tokens are all back after it."""
+    import tracemalloc
+
+    from llmchat.tools.mcp.sampling import SampleRequest
+    from llmchat.turn.sampled import SessionSampler
+
+    session = loaded(smollm2_path, max_tokens=4)
+    try:
+        session.turn("Repeat after me: " + "red green blue " * 300, record=True)
+        engine = session.engine
+        before = engine.evaluated_tokens()
+        state_bytes = len(engine.sequence_state())
+        assert state_bytes > 20 * 2**20  # large enough to stand out of the turn's own allocations
+        request = SampleRequest(messages=(("user", "Name a colour."),), system=SYSTEM, max_tokens=4, temperature=0.0)
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            answered = SessionSampler(session)(request)
+            peak = tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+        assert answered.text.strip()
+        assert peak < 1.5 * state_bytes, f"{peak / 2**20:.1f} MiB at the peak for a {state_bytes / 2**20:.1f} MiB state"
+        assert engine.evaluated_tokens() == before
+    finally:
+        session.close()
+
+
 # --- as a user runs it ------------------------------------------------------------------------
 
 

@@ -376,9 +376,10 @@ def test_format_json_and_a_gbnf_file(cli, smollm2_path, tmp_path):
     assert "not a usable GBNF grammar" in refused.stderr
 
 
-def test_gate_matches_llama_cpp_grammar_sampler_at_temperature_0(smollm2_path, grammar_reference):
-    """The gate (sample, check the pick, filter only on refusal) gives the same greedy reply as
-    llama.cpp's grammar sampler over the whole vocabulary; and so does --lookup drafting."""
+def test_gate_matches_llama_cpp_grammar_sampler_at_temperature_0(smollm2_path, llama_cpp_grammar_picks):
+    """The gate (sample, check the pick, filter only on refusal) makes each greedy pick that
+    llama.cpp's grammar sampler over the whole vocabulary makes from the same logits, with and
+    without --lookup drafting; and drafting gives the same reply."""
     from dataclasses import replace
 
     from llmchat.engine import Engine, EngineSettings
@@ -389,21 +390,21 @@ def test_gate_matches_llama_cpp_grammar_sampler_at_temperature_0(smollm2_path, g
     # compared here.
     sampling = replace(SamplingParams(), temperature=0.0, seed=1, repeat_penalty=1.0, stop_loops=False)
     texts = []
-    CAP = 60  # the reference runs to the cap: no loop stop on either side
+    CAP = 60  # no loop stop: both runs reach the cap
     for lookup in (False, True):
         engine = Engine.load(smollm2_path, EngineSettings(n_ctx=512, lookup=lookup))
         try:
             prompt = engine.prompt_tokens(
                 [("<|im_start|>user\nThe film Alien, as JSON.<|im_end|>\n<|im_start|>assistant\n", True)]
             )
+            picks = llama_cpp_grammar_picks(engine, grammar.text)
             generation = engine.generate(GenerateRequest(prompt, sampling, max_tokens=CAP, grammar=grammar))
             texts.append("".join(event.text for event in generation))
-            if not lookup:
-                texts.append(engine.detokenize(grammar_reference(engine, prompt, grammar.text, CAP)))
         finally:
             engine.close()
-    gate, library, drafted = texts
-    assert gate == library == drafted
+        assert picks and [ours for ours, _ in picks] == [theirs for _, theirs in picks], f"lookup={lookup}"
+    gate, drafted = texts
+    assert gate == drafted
     # Without the penalty this greedy reply runs past the cap, so it is a prefix of the grammar's JSON
     # (complete replies are validated by the schema tests above and below).
     assert gate.startswith('{ "title": "') and len(gate) > 100

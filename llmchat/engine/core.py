@@ -340,19 +340,24 @@ class Engine:
         """The token ids whose keys and values the KV cache holds now, in order."""
         return list(self.model.tokens)
 
-    def sequence_state(self) -> bytes:
+    def sequence_state(self) -> bytearray:
         """llama.cpp's serialized state of sequence 0 (its KV cells), for `evaluated_tokens()`.
 
         Sequence-level (`llama_state_seq_*`), not the whole context: no logits or RNG, and a restore
-        can be cut back to any prefix of it."""
+        can be cut back to any prefix of it. llama.cpp writes it straight into the one buffer
+        returned: the state is in memory once (about 4 GiB for an 8B model at 32K tokens), not
+        once in a ctypes buffer and again in the bytes made from it."""
         ctx = self.model.ctx
         memory = llama_cpp.llama_get_memory(ctx)
         # Cells past the sequence (a rejected draft) are stale; drop them so they are not saved.
         llama_cpp.llama_memory_seq_rm(memory, 0, self.model.position(len(self.model.tokens)), -1)
         size = llama_cpp.llama_state_seq_get_size(ctx, 0)
-        buffer = (ctypes.c_uint8 * size)()
-        written = llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0)
-        return ctypes.string_at(buffer, written)
+        state = bytearray(size)
+        view = (ctypes.c_uint8 * size).from_buffer(state)
+        written = llama_cpp.llama_state_seq_get_data(ctx, view, size, 0)
+        del view  # its hold on the buffer, so that the unwritten end can go
+        del state[written:]
+        return state
 
     def restore_sequence(self, tokens: Sequence[int], state: bytearray, keep: int) -> int | None:
         """Load a `sequence_state()` saved for `tokens`, keep its first `keep` tokens or fewer (not

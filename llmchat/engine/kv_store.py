@@ -294,7 +294,9 @@ class KVStore:
         return path
 
 
-def write_entry(folder: Path, identity: dict, tokens: Sequence[int], state: bytes, conversation_id: str | None) -> Path:
+def write_entry(
+    folder: Path, identity: dict, tokens: Sequence[int], state: bytes | bytearray, conversation_id: str | None
+) -> Path:
     """Write one cache file, whole or not at all; its name is the engine identity and the tokens'
     hash, so two processes saving the same sequence write the same name (the last rename wins)."""
     token_bytes = _token_bytes(tokens)

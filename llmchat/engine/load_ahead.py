@@ -11,6 +11,10 @@ This module owns the one load in flight. Whoever begins one makes sure it ends: 
 model over, `cancel` stops the load at its next progress callback (engine.model_load.loads_stopped)
 and frees whatever it made. The process never exits with the thread inside llama.cpp, where a
 teardown of the interpreter would meet it in one of its Python callbacks.
+
+The thread imports nothing once it has started: every module its code uses is imported here, by
+the thread that begins it (tests/test_load_ahead.py checks it on a real run). So a wait for it
+never waits on the import system's locks, whatever the main thread was doing when a Ctrl-C came.
 """
 
 from __future__ import annotations
@@ -53,12 +57,16 @@ _state: dict[str, _Load | None] = {"load": None}
 
 
 def begin(path: Path, settings: EngineSettings) -> None:
-    """Start opening the model at `path` as `Engine.load` would under `settings` (no drafting)."""
+    """Start opening the model at `path` as `Engine.load` would under `settings` (no drafting);
+    nothing new where this very load is in flight already (a one-shot `ask` began it early)."""
+    arguments = open_arguments(settings)
+    load = _state["load"]
+    if load is not None and load.path == path and load.arguments == arguments:
+        return
     cancel()  # one load in flight at most
     # The machine's CPU use as the load begins: `Engine.load` chooses the thread count from what
     # other processes kept busy over the load (engine.threads), and this is where it begins.
     cpu_before = CpuReading.now()
-    arguments = open_arguments(settings)
     logs.install(settings.verbose)  # before llama.cpp says anything: its log never reaches stdout
     ensure_backend()  # here, once, rather than on the new thread beside anything else
     _state["load"] = _Load(path, arguments, cpu_before)

@@ -6,9 +6,10 @@ messages and system prompt, with no tools, the server's temperature and stop seq
 maxTokens as the reply cap. It is never part of the conversation nor saved.
 
 It runs while the conversation's turn waits for a tool call, between two rounds of the same KV
-prefix. On the local engine the conversation's sequence state is kept in memory first and put
-back after, so the next round reuses its whole prefix as if nothing had run; a server engine
-(--server) has its own prefix cache, whose next round is prefilled again where needed.
+prefix. On the local engine the conversation's sequence state is kept in memory first (one copy,
+`kept_sequence`) and put back after, so the next round reuses its whole prefix as if nothing had
+run; a server engine (--server) has its own prefix cache, whose next round is prefilled again
+where needed.
 
 Only the run's switches (llmchat.tools.mcp.run_mode) are imported with this module: the MCP
 machinery comes with the first request, so a one-shot `ask` that starts no server never loads it.
@@ -73,7 +74,15 @@ class SessionSampler:
 
 
 class kept_sequence:
-    """The local engine's sequence (its tokens and KV cells) as it was, put back on the way out."""
+    """The local engine's sequence (its tokens and KV cells) as it was, put back on the way out.
+
+    One copy of the state is held meanwhile, and none after: llama.cpp writes it into the buffer
+    kept here (`Engine.sequence_state`) and reads it back from there. Prefilling the conversation
+    again instead would hold nothing, but costs the whole prefix's prefill where the copy costs a
+    memory copy each way: on SmolLM2 at 4,096 tokens the copy holds 90 MiB and takes 0.11 s,
+    taken and put back, where prefilling again took 61 s on a shared 2-core Xeon under load
+    (bench/sampling_prefix.py; bench/results/sampling_prefix_2026-12-07_xeon_loaded.md). An 8B
+    model at 32K tokens holds 4 GiB, and its prefill takes minutes on a CPU."""
 
     def __init__(self, session: ChatSession):
         engine = session.engine
@@ -85,8 +94,9 @@ class kept_sequence:
     def __enter__(self) -> None:
         if self.engine is not None:
             self.tokens = self.engine.evaluated_tokens()
-            self.state = bytearray(self.engine.sequence_state())
+            self.state = self.engine.sequence_state()
 
     def __exit__(self, *exc: object) -> None:
+        state, self.state = self.state, bytearray()  # dropped once put back
         if self.engine is not None and self.tokens:
-            self.engine.restore_sequence(self.tokens, self.state, len(self.tokens))
+            self.engine.restore_sequence(self.tokens, state, len(self.tokens))
