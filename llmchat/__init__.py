@@ -16,9 +16,15 @@ def _stop_at_once(signum: int, _frame: object) -> None:
 
 
 # As the command line (`llmchat ...` or `python -m llmchat`, whose argv[0] is "-m" while this
-# package is imported), take over SIGINT and SIGTERM from the first line of llmchat's code.
+# package is imported), take over SIGINT and SIGTERM from the first line of llmchat's code. The C
+# module behind `signal` is loaded with the interpreter, so taking it leaves no gap; `signal` itself
+# builds its enums first (a Ctrl-C there would be a traceback from this line), and is the fallback
+# where a Python build has no `_signal`.
 if _sys.argv and (_sys.argv[0] == "-m" or _sys.argv[0].replace("\\", "/").rsplit("/", 1)[-1].startswith("llmchat")):
-    import signal as _signal
+    try:
+        import _signal  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:  # pragma: no cover - a Python without it
+        import signal as _signal
 
     _signal.signal(_signal.SIGINT, _stop_at_once)
     _signal.signal(_signal.SIGTERM, _stop_at_once)

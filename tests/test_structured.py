@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from llmchat.batch.items import parse_input
-from llmchat.engine.grammar import Grammar, integer_range_rule, schema_to_gbnf
+from llmchat.engine.grammar import Grammar, schema_to_gbnf
 from llmchat.engine.interface import GenerateRequest
+from llmchat.engine.schema_numbers import integer_range_rule
 from llmchat.errors import UsageError
 from llmchat.structured import (
     StructuredOutput,

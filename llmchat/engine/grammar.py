@@ -22,12 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The converter (engine.schema_*) is imported where a schema is compiled: a run without --schema
+# or tools never pays for it (tests/test_oneshot_imports.py).
 from llmchat.bounded_input import ANY_TEXT, read_file
-from llmchat.engine.schema_algebra import Refusal
-from llmchat.engine.schema_numbers import MAX_INTEGER_DIGITS, integer_range_rule
 from llmchat.errors import UsageError
 
-__all__ = ["MAX_INTEGER_DIGITS", "Grammar", "held_schema", "integer_range_rule", "load_gbnf", "schema_to_gbnf"]
 MAX_DROPS = 64  # keywords held_schema may leave out of one tool schema
 
 
@@ -58,6 +57,7 @@ def held_schema(schema: Any) -> tuple[dict[str, Any], list[str]]:
     """A copy of `schema` without the keywords the grammar cannot hold, and what was dropped
     ("minimum at /properties/count"). For a tool's parameters: its arguments are still validated
     against the whole schema after sampling, so a dropped keyword widens the grammar, never the check."""
+    from llmchat.engine.schema_algebra import Refusal
     from llmchat.engine.schema_grammar import Compiler
 
     held: Any = copy.deepcopy(schema) if isinstance(schema, dict) else {}
