@@ -31,11 +31,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
-from llmchat.bounded_input import MEDIA_BOUND, Bound, NotARegularFile, read_file, read_stream, text_bound
+from llmchat.edges.bounded_input import MEDIA_BOUND, Bound, NotARegularFile, read_file, read_stream, text_bound
+from llmchat.edges.safe_text import terminal_safe
 from llmchat.errors import UsageError
 from llmchat.mcp_sources import MCP_REF
 from llmchat.output import notice
-from llmchat.safe_text import terminal_safe
 from llmchat.store.attachment_records import Attachment, prefix
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def from_bytes(path: str, data: bytes) -> Attachment:
 
 
 def _bound_for(text: Bound) -> Callable[[bytes], Bound]:
-    """A file's bound by its first bytes: an image's or audio clip's (llmchat.bounded_input), else text's."""
+    """A file's bound by its first bytes: an image's or audio clip's (llmchat.edges.bounded_input), else text's."""
     from llmchat.media.kinds import sniff
 
     return lambda head: MEDIA_BOUND if sniff(head) is not None else text
@@ -132,7 +132,7 @@ def collect(
     input's folder), else the current folder. A file named twice is attached once. UsageError for
     the first file that cannot be attached.
 
-    `bound`: the most text a file may hold, what the context could (llmchat.bounded_input; None: any
+    `bound`: the most text a file may hold, what the context could (llmchat.edges.bounded_input; None: any
     context); an image or audio clip has its own. Only regular files are read: a device, FIFO or
     socket named is refused; one inside a folder or matched by a glob is skipped, and `skipped`
     (default: a notice on stderr) hears one line naming them."""

@@ -61,7 +61,7 @@ def context_ahead(opts: RunOptions, config: Config) -> int | None:
     """The context the run will open, in tokens, where it is known before the load: --ctx, or a
     local model's (its header read); None for a server's, known once it is asked, and where the
     model cannot be found (the load says why). What bounds the text read before the load
-    (llmchat.bounded_input)."""
+    (llmchat.edges.bounded_input)."""
     if opts.ctx is not None:
         return opts.ctx
     try:

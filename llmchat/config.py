@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from llmchat import paths
-from llmchat.bounded_input import ANY_TEXT, read_file
+from llmchat.edges.bounded_input import ANY_TEXT, read_file
 from llmchat.errors import ConfigError, UsageError
 from llmchat.sampling import PRESETS, SETTABLE, parse_value
 

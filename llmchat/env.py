@@ -12,7 +12,7 @@ the commands that never look at it pay nothing, and a broken config file stops o
 that read it, as before. The defaults that several layers share live in `llmchat.defaults`.
 
 `write_out` and `write_err` write text that came from outside llmchat (a model's, a server's, a
-tool's, a file's) by the one rule of llmchat.safe_text, with the streams' isatty flags.
+tool's, a file's) by the one rule of llmchat.edges.safe_text, with the streams' isatty flags.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import TextIO
 
 from llmchat import paths
 from llmchat.config import Config, load_config
+from llmchat.edges.safe_text import for_stream
 from llmchat.output import is_tty
-from llmchat.safe_text import for_stream
 
 
 class Environment:
@@ -50,7 +50,7 @@ class Environment:
         self._config_path = config_path
         self._config = config
 
-    # --- text from outside llmchat on the streams (llmchat.safe_text) -----------------------------
+    # --- text from outside llmchat on the streams (llmchat.edges.safe_text) -----------------------------
     def write_out(self, text: str) -> None:
         """Write `text` to stdout: made terminal-safe where stdout is a terminal, exact in a pipe
         (it is the answer). For text that came from outside: a model, a server, a tool, a file."""

@@ -13,9 +13,9 @@ import sys
 from typing import TYPE_CHECKING, Callable, TextIO
 
 from llmchat import interrupts
+from llmchat.edges.safe_text import for_stream
 from llmchat.errors import ExitCode, LlmchatError
 from llmchat.output import is_tty
-from llmchat.safe_text import for_stream
 
 if TYPE_CHECKING:
     from llmchat.env import Environment

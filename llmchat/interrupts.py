@@ -218,7 +218,7 @@ def consume() -> None:
 
 
 def taken_by_a_question() -> None:
-    """A Ctrl-C's KeyboardInterrupt that a question to the person caught (llmchat.person: its
+    """A Ctrl-C's KeyboardInterrupt that a question to the person caught (llmchat.edges.person: its
     "no"): consumed, and the turn's first Ctrl-C not spent (FirstCtrlCOnly), so that the next
     Ctrl-C still stops the turn, up to its last round."""
     consume()

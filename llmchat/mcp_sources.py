@@ -17,7 +17,7 @@ McpSources (close()).
   the same trust boundary. A binary resource is refused, as a binary file is.
 - A prompt's messages (user messages; their text, an embedded resource's text, a placeholder for
   media) become the opening of the next user message, a blank line apart, before what is typed.
-  A required argument not given is asked for (llmchat.person), and a usage error where nobody is
+  A required argument not given is asked for (llmchat.edges.person), and a usage error where nobody is
   there to answer.
 """
 
@@ -31,7 +31,7 @@ from typing import IO, TYPE_CHECKING, Any
 from llmchat.errors import UsageError
 
 if TYPE_CHECKING:
-    from llmchat.person import Person
+    from llmchat.edges.person import Person
     from llmchat.tools.mcp.catalog import PromptInfo, ResourceInfo, ResourceTemplateInfo
     from llmchat.tools.mcp.config import McpServerConfig
     from llmchat.tools.mcp.connection import McpConnection

@@ -8,7 +8,7 @@ When stdout and stderr are the same terminal, the readout lives on the bottom ro
 scrolling region that holds the streamed reply (the technique apt uses for its progress line); when
 only stderr is a terminal, it is a single line rewritten with a carriage return.
 
-The model's text is untrusted (llmchat.safe_text): on a terminal the reply and the thinking are
+The model's text is untrusted (llmchat.edges.safe_text): on a terminal the reply and the thinking are
 made terminal-safe as they stream (an escape sequence in a reply is shown, never run); piped,
 stdout is the model's text byte for byte.
 
@@ -29,7 +29,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import IO, Any
 
-from llmchat.safe_text import for_stream, json_terminal_safe, terminal_safe
+from llmchat.edges.safe_text import for_stream, json_terminal_safe, terminal_safe
 
 DIM = "\x1b[2m"
 RESET = "\x1b[0m"

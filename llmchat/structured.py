@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmchat.bounded_input import ANY_TEXT, read_file
+from llmchat.edges.bounded_input import ANY_TEXT, read_file
 from llmchat.errors import UsageError
 
 if TYPE_CHECKING:

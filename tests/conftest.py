@@ -96,11 +96,11 @@ def _no_ctrl_c_left_over():
 @pytest.fixture(autouse=True)
 def _a_run_of_its_own():
     """What a command sets for its run's MCP servers (roots, sampling, whether a person attends:
-    llmchat.tools.mcp.run_mode; the run's Person, llmchat.person) is set again by the next command
+    llmchat.tools.mcp.run_mode; the run's Person, llmchat.edges.person) is set again by the next command
     in a process of its own; a test that runs a command in this process leaves it as a fresh run
     finds it."""
     yield
-    from llmchat import person
+    from llmchat.edges import person
     from llmchat.tools.mcp import roots, run_mode
 
     person.use(None)

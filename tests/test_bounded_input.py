@@ -1,4 +1,4 @@
-"""What llmchat reads from outside is read bounded, from regular files only (llmchat.bounded_input).
+"""What llmchat reads from outside is read bounded, from regular files only (llmchat.edges.bounded_input).
 
 The runs that would read without end before the bound existed (`-f /dev/zero`, 300 MB on stdin)
 run in a child whose address space is capped (RLIMIT_AS): without the bound it dies of a
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import socket
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from llmchat.bounded_input import MEDIA_MAX_BYTES, TooLong, read_file, text_bound
+from llmchat.edges.bounded_input import MEDIA_MAX_BYTES, TooLong, read_file, text_bound
 
 ADDRESS_SPACE = 2 << 30  # the child's cap: Python and llmchat's modules take about 300 MiB of it
 SMALL_PEAK_MIB = 100  # llmchat refusing early peaks at about 20 MiB resident
@@ -29,46 +28,54 @@ HANG_GUARD_S = 120  # against a child that would block for ever; a passing run e
 MISSING_MODEL = ("-m", "/nonexistent/model.gguf")  # input is read and refused before the model is looked for
 
 
-def _capped():
-    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+# The child's peak must be its own: a process forked (or vforked) from this big pytest process
+# starts its peak at this process's resident size, whatever it execs. So a small launcher starts
+# it, caps it, and reports its peak from os.wait4 on its own stdout.
+LAUNCHER = """
+import os, resource, subprocess, sys
+def cap():
+    resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
+child = subprocess.Popen([sys.executable, "-m", "llmchat", *sys.argv[2:]], preexec_fn=cap)
+_, status, usage = os.wait4(child.pid, 0)
+sys.stdout.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}")
+"""
 
 
 def _llmchat_capped(*args: str, feed_zeros: int = 0) -> tuple[int, str, int]:
     """Run `llmchat ARGS` in a child capped at ADDRESS_SPACE, with `feed_zeros` bytes of zeros
     written to its stdin (as `head -c N /dev/zero | llmchat ...`); (exit code, stderr, peak MiB).
     The child ends by itself: refused, or killed by its own MemoryError at the cap."""
-    child = subprocess.Popen(
-        [sys.executable, "-m", "llmchat", *args],
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(ADDRESS_SPACE), *args],
         stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        preexec_fn=_capped,
     )
-    assert child.stdin is not None and child.stderr is not None
+    assert launcher.stdin is not None and launcher.stderr is not None and launcher.stdout is not None
 
     def feed() -> None:
         chunk = bytes(1 << 20)
         try:
             for _ in range(feed_zeros // len(chunk)):
-                child.stdin.write(chunk)
+                launcher.stdin.write(chunk)
         except BrokenPipeError:  # the child stopped reading: what the bound is for
             pass
         finally:
             try:
-                child.stdin.close()
+                launcher.stdin.close()
             except BrokenPipeError:
                 pass
 
     writer = threading.Thread(target=feed, daemon=True)
     writer.start()
     errors: list[bytes] = []
-    reader = threading.Thread(target=lambda: errors.append(child.stderr.read()), daemon=True)
+    reader = threading.Thread(target=lambda: errors.append(launcher.stderr.read()), daemon=True)
     reader.start()
-    _, status, usage = os.wait4(child.pid, 0)  # its own peak, not another child's
-    child.returncode = os.waitstatus_to_exitcode(status)
+    code, peak_kib = (int(word) for word in launcher.stdout.read().split())
+    launcher.wait()
     writer.join()
     reader.join()
-    return child.returncode, errors[0].decode("utf-8", "replace"), usage.ru_maxrss // 1024
+    return code, errors[0].decode("utf-8", "replace"), peak_kib // 1024
 
 
 def _one_line(stderr: str) -> str:

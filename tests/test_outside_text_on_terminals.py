@@ -1,6 +1,6 @@
 """Text from outside llmchat (a server's reply and model name, an MCP server's tool description and
 result, a stored conversation) never drives the terminal: on a terminal each escape it holds is
-shown (llmchat.safe_text), in every render mode and every place; piped, stdout is the exact text.
+shown (llmchat.edges.safe_text), in every render mode and every place; piped, stdout is the exact text.
 
 The servers are real: a small OpenAI-compatible HTTP server on 127.0.0.1, written here, streams a
 hostile reply (OSC 52 sets the clipboard, OSC 8 a link whose text hides its address, OSC 0 the

@@ -1,4 +1,4 @@
-"""Every question llmchat asks goes through one object (llmchat.person). On real terminals (a
+"""Every question llmchat asks goes through one object (llmchat.edges.person). On real terminals (a
 pseudo-terminal of this process, or pexpect's around the CLI), with the real engine (SmolLM2) and
 real MCP servers written here (the SDK's MCPServer; a hand-written one for the handshake-era
 protocol, whose servers may send a request whenever they like):
@@ -28,8 +28,8 @@ import pexpect
 import pytest
 
 from llmchat import interrupts
-from llmchat.person import Person
-from llmchat.safe_text import terminal_safe
+from llmchat.edges.person import Person
+from llmchat.edges.safe_text import terminal_safe
 from llmchat.tools.mcp.elicitation import URL_QUESTION
 from llmchat.tools.mcp.sampling import QUESTION as SAMPLING_QUESTION
 from tests.test_chat_ui import ENTER, _spawn_chat

@@ -1,11 +1,11 @@
-"""The one rule for outside text on a terminal (llmchat.safe_text), with the escapes a hostile
+"""The one rule for outside text on a terminal (llmchat.edges.safe_text), with the escapes a hostile
 model, server or tool would send."""
 
 from __future__ import annotations
 
 import pytest
 
-from llmchat.safe_text import for_stream, is_terminal_safe, terminal_safe
+from llmchat.edges.safe_text import for_stream, is_terminal_safe, terminal_safe
 
 ESC = "\x1b"
 HOSTILE = {
@@ -54,7 +54,7 @@ def test_piped_output_stays_exact():
 def test_json_on_a_terminal_keeps_its_value_without_raw_c1_or_bidi():
     import json
 
-    from llmchat.safe_text import json_terminal_safe
+    from llmchat.edges.safe_text import json_terminal_safe
 
     value = {"reply": "a\x9b2Jb\u202eevil\x1b]0;t\x07"}
     text = json_terminal_safe(json.dumps(value, ensure_ascii=False))

@@ -11,7 +11,7 @@ import os
 import re
 import sys
 
-from llmchat.safe_text import terminal_safe
+from llmchat.edges.safe_text import terminal_safe
 from llmchat.tools.options import result_preview
 
 ENTER = "\r"

@@ -21,7 +21,7 @@ from llmchat.errors import LlmchatError, UsageError
 from llmchat.sampling import parse_value
 
 if TYPE_CHECKING:
-    from llmchat.bounded_input import Bound
+    from llmchat.edges.bounded_input import Bound
     from llmchat.store.attachment_records import Attachment
     from llmchat.structured import StructuredOutput
 

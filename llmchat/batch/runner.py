@@ -55,8 +55,8 @@ from llmchat.turn.record import error_record
 
 if TYPE_CHECKING:
     from llmchat.batch.tools import BatchTools
-    from llmchat.bounded_input import Bound
     from llmchat.config import Config
+    from llmchat.edges.bounded_input import Bound
     from llmchat.engine.core import Engine
     from llmchat.engine.parallel import ParallelDecoder
     from llmchat.engine.remote.llama_server import LlamaServerEngine
@@ -355,7 +355,7 @@ def check_arguments(
 def input_lines(input_path: str, bound: Bound) -> Iterator[bytes]:
     """The input's lines (stdin's for `-`), each at most `bound`: a longer one (a stream with no
     newline) ends the run before the model loads, exit 4."""
-    from llmchat.bounded_input import open_regular, read_line
+    from llmchat.edges.bounded_input import open_regular, read_line
 
     if input_path == "-":
         stream: BinaryIO = sys.stdin.buffer
@@ -396,7 +396,7 @@ def run_batch(
 
     structured = from_options(opts, config)  # a bad --schema is a usage error before the model loads
     from llmchat.before_load import context_ahead
-    from llmchat.bounded_input import text_bound
+    from llmchat.edges.bounded_input import text_bound
 
     bound = text_bound(context_ahead(opts, config))  # no line or file takes more than the context could hold
     items = parse_input(input_lines(input_path, bound))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import IO, Callable, Iterable
 
 from llmchat.batch.items import id_key
-from llmchat.bounded_input import ANY_TEXT, open_regular, read_line
+from llmchat.edges.bounded_input import ANY_TEXT, open_regular, read_line
 
 
 # --- output -----------------------------------------------------------------------------------------

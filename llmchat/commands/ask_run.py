@@ -31,7 +31,7 @@ def read_prompt(
     """The prompt from piped stdin, the argument, or both (stdin first: `cat notes | llmchat ask "summarise"`).
     `from_stdin=False`: stdin is a file (`-f -`), not the prompt; `may_be_empty`: files carry the message.
     Stdin is read up to what a context of `context_tokens` (None: any) could hold: more is exit 4."""
-    from llmchat.bounded_input import read_stream, text_bound
+    from llmchat.edges.bounded_input import read_stream, text_bound
     from llmchat.errors import ExitCode
 
     parts = []
@@ -90,12 +90,12 @@ def run(
     # From here llama.cpp loads the model on another thread while this command's imports and
     # checks run, MCP servers start and stdin is read; `start_session` takes it
     # (llmchat.before_load.loading_ahead). A check that fails cancels it. What is read before the
-    # load is bounded by the context it opens, where that is known (llmchat.bounded_input).
+    # load is bounded by the context it opens, where that is known (llmchat.edges.bounded_input).
     with loading_ahead(opts, config) as context_tokens:
-        from llmchat import person
         from llmchat.attachments import STDIN, collect
-        from llmchat.bounded_input import text_bound
         from llmchat.commands.turns import check_overflow, continue_conversation, run_turn
+        from llmchat.edges import person
+        from llmchat.edges.bounded_input import text_bound
         from llmchat.mcp_sources import McpSources, argument_asker, joined
         from llmchat.media.use import check_before_loading
         from llmchat.output import StreamPrinter, write_json

@@ -92,8 +92,8 @@ def batch(
     `tool_choice` replace them. Nobody is at a terminal to approve a call, so tools run only with
     --approve-tools (or a tool's approve = "always"); without it the batch stops before the load.
     """
-    from llmchat import person
     from llmchat.batch.runner import run_batch
+    from llmchat.edges import person
     from llmchat.errors import ExitCode, LlmchatError
     from llmchat.tools.mcp.roots import use_roots
     from llmchat.tools.mcp.run_mode import model_answers

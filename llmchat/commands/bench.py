@@ -92,7 +92,7 @@ def bench(
 
         write_json(to_json(result, loaded.model.name, str(loaded.model.path), engine, opts), env.stdout)
     else:
-        # The table names the model's file: terminal-safe on a terminal (llmchat.safe_text).
+        # The table names the model's file: terminal-safe on a terminal (llmchat.edges.safe_text).
         env.write_out(format_table(result, loaded.model.name, flash_attn=engine.settings.flash_attn) + "\n")
 
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from typing import BinaryIO
 
-    from llmchat.bounded_input import Bound
+    from llmchat.edges.bounded_input import Bound
     from llmchat.session import ChatSession
     from llmchat.store.attachment_records import Attachment
 
@@ -94,11 +94,11 @@ def chat(
     env: Environment,
 ) -> None:
     """Chat: interactive on a terminal; with piped stdin, one message per line and one reply per turn."""
-    from llmchat import person
     from llmchat.attachments import STDIN, collect
     from llmchat.before_load import context_ahead
-    from llmchat.bounded_input import text_bound
     from llmchat.commands.turns import check_overflow, continue_conversation
+    from llmchat.edges import person
+    from llmchat.edges.bounded_input import text_bound
     from llmchat.loading import start_session
     from llmchat.mcp_sources import McpSources, argument_asker
     from llmchat.structured import from_options
@@ -189,8 +189,8 @@ def run_scripted_chat(
     """One user message per stdin line; each reply on stdout (or one JSON record per turn, with
     the turn number as its id). `attachments` (-f) and `opening` (an MCP prompt's text, -p
     mcp:SERVER/NAME) go with the first message."""
-    from llmchat.bounded_input import text_bound
     from llmchat.commands.turns import run_turn
+    from llmchat.edges.bounded_input import text_bound
     from llmchat.errors import ContextOverflowError
     from llmchat.mcp_sources import joined
     from llmchat.output import StreamPrinter, notice, write_json
@@ -247,8 +247,8 @@ def run_scripted_chat(
 
 def _piped_lines(stream: "BinaryIO", bound: "Bound") -> "Iterator[tuple[bytes, str | None]]":
     """stdin's lines, each read no further than `bound`: one longer is (b"", why it cannot fit),
-    the rest of it read past a chunk at a time and dropped (llmchat.bounded_input)."""
-    from llmchat.bounded_input import TooLong, read_line, skip_line
+    the rest of it read past a chunk at a time and dropped (llmchat.edges.bounded_input)."""
+    from llmchat.edges.bounded_input import TooLong, read_line, skip_line
 
     number = 0
     while True:

@@ -9,7 +9,7 @@
 SERVER is a config name (`[mcp.NAME]`), or the name of a server given with `--mcp SPEC` (a
 command, or an http:// URL; `mcp-server-everything` is `everything`). `--json` prints records.
 What a server says (its tools' descriptions, a result) is made terminal-safe on a terminal
-(llmchat.safe_text) and written exactly into a pipe.
+(llmchat.edges.safe_text) and written exactly into a pipe.
 Exit codes: 0 ok; 1 a server failed or a tool reported an error; 2 usage (an unknown server or
 tool, arguments that are not JSON or do not match the tool's schema, a server that cannot start).
 Only typer is imported at module level. (No `from __future__ import annotations`: Typer reads the

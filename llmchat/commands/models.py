@@ -265,11 +265,11 @@ def rm_command(
 ) -> None:
     """Delete a model file that llmchat or the HF cache owns. Never touches Ollama's or LM Studio's stores."""
     from llmchat.commands.info import _size
+    from llmchat.edges.safe_text import for_stream
     from llmchat.env import current_environment
     from llmchat.errors import LlmchatError, UsageError
     from llmchat.models.resolve import resolve_model
     from llmchat.models.stores import OWNERS
-    from llmchat.safe_text import for_stream
 
     env = current_environment()
     config = env.config

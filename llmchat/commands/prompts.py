@@ -32,7 +32,7 @@ def list_command(
         if len(about) > 60:
             about = about[:59] + "…"
         extra = prompt.summary()
-        # A saved prompt's text may come from a file: terminal-safe on a terminal (llmchat.safe_text).
+        # A saved prompt's text may come from a file: terminal-safe on a terminal (llmchat.edges.safe_text).
         env.write_out(f"{prompt.name.ljust(width)}  {about}" + (f"  [{extra}]" if extra else "") + "\n")
 
 

@@ -239,7 +239,7 @@ def read_text_input(source: str, what: str) -> str:
     """A file's text, or stdin's for "-"; anything that is not UTF-8 text is a one-line UsageError."""
     from pathlib import Path
 
-    from llmchat.bounded_input import ANY_TEXT, read_file, read_stream
+    from llmchat.edges.bounded_input import ANY_TEXT, read_file, read_stream
     from llmchat.errors import UsageError
 
     try:
@@ -297,7 +297,7 @@ def read_messages(source: str) -> list:
     import json
     from pathlib import Path
 
-    from llmchat.bounded_input import ANY_TEXT, read_file, read_stream
+    from llmchat.edges.bounded_input import ANY_TEXT, read_file, read_stream
     from llmchat.errors import UsageError
 
     try:

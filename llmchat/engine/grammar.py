@@ -24,7 +24,7 @@ from typing import Any
 
 # The converter (engine.schema_*) is imported where a schema is compiled: a run without --schema
 # or tools never pays for it (tests/test_oneshot_imports.py).
-from llmchat.bounded_input import ANY_TEXT, read_file
+from llmchat.edges.bounded_input import ANY_TEXT, read_file
 from llmchat.errors import UsageError
 
 MAX_DROPS = 64  # keywords held_schema may leave out of one tool schema

@@ -11,7 +11,7 @@ verbose flag is set), which would swallow the load's lines under --verbose too; 
 goes to a duplicate of stderr taken when the callback is installed.
 
 The lines quote the model file's metadata (its name, its template, its tokens): on a terminal
-they are made terminal-safe (llmchat.safe_text); in a log they are written as they are.
+they are made terminal-safe (llmchat.edges.safe_text); in a log they are written as they are.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import sys
 from collections import deque
 
 from llmchat import interrupts
+from llmchat.edges.safe_text import for_stream
 from llmchat.engine.bindings import llama_cpp
 from llmchat.output import is_tty
-from llmchat.safe_text import for_stream
 
 GGML_LOG_LEVEL_DEBUG = 1  # per-tensor and per-layer lines: thousands per load, not shown
 GGML_LOG_LEVEL_ERROR = 4

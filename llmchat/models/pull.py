@@ -31,10 +31,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from llmchat.edges.safe_text import terminal_safe
 from llmchat.errors import LlmchatError, ModelError, UsageError
 from llmchat.models import quant
 from llmchat.models.stores import hf_download_dir, hf_repo_folder
-from llmchat.safe_text import terminal_safe
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmchat.bounded_input import ANY_TEXT, read_file
+from llmchat.edges.bounded_input import ANY_TEXT, read_file
 from llmchat.errors import TemplateError, UsageError
 from llmchat.prompt.builtins import (
     BuiltinTemplate,

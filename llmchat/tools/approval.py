@@ -1,6 +1,6 @@
 """Who lets a tool call run: a pure decision, so it can be tested without a terminal.
 
-Where a person is there (llmchat.person) they are asked each time: yes, no, or always for this
+Where a person is there (llmchat.edges.person) they are asked each time: yes, no, or always for this
 tool (remembered for the session); Ctrl-C or the end of input at the question is no. Elsewhere
 nothing runs, unless approve-all was given (`--approve-tools`) or the config says
 `approve = "always"` for that tool. A refusal goes back to the model as text, and the person gets
@@ -82,7 +82,7 @@ def parse_answer(text: str) -> Answer | None:
 
 def ask_approval(tool: str, arguments: Any, ask: Callable[[str], str | None]) -> Answer:
     """Ask until the answer is one we know. `ask` shows the question and returns the line typed
-    (llmchat.person.Person.ask): None, no answer (Ctrl-C, the end of input), is no."""
+    (llmchat.edges.person.Person.ask): None, no answer (Ctrl-C, the end of input), is no."""
     question = f"run {format_call(tool, arguments)}? [y]es / [N]o / [a]lways for this tool: "
     while True:
         typed = ask(question)

@@ -24,7 +24,7 @@ import typing
 from pathlib import Path
 from typing import Any, Callable
 
-from llmchat.bounded_input import ANY_TEXT, check_file
+from llmchat.edges.bounded_input import ANY_TEXT, check_file
 from llmchat.errors import UsageError
 from llmchat.tools.spec import ToolFailure, ToolSpec, ToolTimeout
 

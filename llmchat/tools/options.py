@@ -3,7 +3,7 @@
 
 The tools are gathered before the model loads (a bad --functions file or an unknown -T NAME is a
 usage error at once; MCP servers start here and are stopped with the ToolSet). Calls are shown on
-stderr before they run; where a person is there (llmchat.person) they are asked yes / no / always,
+stderr before they run; where a person is there (llmchat.edges.person) they are asked yes / no / always,
 and elsewhere nothing runs unless --approve-tools or the tool's `approve = "always"`. In the
 interactive chat each result's first lines follow its call, dimmed, with its full length.
 The command-line flags themselves are declared with the commands (llmchat.commands.tool_options).
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 from llmchat.defaults import DEFAULT_CHAIN_LIMIT
-from llmchat.safe_text import terminal_safe
+from llmchat.edges.safe_text import terminal_safe
 
 if TYPE_CHECKING:
     from llmchat.config import Config
@@ -130,7 +130,7 @@ def offer(
 ) -> None:
     """Offer the tools to the session's model. `dim`: calls shown dimmed (the interactive chat).
     `lazy_share`: the config's lazy_tools (llmchat.tools.lazy; None: never lazily)."""
-    from llmchat import person as people
+    from llmchat.edges import person as people
     from llmchat.output import is_tty, notice
     from llmchat.tools.approval import ask_approval
     from llmchat.tools.offer import ToolIO, make_offer
@@ -179,7 +179,7 @@ def show_result(record: CallRecord, stream: TextIO) -> None:
 def result_preview(text: str, width: int, lines: int = RESULT_PREVIEW_LINES) -> list[str]:
     """`tool result: N chars, M lines` and the first `lines` lines, each cut to `width`, with what
     is left out counted. A tool's output may hold escapes: each line is made terminal-safe
-    (llmchat.safe_text), its tabs spaces first, so that the cut counts the columns it takes."""
+    (llmchat.edges.safe_text), its tabs spaces first, so that the cut counts the columns it takes."""
     rows = text.splitlines() or [""]
     head = f"tool result: {len(text):,} chars, {len(rows):,} line" + ("" if len(rows) == 1 else "s")
     room = max(width - 4, 20)

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from llmchat.bounded_input import ANY_TEXT, read_file
+from llmchat.edges.bounded_input import ANY_TEXT, read_file
 from llmchat.errors import UsageError
 from llmchat.tools.functions import load_functions
 from llmchat.tools.spec import EMPTY_OBJECT_SCHEMA, ToolFailure, ToolSpec

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Callable, TextIO
 
 from llmchat import interrupts
 from llmchat.attachments import compose
+from llmchat.edges.safe_text import terminal_safe
 from llmchat.errors import ContextOverflowError, HistoryError, LlmchatError
 from llmchat.output import StreamPrinter, is_tty, notice
-from llmchat.safe_text import terminal_safe
 from llmchat.ui.completer import SlashCompleter
 from llmchat.ui.context import Action, CommandContext
 from llmchat.ui.markdown import MarkdownPrinter
@@ -85,7 +85,7 @@ class ChatUI:
     # --- output -----------------------------------------------------------------------------
     def error(self, message: str) -> None:
         """One line on stderr, red on a terminal. It may quote a server, a tool or a file: made
-        terminal-safe there (llmchat.safe_text), as `notice` does for the dim lines."""
+        terminal-safe there (llmchat.edges.safe_text), as `notice` does for the dim lines."""
         if is_tty(self.stderr):
             self.stderr.write(f"\x1b[31m{terminal_safe(message)}\x1b[0m\n")
         else:

@@ -13,7 +13,7 @@ from llmchat.ui.context import CONTINUE, CommandContext, Outcome
 
 def cmd_file(ctx: CommandContext, arg: str) -> Outcome:
     from llmchat.attachments import collect, count_line
-    from llmchat.bounded_input import text_bound
+    from llmchat.edges.bounded_input import text_bound
     from llmchat.turn.room import check_room
 
     if not arg:

@@ -26,7 +26,7 @@ Frames are drawn in the decode loop, so a slow frame defers the next one (`RENDE
 takes about 2 % of the time at most, even on a loaded machine or with a long live block (a frame
 costs 1-2 ms on a quiet machine: rich's Markdown parse and, for code, pygments).
 
-The reply is untrusted text (llmchat.safe_text): it is made terminal-safe as it is fed, before
+The reply is untrusted text (llmchat.edges.safe_text): it is made terminal-safe as it is fed, before
 markdown-it splits it or rich renders it, so an escape sequence in it is shown as text while rich's
 own colours stay. A link is drawn as its text and then its address, never as an OSC 8 hyperlink
 whose text could name another address than the one it opens (`hyperlinks=False`).
@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from llmchat.safe_text import terminal_safe
+from llmchat.edges.safe_text import terminal_safe
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 
-from llmchat import person
+from llmchat.edges import person
 from llmchat.errors import LlmchatError
 from llmchat.mcp_sources import McpSources, argument_asker, is_mcp_ref, listing_lines, parse_prompt_args
 from llmchat.ui import settings_commands as settings

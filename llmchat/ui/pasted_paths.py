@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from llmchat.bounded_input import HEAD_BYTES, open_regular
+from llmchat.edges.bounded_input import HEAD_BYTES, open_regular
 from llmchat.errors import UsageError
 from llmchat.media.kinds import sniff
 

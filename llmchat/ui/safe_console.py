@@ -2,7 +2,7 @@
 
 Tables and listings name what came from outside (a model's name, a conversation's name and first
 message, a tool's description, a server's words): rich draws them. On a terminal, every piece of
-text rich writes passes llmchat.safe_text.terminal_safe once rich has laid it out (a render hook,
+text rich writes passes llmchat.edges.safe_text.terminal_safe once rich has laid it out (a render hook,
 rich's own seam for it): rich writes its styles (bold, dim, a table's colours) from its style
 objects, never from the text, so they stay, and an escape sequence in the text is shown, never
 run. Off a terminal the console writes the text as it is: a pipe reads the exact text.
@@ -21,7 +21,7 @@ from typing import IO, Any
 from rich.console import Console, ConsoleOptions, ConsoleRenderable, RenderHook, RenderResult
 from rich.segment import Segment
 
-from llmchat.safe_text import terminal_safe
+from llmchat.edges.safe_text import terminal_safe
 
 
 class _TerminalSafe:

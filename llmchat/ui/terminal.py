@@ -112,7 +112,7 @@ def quiet_terminal(stream: IO[str]) -> Iterator[None]:
 
     - No ECHO: keys typed ahead would land in the middle of the reply (and Ctrl-C would leave a
       `^C`). They stay in the input queue and prompt-toolkit shows them at the next prompt; a
-      question asked during the reply (llmchat.person) discards them and turns echo on for its
+      question asked during the reply (llmchat.edges.person) discards them and turns echo on for its
       answer.
     - NOFLSH: Ctrl-C must not make the terminal driver discard its queues, or the readout's
       escape sequences still in the output queue could be cut in half (and typed-ahead text lost).

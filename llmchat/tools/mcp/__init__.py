@@ -16,7 +16,7 @@ only when a server is used: `pip install 'llmchat[mcp]'`).
 - progress.py: a call's progress notifications as one line on stderr.
 - roots.py: the client's roots (each --root, and the server's own roots = [...]) for `roots/list`.
 - elicitation.py, form.py, desk.py: a server's `elicitation/create` (form or URL) asked of the
-  person (llmchat.person), on the thread that waits for the call; declined at once where nobody is
+  person (llmchat.edges.person), on the thread that waits for the call; declined at once where nobody is
   there, or where no call waits (desk.NobodyWaits).
 
 Open one server without a model:

@@ -1,4 +1,4 @@
-"""A server's `elicitation/create`, answered by the person at the terminal (llmchat.person).
+"""A server's `elicitation/create`, answered by the person at the terminal (llmchat.edges.person).
 
 Giving the SDK this callback declares the elicitation capability, form mode and URL mode.
 
@@ -24,9 +24,9 @@ from __future__ import annotations
 from typing import IO, Any
 from urllib.parse import urlsplit
 
-from llmchat import person as people
+from llmchat.edges import person as people
+from llmchat.edges.safe_text import for_stream
 from llmchat.output import is_tty, notice
-from llmchat.safe_text import for_stream
 from llmchat.tools.mcp.desk import NobodyWaits, PersonDesk
 from llmchat.tools.mcp.form import Field, FormError, fill_form, form_fields
 

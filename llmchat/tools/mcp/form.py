@@ -9,7 +9,7 @@ What the person types is read as the field's type (yes/no for a boolean, a choic
 its title or its number, several choices comma-separated), then checked against the field's own
 schema with jsonschema; an invalid answer is said in one line and the field asked again. An empty
 answer takes the default, leaves an optional field out, and is asked again for a required one.
-Ctrl-C or the end of input at any question (no answer: llmchat.person) cancels the whole form.
+Ctrl-C or the end of input at any question (no answer: llmchat.edges.person) cancels the whole form.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def invalid_reason(field: Field, value: Any) -> str | None:
     return error.message if error is not None else None
 
 
-Ask = Callable[[str], str | None]  # the question -> the line typed (None: no answer, llmchat.person)
+Ask = Callable[[str], str | None]  # the question -> the line typed (None: no answer, llmchat.edges.person)
 
 
 class Cancelled(Exception):

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import parse_qs, urlsplit
 
+from llmchat.edges.safe_text import for_stream
 from llmchat.errors import LlmchatError, UsageError
 from llmchat.output import is_tty
-from llmchat.safe_text import for_stream
 from llmchat.tools.mcp.config import McpServerConfig
 from llmchat.tools.mcp.oauth import provider
 from llmchat.tools.mcp.oauth_store import LoginStorage, read_login, registered_client, write_login

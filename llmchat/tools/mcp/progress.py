@@ -4,7 +4,7 @@ a task it runs (llmchat.tools.mcp.tasks), on stderr.
 On a terminal it is one line, rewritten in place and wiped when the call ends; elsewhere (a pipe,
 a log file) each new state is one line of its own, so a log keeps what happened without the
 carriage returns. The message is the server's: on a terminal it is made terminal-safe
-(llmchat.safe_text) and kept to one line, so that it cannot move the cursor nor break the line
+(llmchat.edges.safe_text) and kept to one line, so that it cannot move the cursor nor break the line
 that is rewritten.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import IO
 
+from llmchat.edges.safe_text import terminal_safe
 from llmchat.output import is_tty
-from llmchat.safe_text import terminal_safe
 
 
 class ProgressLine:

@@ -1,7 +1,7 @@
 """What this run offers the MCP servers it starts, set by the command before any server starts:
 whether a model answers their sampling requests (`ask`, `chat`, `batch`: they load one; `llmchat
 mcp` and `tools list` do not). Whether a person attends the run is the run's Person's
-(llmchat.person: `batch` makes one nobody attends). One run, one setting; a module of its own so
+(llmchat.edges.person: `batch` makes one nobody attends). One run, one setting; a module of its own so
 that a one-shot `ask` sets it without importing the MCP machinery."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ answers, llmchat.turn.sampled) is handed over once it exists (answer_with).
   `maxTokens` from 1 up to the model's cap (the run's reply cap: --max-tokens, else 2,048). A
   request that breaks a rule gets an error answer naming why (invalid params): the call that
   caused it fails in one line, for the model, and the turn goes on.
-- The person approves it (llmchat.person): the messages, the system prompt and the token limit,
+- The person approves it (llmchat.edges.person): the messages, the system prompt and the token limit,
   terminal-safe (they are the server's text), then "Let the model answer?". `approve = "always"`
   in the server's config table answers without asking. Where nobody is there (no terminal, a
   batch), and without that setting, it is declined at once with one notice saying how to allow it.
@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
-from llmchat import person as people
+from llmchat.edges import person as people
+from llmchat.edges.safe_text import for_stream
 from llmchat.output import is_tty, notice
-from llmchat.safe_text import for_stream
 from llmchat.tools.mcp import run_mode
 from llmchat.tools.mcp.config import McpServerConfig
 from llmchat.tools.mcp.desk import NobodyWaits, PersonDesk

@@ -8,7 +8,7 @@ notification"), though the call went on and succeeded. So:
 - the "client" logger's warnings and errors (a message from the server the session could not
   take) become one line on the stderr of the connection whose event loop logged them:
   `llmchat: MCP server NAME: MESSAGE`, the first line of the message, each line once per
-  connection; the server's words in it pass llmchat.safe_text on a terminal;
+  connection; the server's words in it pass llmchat.edges.safe_text on a terminal;
 - the other loggers stay silent: what they say about a failure the connection says itself, as the
   one line of the request that failed (a malformed line, a closed connection); the rest is the
   SDK's noise about its own shutdown.
@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
+from llmchat.edges.safe_text import for_stream
 from llmchat.output import is_tty, notice
-from llmchat.safe_text import for_stream
 
 SILENT = ("mcp", "mcp_types", "httpx2")
 TOLD = "client"

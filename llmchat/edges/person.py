@@ -9,7 +9,7 @@ argument (llmchat.mcp_sources). So one rule says whether a person is there, and 
   question on, and a terminal gives the answers: stdin, or the controlling terminal (/dev/tty)
   when stdin is piped (`cat notes.txt | llmchat ask ...`), as sudo and ssh ask for a password.
   Where nobody is there the caller answers at once (a refusal, a declined form), never waits.
-- The question and the lines shown with it pass llmchat.safe_text.terminal_safe: they hold text
+- The question and the lines shown with it pass llmchat.edges.safe_text.terminal_safe: they hold text
   from outside (a tool's arguments, a server's message, a URL, a form field's title, the messages
   of a request), and a server must not hide what is approved behind cursor movement, or show one
   URL and link another.
@@ -34,8 +34,8 @@ from contextlib import contextmanager
 from typing import IO
 
 from llmchat import interrupts
+from llmchat.edges.safe_text import terminal_safe
 from llmchat.output import is_tty
-from llmchat.safe_text import terminal_safe
 
 ANSWER_BYTES = 4096  # one line in the terminal's line mode (Linux keeps at most 4,095 characters)
 
