@@ -44,7 +44,6 @@ LAYERS: dict[str, int] = {
     "engine": 2,
     "prompt": 3,
     "reasoning": 3,
-    "thinking": 3,
     "tools": 4,
     "store": 4,
     "config": 4,

@@ -147,7 +147,7 @@ class Config:
     reasoning_effort: str | None = None
     thinking_budget: int | None = None
     hide_thinking: bool = False
-    reasoning_preserve: bool = False  # --reasoning-preserve's default (llmchat.reasoning)
+    reasoning_preserve: bool = False  # --reasoning-preserve's default (llmchat.reasoning.formats)
     # Named schemas for --schema NAME: a fields string ("title, year int"), JSON text, or a table.
     schemas: dict[str, Any] = field(default_factory=dict)
     # Tools the model may call: [tools.NAME] commands and [mcp.NAME] servers (llmchat.tools).

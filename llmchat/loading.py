@@ -219,7 +219,7 @@ def start_session(
     history, passes True: its items restore a shared system prompt)."""
     loaded = load_model(opts, config=config)
     # Imported after the load: `_prepare_the_turn` imported them while it ran.
-    from llmchat.reasoning import ReasoningSettings
+    from llmchat.reasoning.formats import ReasoningSettings
     from llmchat.session import ChatSession
 
     if loaded.base_model:

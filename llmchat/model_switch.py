@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from llmchat.prompt.resolution import resolve_template
-from llmchat.reasoning import detect_format
+from llmchat.reasoning.formats import detect_format
 from llmchat.turn.plan import EngineVocabulary, model_facts, reasoning_tokens
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from llmchat.engine.kv_store import KVStore
     from llmchat.prompt.model_facts import ModelFacts
     from llmchat.prompt.render import ResolvedTemplate
-    from llmchat.reasoning import ReasoningFormat
+    from llmchat.reasoning.formats import ReasoningFormat
     from llmchat.structured import StructuredOutput
     from llmchat.tools.offer import ToolOffer
 

@@ -52,7 +52,7 @@ class RunOptions:
     seed: Optional[int] = None
     stop: tuple[str, ...] = ()
     loop_stop: bool = True
-    # reasoning models (llmchat.reasoning)
+    # reasoning models (llmchat.reasoning.formats)
     think: Optional[bool] = None
     reasoning_effort: Optional[str] = None
     thinking_budget: Optional[int] = None

@@ -39,15 +39,15 @@ from llmchat.model_switch import SWITCHED, ModelLoader, as_text, check_for, mode
 from llmchat.prompt.model_facts import ModelFacts
 from llmchat.prompt.reasoning_history import preserve_variables
 from llmchat.prompt.render import RenderedPrompt, ResolvedTemplate, render_prompt
-from llmchat.reasoning import (
+from llmchat.reasoning.formats import (
     ReasoningSettings,
     starts_in_thinking,
     thinking_preface,
     thinking_variables,
 )
+from llmchat.reasoning.thinking import ThinkingSplitter, ThinkingTracker
 from llmchat.sampling import with_model_defaults
 from llmchat.session_changes import SessionChanges
-from llmchat.thinking import ThinkingSplitter, ThinkingTracker
 from llmchat.turn.compaction import compact_before_turn
 from llmchat.turn.observer import NullObserver, TurnObserver
 from llmchat.turn.parting import Rewrites, parting_points
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from llmchat.engine.interface import ChatEngine, Prompt
     from llmchat.engine.kv_store import KVStore
     from llmchat.engine.reply import GenerationOutcome
-    from llmchat.reasoning import ReasoningFormat
+    from llmchat.reasoning.formats import ReasoningFormat
     from llmchat.sampling import SamplingParams
     from llmchat.store.attachment_records import Attachment
     from llmchat.store.history import HistoryStore
@@ -85,7 +85,7 @@ class ChatSession(SessionChanges):
     last_result: TurnResult | None = None  # the current conversation's last turn (/stats)
     config: Config | None = None
     verbose: bool = False
-    # Reasoning models (llmchat.reasoning): the format found at start, what the user asked for,
+    # Reasoning models (llmchat.reasoning.formats): the format found at start, what the user asked for,
     # and the template variables that follow from it.
     reasoning_format: ReasoningFormat | None = None
     reasoning: ReasoningSettings = field(default_factory=ReasoningSettings)

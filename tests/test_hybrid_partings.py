@@ -75,7 +75,7 @@ class Evaluated:
 
 
 def _session(loaded, template: str, think: bool):
-    from llmchat.reasoning import ReasoningSettings
+    from llmchat.reasoning.formats import ReasoningSettings
     from llmchat.session import ChatSession
 
     return ChatSession.start(
@@ -113,7 +113,7 @@ def test_tool_rounds_and_the_turn_after_them_evaluate_what_a_transformer_does(lo
     from dataclasses import replace
 
     from llmchat.config import load_config
-    from llmchat.reasoning import ReasoningSettings
+    from llmchat.reasoning.formats import ReasoningSettings
     from llmchat.session import ChatSession
     from llmchat.tools import options as tool_options
 

@@ -19,7 +19,7 @@ from llmchat.conversation import Conversation
 from llmchat.prompt.model_facts import ModelFacts
 from llmchat.prompt.render import render_prompt
 from llmchat.prompt.resolution import resolve_template
-from llmchat.reasoning import (
+from llmchat.reasoning.formats import (
     ANSWER,
     THINKING,
     ReasoningSettings,
@@ -28,7 +28,7 @@ from llmchat.reasoning import (
     starts_in_thinking,
     thinking_variables,
 )
-from llmchat.thinking import ThinkingSplitter, ThinkingTracker, split_reply
+from llmchat.reasoning.thinking import ThinkingSplitter, ThinkingTracker, split_reply
 from llmchat.turn.plan import TurnScope
 from llmchat.turn.record import TurnResult, error_record
 

@@ -160,7 +160,7 @@ def format_lines(source: str, family: Any) -> list[str]:
     """What the analysis of the template found (llmchat.prompt.format_analysis), as show prints it."""
     from llmchat.prompt.format_analysis import analyze
     from llmchat.prompt.layout import INDEX_SLOT
-    from llmchat.reasoning import detect_format
+    from llmchat.reasoning.formats import detect_format
 
     def shown(text: str) -> str:
         return repr(text.replace(INDEX_SLOT, "{index}").replace("\ue000id\ue000", "{id}"))

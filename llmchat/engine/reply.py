@@ -11,7 +11,7 @@ tokens are produced differs; what a token means is decided here, once:
 - when the reply ends, the held-back text and any undecoded bytes are released as the tail.
 - `markup`: control tokens whose text must reach the reasoning parser (gpt-oss's `<|channel|>`
   and the like print as nothing otherwise); `force` adds tokens the caller decided on (the end of
-  a thinking block whose budget is spent, llmchat.reasoning), counted like sampled ones.
+  a thinking block whose budget is spent, llmchat.reasoning.formats), counted like sampled ones.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class Vocabulary(Protocol):
 
 class Steering(Protocol):
     """Asked between two sampled tokens: token ids to force into the reply now (none: go on).
-    llmchat.thinking.ThinkingTracker ends a thinking block this way when its budget is spent.
+    llmchat.reasoning.thinking.ThinkingTracker ends a thinking block this way when its budget is spent.
     `ending`: the model just sampled an end-of-generation token (dropped if tokens are forced)."""
 
     def forced_tokens(self, generated: int, *, ending: bool = False) -> Sequence[int]: ...

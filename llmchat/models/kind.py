@@ -12,7 +12,7 @@ Evidence, strongest first:
    repo's tokenizer_config.json; base repos seldom have one.
 4. Otherwise: base.
 
-Reasoning: the template handles thinking, by the chat's own detector (`llmchat.reasoning.detect_format`:
+Reasoning: the template handles thinking, by the chat's own detector (`llmchat.reasoning.formats.detect_format`:
 `<think>`, harmony channels, other tag pairs) or by the variables and fields thinking templates use
 (`enable_thinking`, `reasoning_content`, `message.thinking`); or a name says R1/QwQ/thinking.
 Tools: the template reads a `tools` variable or renders `tool_calls`.
@@ -51,7 +51,7 @@ class TemplateFeatures:
 def template_features(template: str | None) -> TemplateFeatures:
     if not isinstance(template, str) or not template.strip():
         return TemplateFeatures(False, False, False)
-    from llmchat.reasoning import detect_format
+    from llmchat.reasoning.formats import detect_format
 
     # The chat's own detector (the vocabulary is not read here: 262k strings cost too much for a list).
     thinking = detect_format(template) is not None or any(marker in template for marker in THINKING_TEMPLATE_MARKERS)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from llmchat.reasoning import THINKING
+from llmchat.reasoning.formats import THINKING
 
 if TYPE_CHECKING:
-    from llmchat.thinking import Segment
+    from llmchat.reasoning.thinking import Segment
     from llmchat.turn.record import TurnResult
 
 

@@ -18,10 +18,10 @@ if TYPE_CHECKING:
     from llmchat.engine.interface import ChatEngine, Prompt
     from llmchat.engine.kv_store import Restored
     from llmchat.prompt.model_facts import ModelFacts
-    from llmchat.reasoning import ReasoningFormat
+    from llmchat.reasoning.formats import ReasoningFormat
+    from llmchat.reasoning.thinking import ThinkingTracker
     from llmchat.sampling import SamplingParams
     from llmchat.structured import StructuredOutput
-    from llmchat.thinking import ThinkingTracker
     from llmchat.tools.offer import ToolOffer
 
 

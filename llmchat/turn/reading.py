@@ -1,6 +1,6 @@
 """A model's raw output read as a turn reads it, without a model: reasoning split, then calls.
 
-The same two steps a turn takes on the decoded text (llmchat.thinking's ThinkingSplitter, fed
+The same two steps a turn takes on the decoded text (llmchat.reasoning.thinking's ThinkingSplitter, fed
 piece by piece, then `read_finished_reply`: the call format's parser and the template's content markers,
 the one reading the tool loop gives each round's reply too), so `llmchat template parse` answers
 "why didn't my tool call run?" with the turn's own reading, and the reference cases of llama.cpp's
@@ -15,9 +15,9 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from llmchat.prompt.sandbox import compile_template, render_compiled
-from llmchat.reasoning import detect_format, starts_in_thinking, thinking_preface, thinking_variables
+from llmchat.reasoning.formats import detect_format, starts_in_thinking, thinking_preface, thinking_variables
+from llmchat.reasoning.thinking import ThinkingSplitter
 from llmchat.structured import unfenced
-from llmchat.thinking import ThinkingSplitter
 from llmchat.tools.families import CALLS_IN_HEADERS, call_in_reasoning, detect_family
 from llmchat.turn.markers import reply_content
 

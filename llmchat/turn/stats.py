@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 from llmchat.metrics import TurnStats
-from llmchat.thinking import split_reply
+from llmchat.reasoning.thinking import split_reply
 from llmchat.turn.markers import reply_content
 from llmchat.turn.policy import LOOP_NOTICE
 from llmchat.turn.record import TurnResult
@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from llmchat.engine.interface import ChatEngine
     from llmchat.engine.reply import GenerationOutcome
     from llmchat.prompt.render import ResolvedTemplate
-    from llmchat.reasoning import ReasoningFormat
-    from llmchat.thinking import ThinkingTracker
+    from llmchat.reasoning.formats import ReasoningFormat
+    from llmchat.reasoning.thinking import ThinkingTracker
     from llmchat.turn.plan import PreparedTurn
 
 

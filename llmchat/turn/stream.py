@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING
 
 from llmchat import interrupts
 from llmchat.errors import ModelError, ServerError
-from llmchat.reasoning import ANSWER
-from llmchat.thinking import Segment
+from llmchat.reasoning.formats import ANSWER
+from llmchat.reasoning.thinking import Segment
 from llmchat.turn.markers import MarkerFilter
 from llmchat.turn.observer import ThinkingDisplay
 
 if TYPE_CHECKING:
     from llmchat.engine.interface import GenerationLike
-    from llmchat.thinking import ThinkingTracker
+    from llmchat.reasoning.thinking import ThinkingTracker
     from llmchat.turn.observer import TurnObserver
 
 

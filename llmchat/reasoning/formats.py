@@ -13,7 +13,7 @@ the reply holds only the closing tag: the parser takes its start state from the 
 (`starts_in_thinking`). A reply's own `<think>` opens thinking only at its very start (after
 whitespace), so an answer that talks about the tag is left alone.
 
-The reply's thinking is split from its answer as it streams by llmchat.thinking.
+The reply's thinking is split from its answer as it streams by llmchat.reasoning.thinking.
 
 `thinking_variables` turns `--think/--no-think` and an effort level into the template variables
 their authors defined (`enable_thinking`, `reasoning_effort`).

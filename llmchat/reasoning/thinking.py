@@ -1,4 +1,4 @@
-"""A reply's thinking parsed apart from its answer, as it streams (the format: llmchat.reasoning).
+"""A reply's thinking parsed apart from its answer, as it streams (the format: llmchat.reasoning.formats).
 
 `ThinkingSplitter` works on the stream of token texts: a tag split over several tokens is held
 back until it is complete or cannot be a tag any more, and a block that never closes is
@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from llmchat.reasoning import (
+from llmchat.reasoning.formats import (
     ANSWER,
     HARMONY_CHANNEL,
     HARMONY_MESSAGE,
