@@ -45,15 +45,19 @@ def _run(args: list[str], env: Environment) -> int:
 
 
 def _count_config_reads(monkeypatch, config_file: Path) -> list[Path]:
-    reads: list[Path] = []
-    read_bytes = Path.read_bytes
+    """Each read of `config_file`, through the one reader of outside files (llmchat.config reads
+    with it)."""
+    from llmchat import config
 
-    def counted(path: Path) -> bytes:
+    reads: list[Path] = []
+    read_file = config.read_file
+
+    def counted(path: Path, *args, **kwargs) -> bytes:
         if path == config_file:
             reads.append(path)
-        return read_bytes(path)
+        return read_file(path, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", counted)
+    monkeypatch.setattr(config, "read_file", counted)
     return reads
 
 
