@@ -81,7 +81,7 @@ class Terminal:
 
 def run_once(loaded, mode: str, terminal: Terminal) -> dict:
     from llmchat.output import StreamPrinter
-    from llmchat.session import ChatSession
+    from llmchat.turn.session import ChatSession
     from llmchat.ui.markdown import MarkdownPrinter
 
     session = ChatSession.start(loaded.engine, sampling=loaded.sampling, model_label=loaded.model.name, history=None)

@@ -158,7 +158,7 @@ def spread(values: list[float]) -> str:
 def measure_cell(engine, prompt, schema, grammar, max_tokens, gates, args, raw_lines, where, temperature):
     """One table cell: free, schema (and llama.cpp) in alternating order, rep after rep; its table rows."""
     from llmchat.sampling import SamplingParams
-    from llmchat.structured import validation_error
+    from llmchat.turn.structured import validation_error
 
     modes = ["free", "schema"] + (["llama.cpp"] if args.llama_cpp and temperature == 0 else [])
     runs: dict[str, list] = {mode: [] for mode in modes}
@@ -223,7 +223,7 @@ def main() -> None:
 
     from llmchat.engine import Engine, EngineSettings, grammar_gate
     from llmchat.engine.grammar import Grammar, schema_to_gbnf
-    from llmchat.structured import concise_to_schema
+    from llmchat.turn.structured import concise_to_schema
 
     workloads = {}
     for workload in args.workloads.split(","):

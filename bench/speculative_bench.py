@@ -101,7 +101,7 @@ def main() -> None:
     from llmchat.loading import load_model
     from llmchat.models.resolve import bundled_default_model
     from llmchat.options import RunOptions
-    from llmchat.session import ChatSession
+    from llmchat.turn.session import ChatSession
 
     model = args.model or str(bundled_default_model())
     draft = Path(args.draft or model)

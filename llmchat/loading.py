@@ -34,9 +34,9 @@ if TYPE_CHECKING:
     from llmchat.engine.remote.llama_server import LlamaServerEngine
     from llmchat.engine.remote.openai_compat import OpenAICompatEngine
     from llmchat.engine.remote.spec import ServerSpec
-    from llmchat.model_switch import ModelLoader
     from llmchat.prompt.render import ResolvedTemplate
-    from llmchat.session import ChatSession
+    from llmchat.turn.model_switch import ModelLoader
+    from llmchat.turn.session import ChatSession
 
 MIN_CTX = 64
 
@@ -187,7 +187,7 @@ def _prepare_the_turn() -> None:
     crashed, SIGSEGV in the import lock, in about one run in three on a busy machine). A failure
     here is met again, and reported, where the module is used."""
     try:
-        import llmchat.session  # noqa: F401  (the turn, the template, the conversation)
+        import llmchat.turn.session  # noqa: F401  (the turn, the template, the conversation)
         from llmchat.prompt import sandbox
 
         sandbox.compile_template("{{ messages }}", "warm-up")
@@ -220,7 +220,7 @@ def start_session(
     loaded = load_model(opts, config=config)
     # Imported after the load: `_prepare_the_turn` imported them while it ran.
     from llmchat.reasoning.formats import ReasoningSettings
-    from llmchat.session import ChatSession
+    from llmchat.turn.session import ChatSession
 
     if loaded.base_model:
         notice(
@@ -275,7 +275,7 @@ def model_loader(opts: RunOptions, config: Config) -> ModelLoader:
     """How `/model NAME` loads a local model: with this run's options (context, threads, flash
     attention...) as at start-up, and the config's template for it; not --template,
     --draft-model or --mmproj, which were chosen for the first model."""
-    from llmchat.model_switch import SwitchedModel
+    from llmchat.turn.model_switch import SwitchedModel
 
     def load(name: str, disk_cache: bool) -> SwitchedModel:
         switched = replace(opts, model=name, template=None, draft_model=None, server=(), mmproj=None)

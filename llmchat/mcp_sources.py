@@ -13,7 +13,7 @@ Any other server is started at its first use, its tools not listed, and stopped 
 McpSources (close()).
 
 - A resource becomes an Attachment named `mcp:SERVER/URI`: its bytes (a text, or a blob's bytes)
-  are checked, wrapped, counted and stored like a local file's (llmchat.attachments), and cross
+  are checked, wrapped, counted and stored like a local file's (llmchat.turn.attachments), and cross
   the same trust boundary. A binary resource is refused, as a binary file is.
 - A prompt's messages (user messages; their text, an embedded resource's text, a placeholder for
   media) become the opening of the next user message, a blank line apart, before what is typed.
@@ -169,7 +169,7 @@ class McpSources:
 
     def resource_bytes(self, text: str) -> bytes:
         """The content of the resource `mcp:SERVER/URI`: its text, or a blob's bytes, parts a newline
-        apart. llmchat.attachments checks it as it checks a file's bytes (binary and non-UTF-8
+        apart. llmchat.turn.attachments checks it as it checks a file's bytes (binary and non-UTF-8
         content is refused)."""
         ref = parse_ref(text, "URI")
         parts = []

@@ -60,7 +60,7 @@ class RunOptions:
     hide_thinking: bool = False
     reasoning_preserve: Optional[bool] = None  # None: the config's
     show_thinking: bool = False
-    # structured output (llmchat.structured)
+    # structured output (llmchat.turn.structured)
     schema: Optional[str] = None
     schema_multi: bool = False
     output_format: Optional[str] = None

@@ -203,7 +203,7 @@ def measure(case: Case, vocab: Any) -> Outcome:
     """What `--schema` does with one group's schema, and with each of its instances."""
     from llmchat.engine.grammar_probe import GrammarProbe
     from llmchat.errors import UsageError
-    from llmchat.structured import structured_output
+    from llmchat.turn.structured import structured_output
 
     if not isinstance(case.schema, dict):
         message = "the schema must be a JSON object (a JSON Schema)"

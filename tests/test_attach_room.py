@@ -17,8 +17,8 @@ import pytest
 from long_chats import FILLER, fill
 from rich.console import Console
 
-from llmchat.attachments import compose, from_bytes
 from llmchat.config import load_config
+from llmchat.turn.attachments import compose, from_bytes
 from llmchat.ui import slash
 from llmchat.ui.context import CommandContext
 
@@ -39,7 +39,7 @@ def loaded(tmp_path_factory):
 
 
 def _session(loaded, *, overflow: str, compact: str):
-    from llmchat.session import ChatSession
+    from llmchat.turn.session import ChatSession
 
     session = ChatSession.start(
         loaded.engine,
@@ -70,7 +70,7 @@ def _context(session) -> tuple[CommandContext, list[str], list[str]]:
 
 def _the_case(session, notes) -> int:
     """The file's tokens, checked to be the case this module is about."""
-    from llmchat.attachments import tokens_of
+    from llmchat.turn.attachments import tokens_of
     from llmchat.turn.room import measure
 
     count, _ = tokens_of(session, from_bytes(str(notes), notes.read_bytes()))

@@ -12,12 +12,12 @@ from prompt_toolkit.application import create_app_session
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
-from llmchat.attachments import collect, compose, from_bytes
 from llmchat.errors import UsageError
 from llmchat.store.attachment_records import Attachment, typed_part, wrap
 from llmchat.store.export import export_markdown
 from llmchat.store.history import HistoryStore
 from llmchat.store.migrations import MIGRATIONS, migrate
+from llmchat.turn.attachments import collect, compose, from_bytes
 from llmchat.ui.completer import SlashCompleter
 
 ENTER = "\r"

@@ -180,7 +180,7 @@ def test_the_reader_takes_no_more_than_its_bound(tmp_path):
     # A bound chosen by the file's first bytes: an image's is its own, whatever the context.
     png = tmp_path / "a.png"
     png.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(4000))
-    from llmchat.attachments import collect
+    from llmchat.turn.attachments import collect
 
     assert collect([str(png)], bound=text_bound(15))[0].media == "image"
     assert text_bound(15).size < 4016 < MEDIA_MAX_BYTES

@@ -14,11 +14,11 @@ from prompt_toolkit.application import create_app_session
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
-from llmchat.attachments import compose, from_bytes
-from llmchat.branches import draw_tree
 from llmchat.errors import UsageError
 from llmchat.store.history import HistoryStore
 from llmchat.store.migrations import MIGRATIONS
+from llmchat.turn.attachments import compose, from_bytes
+from llmchat.turn.branches import draw_tree
 
 ENTER = "\r"
 CTRL_D = "\x04"
@@ -119,7 +119,7 @@ def loaded(tmp_path_factory):
 
 
 def _session(loaded):
-    from llmchat.session import ChatSession
+    from llmchat.turn.session import ChatSession
 
     return ChatSession.start(
         loaded.engine, sampling=loaded.sampling, model_label=loaded.model.name, history=HistoryStore.open()
@@ -305,8 +305,8 @@ def test_edit_of_a_loaded_message_gives_back_its_typed_words_and_files(tmp_path)
     """After /load or --resume the message holds the files' text; /edit takes them from the history."""
     from types import SimpleNamespace
 
-    from llmchat.branches import last_user_turn
-    from llmchat.conversation import Conversation
+    from llmchat.turn.branches import last_user_turn
+    from llmchat.turn.conversation import Conversation
 
     note = from_bytes("n.txt", b"note\n")
     with HistoryStore.open(tmp_path / "h.db") as store:

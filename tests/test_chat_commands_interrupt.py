@@ -26,7 +26,7 @@ from types import SimpleNamespace
 import pytest
 
 from llmchat import interrupts
-from llmchat.conversation import Conversation
+from llmchat.turn.conversation import Conversation
 from llmchat.ui.chat import ChatUI
 from llmchat.ui.completer import SlashCompleter
 from tests.test_chat_ui import CTRL_C, ENTER, FakeSession, _session, _spawn_chat, drive, loaded  # noqa: F401

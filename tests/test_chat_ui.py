@@ -22,10 +22,10 @@ from prompt_toolkit.document import Document
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
-from llmchat.conversation import Conversation
 from llmchat.errors import HistoryError
-from llmchat.metrics import TurnStats
 from llmchat.output import StreamPrinter
+from llmchat.turn.conversation import Conversation
+from llmchat.turn.metrics import TurnStats
 from llmchat.turn.record import TurnResult
 from llmchat.ui import chat, slash
 from llmchat.ui.chat import run_interactive
@@ -71,8 +71,8 @@ def small_loaded(tmp_path_factory):
 
 
 def _session(loaded, *, history=True):
-    from llmchat.session import ChatSession
     from llmchat.store.history import HistoryStore
+    from llmchat.turn.session import ChatSession
 
     return ChatSession.start(
         loaded.engine,
@@ -390,7 +390,7 @@ def test_undo_and_retry_after_a_turn_with_files(session, capsys, tmp_path):
 
 
 def slash_attachments(*paths: Path) -> list:
-    from llmchat.attachments import collect
+    from llmchat.turn.attachments import collect
 
     return list(collect([str(path) for path in paths]))
 

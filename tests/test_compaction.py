@@ -28,11 +28,11 @@ from servers import harness
 
 from llmchat.cli import main
 from llmchat.config import load_config
-from llmchat.conversation import SUMMARY_REQUEST, Conversation
 from llmchat.env import Environment
 from llmchat.errors import ConfigError
 from llmchat.store.export import export_json, export_markdown
 from llmchat.store.history import HistoryStore
+from llmchat.turn.conversation import SUMMARY_REQUEST, Conversation
 from llmchat.ui.chat import run_interactive
 
 ENTER = "\r"
@@ -104,7 +104,7 @@ def loaded(tmp_path_factory):
 
 
 def _session(loaded):
-    from llmchat.session import ChatSession
+    from llmchat.turn.session import ChatSession
 
     return ChatSession.start(
         loaded.engine, sampling=loaded.sampling, model_label=loaded.model.name, history=HistoryStore.open()
@@ -305,7 +305,7 @@ def _filled(loaded, until: int, **sampling):
     prompt tokens. `sampling`: over the module's (a stop string that ends a summary early)."""
     from dataclasses import replace
 
-    from llmchat.session import ChatSession
+    from llmchat.turn.session import ChatSession
 
     session = ChatSession.start(
         loaded.engine, sampling=replace(loaded.sampling, **sampling), model_label=loaded.model.name

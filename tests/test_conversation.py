@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from llmchat.conversation import Budget, Conversation, fit_to_context
 from llmchat.errors import ContextOverflowError
+from llmchat.turn.conversation import Budget, Conversation, fit_to_context
 
 
 def words(messages: list[dict]) -> list[int]:

@@ -62,8 +62,8 @@ def test_a_decode_failure_in_the_chat_keeps_the_reply_and_the_chat_goes_on(monke
     from llmchat.engine.bindings import llama_cpp
     from llmchat.loading import load_model
     from llmchat.options import RunOptions
-    from llmchat.session import ChatSession
     from llmchat.store.history import HistoryStore
+    from llmchat.turn.session import ChatSession
     from llmchat.ui.chat import run_interactive
 
     loaded = load_model(

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from llmchat.engine.interface import GenerateRequest
-from llmchat.structured import concise_to_schema
+from llmchat.turn.structured import concise_to_schema
 
 MOVIE = "title, year int, genres list[str]"
 

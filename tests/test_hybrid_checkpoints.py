@@ -79,7 +79,7 @@ class Counted:
 
 
 def _session(loaded):
-    from llmchat.session import ChatSession
+    from llmchat.turn.session import ChatSession
 
     return ChatSession.start(loaded.engine, sampling=loaded.sampling, model_label=loaded.model.name, history=None)
 

@@ -76,7 +76,7 @@ class Evaluated:
 
 def _session(loaded, template: str, think: bool):
     from llmchat.reasoning.formats import ReasoningSettings
-    from llmchat.session import ChatSession
+    from llmchat.turn.session import ChatSession
 
     return ChatSession.start(
         loaded.engine,
@@ -114,8 +114,8 @@ def test_tool_rounds_and_the_turn_after_them_evaluate_what_a_transformer_does(lo
 
     from llmchat.config import load_config
     from llmchat.reasoning.formats import ReasoningSettings
-    from llmchat.session import ChatSession
     from llmchat.tools import options as tool_options
+    from llmchat.turn.session import ChatSession
 
     functions = tmp_path / "clock.py"
     functions.write_text('def clock() -> str:\n    """The time now."""\n    return "It is noon."\n', encoding="utf-8")

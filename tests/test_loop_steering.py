@@ -14,7 +14,7 @@ import json
 import pytest
 
 from llmchat.engine.loop_exit import JsonNesting
-from llmchat.structured import concise_to_schema, validation_error
+from llmchat.turn.structured import concise_to_schema, validation_error
 
 CAT_DOG = "cat, dog, cat, dog, cat, dog, cat, dog, cat, dog, cat, dog, cat, dog, cat, dog. As JSON:"
 WORDS = "words list[str], note"

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.markdown import Markdown
 
 from llmchat.errors import UsageError
-from llmchat.metrics import TurnStats
+from llmchat.turn.metrics import TurnStats
 from llmchat.turn.record import TurnResult
 from llmchat.ui.markdown import MarkdownPrinter, wants_markdown
 from llmchat.ui.markdown_stream import (

@@ -64,7 +64,7 @@ def connected(approve: str, stderr: io.StringIO) -> McpConnection:
 
 
 def test_the_completion_is_the_session_turn_paths_reply(declared, smollm2_path):
-    from llmchat.conversation import Conversation
+    from llmchat.turn.conversation import Conversation
     from llmchat.turn.plan import TurnScope
 
     session = loaded(smollm2_path)

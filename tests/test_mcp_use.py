@@ -376,8 +376,8 @@ def test_tab_completes_mcp_resources_and_prompts(sources):
 def test_a_resource_is_checked_as_a_files_bytes(sources):
     """A blob resource is its bytes (here base64 of a sentence: text, so it attaches); without a
     server to read from, a reference is a usage error, never a path on disk."""
-    from llmchat.attachments import collect
     from llmchat.errors import UsageError
+    from llmchat.turn.attachments import collect
 
     blob = "mcp:everything/demo://resource/dynamic/blob/1"
     (attachment,) = collect([blob], resources=sources.resource_bytes)
@@ -414,8 +414,8 @@ def drive(loaded, keys: str, **options) -> list:
     from prompt_toolkit.input import create_pipe_input
     from prompt_toolkit.output import DummyOutput
 
-    from llmchat.session import ChatSession
     from llmchat.store.history import HistoryStore
+    from llmchat.turn.session import ChatSession
     from llmchat.ui.chat import run_interactive
 
     session = ChatSession.start(

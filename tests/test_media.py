@@ -16,9 +16,9 @@ from prompt_toolkit.application import create_app_session
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
-from llmchat.attachments import collect, compose
 from llmchat.errors import ModelError, UsageError
 from llmchat.media.kinds import sniff
+from llmchat.turn.attachments import collect, compose
 from tests.media_fixtures import quadrants, word_embeddings, write_puppet_projector
 
 # The image's four patches, row by row, and the words they encode to.

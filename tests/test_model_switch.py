@@ -1,4 +1,4 @@
-"""`/model NAME`: the same conversation on another model (llmchat.model_switch, ChatSession.switch_model).
+"""`/model NAME`: the same conversation on another model (llmchat.turn.model_switch, ChatSession.switch_model).
 
 The engines are real: SmolLM2 first, then Gemma 3 270M (no template in its metadata: llmchat picks
 its built-in `gemma`). Replies are never compared as text; the records, stats, history rows and
@@ -17,10 +17,10 @@ from types import SimpleNamespace
 import pytest
 
 from llmchat.errors import LlmchatError
-from llmchat.model_switch import SWITCHED
 from llmchat.store.export import export_json, export_markdown
 from llmchat.store.history import HistoryStore
 from llmchat.store.migrations import MIGRATIONS
+from llmchat.turn.model_switch import SWITCHED
 
 GEMMA_LABEL = "gemma-3-270m-q4_k_m"
 ENTER = "\r"

@@ -77,9 +77,9 @@ def test_an_mcp_image_is_private_whatever_the_umask(media_home):
 
 
 def test_a_blob_attached_from_a_server_is_taken_as_bytes_and_not_saved(media_home):
-    from llmchat.attachments import collect
     from llmchat.config import load_config
     from llmchat.mcp_sources import McpSources
+    from llmchat.turn.attachments import collect
 
     with McpSources(load_config()) as sources:
         (attachment,) = collect(["mcp:media/note://blob"], resources=sources.resource_bytes)

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from llmchat.conversation import Conversation
 from llmchat.prompt.model_facts import ModelFacts
 from llmchat.prompt.render import render_prompt
 from llmchat.prompt.resolution import resolve_template
@@ -29,6 +28,7 @@ from llmchat.reasoning.formats import (
     thinking_variables,
 )
 from llmchat.reasoning.thinking import ThinkingSplitter, ThinkingTracker, split_reply
+from llmchat.turn.conversation import Conversation
 from llmchat.turn.plan import TurnScope
 from llmchat.turn.record import TurnResult, error_record
 
@@ -312,7 +312,7 @@ def test_the_budget_forces_the_close_once_after_n_tokens_or_at_an_early_end():
 
 
 def test_record_keys_are_the_same_for_results_and_errors():
-    from llmchat.metrics import TurnStats
+    from llmchat.turn.metrics import TurnStats
 
     result = TurnResult("q", "a", "stop", TurnStats(), 1, reasoning="r")
     assert tuple(result.to_record(1)) == tuple(error_record(1, "bad"))
@@ -370,7 +370,7 @@ def loaded(tmp_path_factory, smollm2_path):
 
 
 def _session(loaded, template: Path, settings: ReasoningSettings | None = None, system: str | None = None):
-    from llmchat.session import ChatSession
+    from llmchat.turn.session import ChatSession
 
     session = ChatSession.start(
         loaded.engine,

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from llmchat.conversation import Conversation
 from llmchat.prompt.model_facts import ModelFacts
 from llmchat.prompt.reasoning_history import preserve_switches, preserve_variables, renders_reasoning
 from llmchat.prompt.render import render_prompt
 from llmchat.prompt.resolution import resolve_template
 from llmchat.prompt.sandbox import compile_template, render_compiled
 from llmchat.tools.prompt import assistant_tool_calls, tool_result
+from llmchat.turn.conversation import Conversation
 
 DATA = Path(__file__).parent / "data"
 CASES = DATA / "chat_cases" / "templates"

@@ -76,7 +76,7 @@ def test_a_streamed_chat_turn_shows_and_keeps_no_marker(smollm2_path, tmp_path, 
     from llmchat.loading import start_session
     from llmchat.options import RunOptions
     from llmchat.output import StreamPrinter
-    from llmchat.structured import structured_output
+    from llmchat.turn.structured import structured_output
     from llmchat.ui import chat
 
     template, opening, closing = WRAPPED[name]

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from test_chat_cases import CASES, KNOWN, TEMPLATES, expected, normalised, schemas_of
 
-from llmchat.metrics import TurnStats
 from llmchat.tools.families import detect_family
+from llmchat.turn.metrics import TurnStats
 from llmchat.turn.reading import read_output, split_thinking
 from llmchat.turn.record import TurnResult
 from llmchat.turn.tool_loop import read_round

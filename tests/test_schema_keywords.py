@@ -11,7 +11,7 @@ import pytest
 from llmchat.engine.grammar import schema_to_gbnf
 from llmchat.engine.grammar_probe import GrammarProbe
 from llmchat.errors import UsageError
-from llmchat.structured import validation_error
+from llmchat.turn.structured import validation_error
 
 
 @pytest.fixture(scope="module")

@@ -125,7 +125,7 @@ def test_greedy_story_under_a_schema_equals_llama_cpp_and_is_valid(model_path, f
     from llmchat.engine import Engine, EngineSettings
     from llmchat.engine.grammar import Grammar, schema_to_gbnf
     from llmchat.sampling import SamplingParams
-    from llmchat.structured import validation_error
+    from llmchat.turn.structured import validation_error
 
     gates = freed_gates
     grammar = Grammar(schema_to_gbnf(STORY), "test")

@@ -417,7 +417,7 @@ from llmchat.engine import Engine, EngineSettings, grammar_gate
 from llmchat.engine.grammar import Grammar, schema_to_gbnf
 from llmchat.engine.interface import GenerateRequest
 from llmchat.sampling import SamplingParams
-from llmchat.structured import concise_to_schema
+from llmchat.turn.structured import concise_to_schema
 
 interrupts.install()
 picks = []

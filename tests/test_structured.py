@@ -19,7 +19,7 @@ from llmchat.engine.grammar import Grammar, schema_to_gbnf
 from llmchat.engine.interface import GenerateRequest
 from llmchat.engine.schema_numbers import integer_range_rule
 from llmchat.errors import UsageError
-from llmchat.structured import (
+from llmchat.turn.structured import (
     StructuredOutput,
     concise_to_schema,
     multi,

@@ -622,7 +622,7 @@ def test_slash_tools_lists_them_and_slash_tool_switches_them(tmp_path):
     buffer = io.StringIO()
     errors: list[str] = []
     infos: list[str] = []
-    from llmchat.session import ChatSession
+    from llmchat.turn.session import ChatSession
 
     class ToolsOnly(SimpleNamespace):
         offer_tools = ChatSession.offer_tools  # the session's own switch, on a stand-in holding only its tools

@@ -31,7 +31,7 @@ RECORD_KEYS = documented_record_keys()
 
 
 def test_the_record_builders_give_the_documented_keys():
-    from llmchat.metrics import TurnStats
+    from llmchat.turn.metrics import TurnStats
     from llmchat.turn.record import TurnResult
 
     assert RECORD_KEYS[:3] == ("id", "reply", "reasoning") and "parsed" in RECORD_KEYS

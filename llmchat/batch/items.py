@@ -3,7 +3,7 @@
 A JSON item holds `id?`, `prompt` or `messages`, `system?` and optional sampling (`temperature`,
 `top_p`, `top_k`, `min_p`, `repeat_penalty`, `max_tokens`, `seed`, `stop`), and an optional `schema`
 of its own (a JSON Schema object, or a string as `--schema` takes it), `files`: paths (globs,
-folders) attached before the prompt, relative to the input file's folder (llmchat.attachments), and
+folders) attached before the prompt, relative to the input file's folder (llmchat.turn.attachments), and
 `tools` (names, as `-T` takes them, or tools offered on the command line) and `tool_choice`, which
 replace the command line's for this item (their names are checked by llmchat.batch.tools). Items
 without an id get their 1-based line number. Duplicate ids are errors.
@@ -23,7 +23,7 @@ from llmchat.sampling import parse_value
 if TYPE_CHECKING:
     from llmchat.edges.bounded_input import Bound
     from llmchat.store.attachment_records import Attachment
-    from llmchat.structured import StructuredOutput
+    from llmchat.turn.structured import StructuredOutput
 
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "max_tokens", "seed")
 INTEGER_KEYS = ("top_k", "max_tokens", "seed")
@@ -161,7 +161,7 @@ def _fill_from_json(item: BatchItem, obj: dict) -> None:
             raise ValueError("'tool_choice' must be auto, required, none or a tool's name")
         item.tool_choice = choice
     if "schema" in obj:
-        from llmchat.structured import item_structured
+        from llmchat.turn.structured import item_structured
 
         item.structured = item_structured(obj["schema"])
 
@@ -176,7 +176,7 @@ def attach_files(
     MCP resource, read by `resources`); a file that cannot be attached (missing, binary, not UTF-8,
     more text than `bound`, a resource its server cannot read) makes that item an error item, and
     the run goes on."""
-    from llmchat.attachments import collect, compose
+    from llmchat.turn.attachments import collect, compose
 
     for item in items:
         if not item.files or item.error or item.user is None:

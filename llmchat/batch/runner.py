@@ -43,12 +43,12 @@ from typing import TYPE_CHECKING, BinaryIO, Callable, Iterator, cast
 from llmchat.batch.items import BatchItem, attach_files, id_key, parse_input
 from llmchat.batch.progress import Progress
 from llmchat.batch.sink import InOrder, RecordSink, read_done_ids
-from llmchat.conversation import Conversation
 from llmchat.engine.driver import DecodedResult, SerialDecoder
 from llmchat.engine.interface import QueuedRequest, prompt_ids
 from llmchat.errors import ExitCode, LlmchatError, ServerError, UsageError
 from llmchat.options import RunOptions
 from llmchat.output import notice
+from llmchat.turn.conversation import Conversation
 from llmchat.turn.plan import TurnScope
 from llmchat.turn.policy import reply_cap
 from llmchat.turn.record import error_record
@@ -66,8 +66,8 @@ if TYPE_CHECKING:
 
     Decoder = SerialDecoder | ParallelDecoder | ConcurrentStreams
     from llmchat.sampling import SamplingParams
-    from llmchat.session import ChatSession
     from llmchat.turn.plan import PreparedTurn
+    from llmchat.turn.session import ChatSession
 
 
 PROGRESS_MODES = ("auto", "bar", "lines", "json", "off")
@@ -392,7 +392,7 @@ def run_batch(
     `-p mcp:SERVER/NAME` (with `prompt_args`): the MCP prompt's text opens every item's message."""
     per_server, parallel = parallel, 1 if parallel is None else parallel
     check_arguments(input_path, output, parallel=parallel, resume=resume, progress=progress, opts=opts)
-    from llmchat.structured import from_options
+    from llmchat.turn.structured import from_options
 
     structured = from_options(opts, config)  # a bad --schema is a usage error before the model loads
     from llmchat.before_load import context_ahead

@@ -30,11 +30,11 @@ from llmchat.tools.registry import MCP_PREFIX, ToolSet, gather_tools
 if TYPE_CHECKING:
     from llmchat.batch.items import BatchItem
     from llmchat.config import Config
-    from llmchat.session import ChatSession
-    from llmchat.structured import StructuredOutput
     from llmchat.tools.offer import ToolOffer
     from llmchat.tools.options import ToolRequest
     from llmchat.tools.spec import ToolSpec
+    from llmchat.turn.session import ChatSession
+    from llmchat.turn.structured import StructuredOutput
 
 
 def item_label(item: BatchItem) -> str:

@@ -92,18 +92,18 @@ def run(
     # (llmchat.before_load.loading_ahead). A check that fails cancels it. What is read before the
     # load is bounded by the context it opens, where that is known (llmchat.edges.bounded_input).
     with loading_ahead(opts, config) as context_tokens:
-        from llmchat.attachments import STDIN, collect
         from llmchat.commands.turns import check_overflow, continue_conversation, run_turn
         from llmchat.edges import person
         from llmchat.edges.bounded_input import text_bound
         from llmchat.mcp_sources import McpSources, argument_asker, joined
         from llmchat.media.use import check_before_loading
         from llmchat.output import StreamPrinter, write_json
-        from llmchat.structured import from_options
         from llmchat.tools import options as tool_options
         from llmchat.tools.mcp.roots import use_roots
         from llmchat.tools.mcp.run_mode import model_answers
+        from llmchat.turn.attachments import STDIN, collect
         from llmchat.turn.policy import INVALID_REPLY_EXIT
+        from llmchat.turn.structured import from_options
         from llmchat.ui.markdown import MarkdownPrinter, wants_markdown
 
         check_overflow(overflow)

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from typing import BinaryIO
 
     from llmchat.edges.bounded_input import Bound
-    from llmchat.session import ChatSession
     from llmchat.store.attachment_records import Attachment
+    from llmchat.turn.session import ChatSession
 
 
 @model_command()
@@ -94,18 +94,18 @@ def chat(
     env: Environment,
 ) -> None:
     """Chat: interactive on a terminal; with piped stdin, one message per line and one reply per turn."""
-    from llmchat.attachments import STDIN, collect
     from llmchat.before_load import context_ahead
     from llmchat.commands.turns import check_overflow, continue_conversation
     from llmchat.edges import person
     from llmchat.edges.bounded_input import text_bound
     from llmchat.loading import start_session
     from llmchat.mcp_sources import McpSources, argument_asker
-    from llmchat.structured import from_options
     from llmchat.tools import options as tool_options
     from llmchat.tools.mcp.roots import use_roots
     from llmchat.tools.mcp.run_mode import model_answers
+    from llmchat.turn.attachments import STDIN, collect
     from llmchat.turn.compaction import with_mode
+    from llmchat.turn.structured import from_options
     from llmchat.ui.markdown import wants_markdown
 
     check_overflow(overflow)

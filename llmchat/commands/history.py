@@ -188,8 +188,8 @@ def show_command(
 
 
 def _print_tree(conversation_id: str) -> None:
-    """The branches this conversation belongs to, drawn as a tree (llmchat.branches)."""
-    from llmchat.branches import draw_tree
+    """The branches this conversation belongs to, drawn as a tree (llmchat.turn.branches)."""
+    from llmchat.turn.branches import draw_tree
 
     store = _open_store()
     if store is None:

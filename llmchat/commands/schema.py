@@ -26,7 +26,7 @@ def show(
     import json
 
     from llmchat.env import current_environment
-    from llmchat.structured import structured_output
+    from llmchat.turn.structured import structured_output
 
     env = current_environment()
     structured = structured_output(schema=spec, schema_multi=schema_multi, named=env.config.schemas)

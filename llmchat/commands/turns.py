@@ -1,6 +1,6 @@
 """What ask and scripted chat share around a turn: running it with a display, reporting it.
 
-The session owns the turn's outcome (llmchat.session); this module only shows it.
+The session owns the turn's outcome (llmchat.turn.session); this module only shows it.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from llmchat.output import notice
 
 if TYPE_CHECKING:
     from llmchat.output import StreamPrinter
-    from llmchat.session import ChatSession
     from llmchat.store.attachment_records import Attachment
     from llmchat.turn.record import TurnResult
+    from llmchat.turn.session import ChatSession
 
 OVERFLOW_MODES = ("drop", "error")
 
@@ -29,8 +29,8 @@ def run_turn(
 ) -> TurnResult:
     """One turn with a live display; the display is restored whatever happens, and the turn's
     notices (a trim, a failed save) are shown once, after the reply. `attachments`: files sent
-    before `text` (llmchat.attachments)."""
-    from llmchat.attachments import compose
+    before `text` (llmchat.turn.attachments)."""
+    from llmchat.turn.attachments import compose
 
     try:
         if attachments:

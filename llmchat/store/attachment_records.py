@@ -2,7 +2,7 @@
 
 The format lives with the store because the store keeps each file apart from the typed words and
 rebuilds the message the model saw from both; reading files from disk and fitting them in the
-context is the job of llmchat.attachments, which builds on these definitions.
+context is the job of llmchat.turn.attachments, which builds on these definitions.
 """
 
 from __future__ import annotations
@@ -44,6 +44,6 @@ def prefix(attachments: Sequence[Attachment]) -> str:
 
 
 def typed_part(content: str, attachments: Sequence[Attachment]) -> str:
-    """The typed words of a composed message (the inverse of `llmchat.attachments.compose`)."""
+    """The typed words of a composed message (the inverse of `llmchat.turn.attachments.compose`)."""
     head = prefix(attachments)
     return content[len(head) :] if attachments and content.startswith(head) else content

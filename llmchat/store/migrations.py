@@ -76,7 +76,7 @@ def m003_message_reasoning(db: sqlite3.Connection) -> None:
 
 @migration
 def m004_attachments(db: sqlite3.Connection) -> None:
-    # Files attached to a user message (llmchat.attachments): the message's `content` keeps the
+    # Files attached to a user message (llmchat.turn.attachments): the message's `content` keeps the
     # typed words; each file's text is kept here once, with what identifies it, and the message
     # the model saw is rebuilt from both. Deleting the message (or its conversation) deletes them.
     db.execute(

@@ -2,7 +2,7 @@
 
 A tool's schema comes from whoever wrote the tool (an MCP server, a config table, a function), not
 from the user, so it is taken as far as it goes instead of refused (a user's own `--schema` stays
-strict: llmchat.structured):
+strict: llmchat.turn.structured):
 - a keyword the grammar cannot hold (`minimum` on a `number`, `uniqueItems`, an unanchored
   `pattern`...) is left out of that tool's grammar only, with one notice per tool naming it. The
   arguments the model writes are still validated against the whole schema before the call

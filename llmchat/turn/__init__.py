@@ -1,15 +1,19 @@
-"""One turn's parts, each with one job (the session, llmchat.session, puts them together; none of
-them imports it):
+"""The turn and the conversation it runs on: one road for every mode and every engine.
 
-- `plan`: what a prepared turn is (prompt, budget, stops, thinking), the scope a turn runs in, the
-  request the engine decodes, and the model facts it is built from;
-- `tokens`: the prompt a turn sends, rendered, shaped for tools and tokenized;
-- `stream`: one decoded reply read as the observer hears it;
-- `tool_loop`: a turn with tools, in rounds: a strategy inside the session's turn, over a protocol;
-- `reading`: a model's raw output read as a turn reads it, without a model (`template parse`);
-- `policy`: the defaults every mode reads (the reply cap, what an invalid structured reply does);
-- `stats`: a decoded sequence's outcome as a `TurnResult`, with its stats and notices;
-- `record`: the one JSON record every mode prints;
-- `sink`: where a finished turn goes (history, KV cache on disk), under one failure policy;
-- `observer`: what a display hears during a turn, and the thinking display in front of it.
+- `session`: `ChatSession`, the owner of a chat's state, and the turn (prepare -> decode ->
+  record); `session_changes`: what a chat's commands change in it; `model_switch`: the model's
+  parts and `/model` mid-conversation;
+- `conversation`: the messages and their token ids; `branches`: forks of a stored conversation;
+  `attachments`: files, images and audio taken into a message;
+- `plan`: what a prepared turn is (prompt, budget, stops, thinking) and the request the engine
+  decodes; `tokens`: the prompt rendered and tokenized; `room`: whether a file fits; `parting`:
+  where the next prompt will leave this one (a hybrid's checkpoints); `compaction`: a long chat's
+  summary;
+- `stream`: one decoded reply read as the observer hears it; `markers`: a template's wrappers taken
+  off a reply; `reading`: a model's raw output read without a model (`template parse`);
+  `structured`: `--schema` and friends, and the reply validated;
+- `tool_loop`: a turn with tools, in rounds; `sampled`: a completion an MCP server asks for;
+- `policy`: the defaults every mode reads; `stats` and `metrics`: a decoded sequence's outcome and
+  its honest numbers; `record`: the one JSON record every mode prints; `sink`: where a finished
+  turn goes (history, KV cache on disk); `observer`: what a display hears during a turn.
 """

@@ -12,7 +12,7 @@ anything. Either way:
   window up to the kept exchanges would not fit beside the summary's room, fewer are summarised
   (the rest stay verbatim after it);
 - the last exchanges stay verbatim (up to `KEEP_EXCHANGES`, within `KEEP_SHARE` of the context),
-  after the summary, which the model sees as an exchange of its own (llmchat.conversation);
+  after the summary, which the model sees as an exchange of its own (llmchat.turn.conversation);
 - the history keeps every message, and the summary as a message of role `summary` that says how
   many messages it stands for (m008): `history show` and `export` show both, and a resumed
   conversation (`ask -c`, `chat --resume`, `/load`) starts from the latest summary.
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from llmchat import interrupts
-from llmchat.conversation import Budget, fit_to_context
 from llmchat.errors import ContextOverflowError, HistoryError, UsageError
+from llmchat.turn.conversation import Budget, fit_to_context
 from llmchat.turn.observer import NullObserver
 from llmchat.turn.plan import TurnScope
 
@@ -38,10 +38,10 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from llmchat.config import Config
-    from llmchat.conversation import Conversation
     from llmchat.engine.interface import ChatEngine, Prompt
     from llmchat.sampling import SamplingParams
     from llmchat.store.history import HistoryStore
+    from llmchat.turn.conversation import Conversation
     from llmchat.turn.observer import TurnObserver
     from llmchat.turn.plan import PreparedTurn
     from llmchat.turn.record import TurnResult

@@ -13,7 +13,6 @@ from llmchat.prompt.model_facts import facts_from_metadata
 from llmchat.turn.policy import reply_cap
 
 if TYPE_CHECKING:
-    from llmchat.conversation import Budget, Conversation, FitResult
     from llmchat.engine.grammar import Grammar
     from llmchat.engine.interface import ChatEngine, Prompt
     from llmchat.engine.kv_store import Restored
@@ -21,8 +20,9 @@ if TYPE_CHECKING:
     from llmchat.reasoning.formats import ReasoningFormat
     from llmchat.reasoning.thinking import ThinkingTracker
     from llmchat.sampling import SamplingParams
-    from llmchat.structured import StructuredOutput
     from llmchat.tools.offer import ToolOffer
+    from llmchat.turn.conversation import Budget, Conversation, FitResult
+    from llmchat.turn.structured import StructuredOutput
 
 
 @dataclass(frozen=True)

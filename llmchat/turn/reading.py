@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from llmchat.prompt.sandbox import compile_template, render_compiled
 from llmchat.reasoning.formats import detect_format, starts_in_thinking, thinking_preface, thinking_variables
 from llmchat.reasoning.thinking import ThinkingSplitter
-from llmchat.structured import unfenced
 from llmchat.tools.families import CALLS_IN_HEADERS, call_in_reasoning, detect_family
 from llmchat.turn.markers import reply_content
+from llmchat.turn.structured import unfenced
 
 if TYPE_CHECKING:
     from llmchat.tools.call_parsers import ParsedReply

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from llmchat.engine.reply import ServerCall
-    from llmchat.metrics import TurnStats
     from llmchat.store.attachment_records import Attachment
     from llmchat.tools.spec import CallRecord
+    from llmchat.turn.metrics import TurnStats
 
 
 @dataclass
@@ -29,7 +29,7 @@ class TurnResult:
     parsed: Any = None  # structured output: the reply's decoded JSON, once it validated
     error: str | None = None  # structured output: why the reply is not what was asked (invalid, cut off)
     token_ids: list[int] | None = None  # the reply as sampled, when they spell it exactly (not in records)
-    attachments: tuple[Attachment, ...] = ()  # files sent inside `user` (llmchat.attachments; not in records)
+    attachments: tuple[Attachment, ...] = ()  # files sent inside `user` (llmchat.turn.attachments; not in records)
     # A turn with tools offered: each call (llmchat.tools.spec), and the assistant `tool_calls` and
     # `tool` messages that go between the user's message and the reply. None: no tools offered.
     tool_calls: list[CallRecord] | None = None

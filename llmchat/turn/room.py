@@ -2,7 +2,7 @@
 ask and chat, `/file` in the chat), counted the way the turn will fit the message.
 
 A turn makes room before it refuses a message: with `--overflow drop` (the default) it trims the
-older exchanges (llmchat.conversation.fit_to_context), and with `compact = "auto"` (the default)
+older exchanges (llmchat.turn.conversation.fit_to_context), and with `compact = "auto"` (the default)
 it summarises them first (llmchat.turn.compaction). So files fit when they fit in the room the
 turn can make, not only in the room free now: in a long chat a file is taken although the window
 is full, and the line that says so also says how room will be made. A refusal says what is free
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Callable
 
-from llmchat.attachments import tokens_of
 from llmchat.errors import UsageError
+from llmchat.turn.attachments import tokens_of
 from llmchat.turn.compaction import CompactionSettings, would_free
 
 if TYPE_CHECKING:

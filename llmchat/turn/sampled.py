@@ -20,16 +20,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, cast
 
-from llmchat.conversation import Conversation
 from llmchat.tools.mcp.run_mode import answer_with, sampling_declared
+from llmchat.turn.conversation import Conversation
 from llmchat.turn.observer import NullObserver
 from llmchat.turn.plan import TurnScope
 from llmchat.turn.policy import reply_cap
 
 if TYPE_CHECKING:
     from llmchat.engine.core import Engine
-    from llmchat.session import ChatSession
     from llmchat.tools.mcp.sampling import Sampled, SampleRequest
+    from llmchat.turn.session import ChatSession
 
 
 def answer_sampling(session: ChatSession) -> None:

@@ -44,7 +44,7 @@ class TurnSink:
         fork_from: tuple[str, int] | None = None,
     ) -> None:
         """Write the turn to the history (a conversation is created with its first turn; with
-        `fork_from`, as a branch of that conversation sharing that many turns: llmchat.branches)."""
+        `fork_from`, as a branch of that conversation sharing that many turns: llmchat.turn.branches)."""
         if self.history is None:
             return
         try:

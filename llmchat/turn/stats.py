@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from llmchat.metrics import TurnStats
 from llmchat.reasoning.thinking import split_reply
 from llmchat.turn.markers import reply_content
+from llmchat.turn.metrics import TurnStats
 from llmchat.turn.policy import LOOP_NOTICE
 from llmchat.turn.record import TurnResult
 

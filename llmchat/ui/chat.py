@@ -17,10 +17,10 @@ import sys
 from typing import TYPE_CHECKING, Callable, TextIO
 
 from llmchat import interrupts
-from llmchat.attachments import compose
 from llmchat.edges.safe_text import terminal_safe
 from llmchat.errors import ContextOverflowError, HistoryError, LlmchatError
 from llmchat.output import StreamPrinter, is_tty, notice
+from llmchat.turn.attachments import compose
 from llmchat.ui.completer import SlashCompleter
 from llmchat.ui.context import Action, CommandContext
 from llmchat.ui.markdown import MarkdownPrinter
@@ -32,9 +32,9 @@ if TYPE_CHECKING:
     from prompt_toolkit.key_binding import KeyPressEvent
 
     from llmchat.mcp_sources import McpSources
-    from llmchat.session import ChatSession
     from llmchat.store.attachment_records import Attachment
     from llmchat.turn.record import TurnResult
+    from llmchat.turn.session import ChatSession
 
 EXIT_HINT = "press Ctrl-C again or Ctrl-D to exit"
 PROMPT = "> "
@@ -229,7 +229,7 @@ class ChatUI:
     def run(self) -> None:
         self.welcome()
         if self.context.attachments:  # chat -f: say what the files take before the first message
-            from llmchat.attachments import count_line, tokens_of
+            from llmchat.turn.attachments import count_line, tokens_of
 
             for attachment in self.context.attachments:
                 tokens, _ = tokens_of(self.session, attachment)

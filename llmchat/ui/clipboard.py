@@ -31,7 +31,7 @@ from llmchat.private_files import ensure_private_dir, temporary_dir, write_priva
 from llmchat.ui.context import CONTINUE, CommandContext, Outcome
 
 if TYPE_CHECKING:
-    from llmchat.conversation import Conversation
+    from llmchat.turn.conversation import Conversation
 
 ESC, BEL = "\x1b", "\x07"
 NO_OSC52_TERMS = ("", "dumb", "linux")

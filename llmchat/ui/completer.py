@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from prompt_toolkit.document import Document
 
     from llmchat.mcp_sources import McpSources
-    from llmchat.session import ChatSession
+    from llmchat.turn.session import ChatSession
 
 
 class SlashCompleter(Completer):

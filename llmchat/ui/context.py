@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
     from llmchat.errors import HistoryError
     from llmchat.mcp_sources import McpSources
-    from llmchat.session import ChatSession
     from llmchat.store.attachment_records import Attachment
+    from llmchat.turn.session import ChatSession
 
 HISTORY_OFF = "history is off for this chat (--no-history, `history = false`, or the store failed); nothing is saved"
 

@@ -27,7 +27,7 @@ def cmd_clear(ctx: CommandContext, arg: str) -> Outcome:
 def _drop_last_exchange(ctx: CommandContext) -> tuple[str, tuple[Attachment, ...]] | None:
     """Remove the last exchange from the conversation and the history. Returns the user message as
     typed and the files it carried, or None when there was nothing."""
-    from llmchat.branches import last_user_turn
+    from llmchat.turn.branches import last_user_turn
 
     session = ctx.session
     start = session.conversation.last_exchange_start()
@@ -67,7 +67,7 @@ def cmd_retry(ctx: CommandContext, arg: str) -> Outcome:
 def cmd_edit(ctx: CommandContext, arg: str) -> Outcome:
     """The last message back at the prompt, with its files pending again; the stored conversation
     keeps the old exchange, and sending starts a branch."""
-    from llmchat.branches import last_user_turn, turn_starts
+    from llmchat.turn.branches import last_user_turn, turn_starts
 
     session = ctx.session
     try:
@@ -93,7 +93,7 @@ def cmd_edit(ctx: CommandContext, arg: str) -> Outcome:
 
 
 def cmd_branch(ctx: CommandContext, arg: str) -> Outcome:
-    from llmchat.branches import turn_starts
+    from llmchat.turn.branches import turn_starts
 
     session = ctx.session
     turns = len(turn_starts(session.conversation))

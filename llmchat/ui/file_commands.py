@@ -12,8 +12,8 @@ from llmchat.ui.context import CONTINUE, CommandContext, Outcome
 
 
 def cmd_file(ctx: CommandContext, arg: str) -> Outcome:
-    from llmchat.attachments import collect, count_line
     from llmchat.edges.bounded_input import text_bound
+    from llmchat.turn.attachments import collect, count_line
     from llmchat.turn.room import check_room
 
     if not arg:
@@ -41,7 +41,7 @@ def cmd_file(ctx: CommandContext, arg: str) -> Outcome:
 
 
 def cmd_files(ctx: CommandContext, arg: str) -> Outcome:
-    from llmchat.attachments import count_line, tokens_of
+    from llmchat.turn.attachments import count_line, tokens_of
 
     if not ctx.attachments:
         ctx.info("no files attached; /file PATH attaches one to the next message")

@@ -1,7 +1,7 @@
 """Slash commands for the chat's model: /model [NAME] and /models.
 
 `/model NAME` switches the model in the same conversation (`ChatSession.switch_model`, which owns
-the swap: llmchat.model_switch). NAME is what `-m` takes: a name `llmchat models list` shows, an
+the swap: llmchat.turn.model_switch). NAME is what `-m` takes: a name `llmchat models list` shows, an
 alias, a store name or a .gguf path. A model that cannot load leaves the chat on the current one,
 with one line saying why. The new model's recommended sampling (`general.sampling.*`) replaces the
 old one's where the user set nothing, and one line says which values moved. `/model` alone says which model answers; `/models` lists the ones that
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from llmchat.config import Config
     from llmchat.models.catalogue import Entry
     from llmchat.sampling import SamplingParams
-    from llmchat.session import ChatSession
+    from llmchat.turn.session import ChatSession
 
 
 def cmd_model(ctx: CommandContext, arg: str) -> Outcome:

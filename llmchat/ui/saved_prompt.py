@@ -21,7 +21,7 @@ from llmchat.sampling import SETTABLE
 from llmchat.saved_prompts import lookup, sampling_layers
 
 if TYPE_CHECKING:
-    from llmchat.session import ChatSession
+    from llmchat.turn.session import ChatSession
 
 
 def apply_to_session(session: ChatSession, name: str) -> list[str]:
@@ -32,7 +32,7 @@ def apply_to_session(session: ChatSession, name: str) -> list[str]:
     prompt = lookup(name, config)
     said = []
     if prompt.schema is not None:  # first: a schema the engine refuses leaves everything as it was
-        from llmchat.structured import structured_output
+        from llmchat.turn.structured import structured_output
 
         session.hold_to(structured_output(schema=prompt.schema, named=config.schemas))
         session.set_origin("schema", prompt.source)

@@ -2,7 +2,7 @@
 
 A model that outgrows one computer is served by an existing engine (llama.cpp's `llama-server`,
 possibly spread over hosts with `--rpc`; vLLM; Ollama), and llmchat talks to it with the same turn
-road as a local model (llmchat.session). Two engines implement `llmchat.engine.interface.ChatEngine`:
+road as a local model (llmchat.turn.session). Two engines implement `llmchat.engine.interface.ChatEngine`:
 
 - `llama_server.LlamaServerEngine`, the best path: llmchat renders the chat template itself and
   sends token ids to `/completion` with `cache_prompt` and a pinned slot, so the server's KV cache

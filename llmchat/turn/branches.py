@@ -17,9 +17,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from llmchat.conversation import Conversation
     from llmchat.store.history import HistoryStore
     from llmchat.store.records import ConversationSummary
+    from llmchat.turn.conversation import Conversation
 
 
 def turn_starts(conversation: Conversation) -> list[int]:

@@ -26,14 +26,14 @@ from llmchat.reasoning.formats import detect_format
 from llmchat.turn.plan import EngineVocabulary, model_facts, reasoning_tokens
 
 if TYPE_CHECKING:
-    from llmchat.conversation import Conversation
     from llmchat.engine.interface import ChatEngine
     from llmchat.engine.kv_store import KVStore
     from llmchat.prompt.model_facts import ModelFacts
     from llmchat.prompt.render import ResolvedTemplate
     from llmchat.reasoning.formats import ReasoningFormat
-    from llmchat.structured import StructuredOutput
     from llmchat.tools.offer import ToolOffer
+    from llmchat.turn.conversation import Conversation
+    from llmchat.turn.structured import StructuredOutput
 
 SWITCHED = "rebuilt after model switch"  # the `prefix` stat of the first turn on a new model
 

@@ -3,7 +3,7 @@
 The session owns its state: the conversation, the KV prefix, the per-turn settings. Other modules
 call its methods and never write its fields; `start` builds it complete. The changes a chat's
 commands make (a conversation cleared, loaded, cut; a setting set) are methods it inherits from
-llmchat.session_changes. A turn that is not the
+llmchat.turn.session_changes. A turn that is not the
 session's own (a batch item) runs in a `TurnScope` and leaves the session as it was.
 
 A turn is one road for every mode (ask, chat, batch, batch `--parallel`), assembled here from parts
@@ -31,11 +31,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from llmchat import interrupts
-from llmchat.conversation import Budget, Conversation, default_reply_reserve, fit_to_context
 from llmchat.engine.interface import GenerateRequest, prompt_ids
 from llmchat.errors import UsageError
 from llmchat.media.use import give_media
-from llmchat.model_switch import SWITCHED, ModelLoader, as_text, check_for, model_parts
 from llmchat.prompt.model_facts import ModelFacts
 from llmchat.prompt.reasoning_history import preserve_variables
 from llmchat.prompt.render import RenderedPrompt, ResolvedTemplate, render_prompt
@@ -47,12 +45,14 @@ from llmchat.reasoning.formats import (
 )
 from llmchat.reasoning.thinking import ThinkingSplitter, ThinkingTracker
 from llmchat.sampling import with_model_defaults
-from llmchat.session_changes import SessionChanges
 from llmchat.turn.compaction import compact_before_turn
+from llmchat.turn.conversation import Budget, Conversation, default_reply_reserve, fit_to_context
+from llmchat.turn.model_switch import SWITCHED, ModelLoader, as_text, check_for, model_parts
 from llmchat.turn.observer import NullObserver, TurnObserver
 from llmchat.turn.parting import Rewrites, parting_points
 from llmchat.turn.plan import PreparedTurn, TurnScope, check_message_size, request_of
 from llmchat.turn.record import TurnResult
+from llmchat.turn.session_changes import SessionChanges
 from llmchat.turn.sink import ConversationFacts, TurnSink
 from llmchat.turn.stats import result_of
 from llmchat.turn.stream import read_reply
@@ -67,8 +67,8 @@ if TYPE_CHECKING:
     from llmchat.sampling import SamplingParams
     from llmchat.store.attachment_records import Attachment
     from llmchat.store.history import HistoryStore
-    from llmchat.structured import StructuredOutput
     from llmchat.tools.offer import ToolOffer
+    from llmchat.turn.structured import StructuredOutput
     from llmchat.turn.tool_loop import KeptPrefix
 
 
@@ -95,12 +95,12 @@ class ChatSession(SessionChanges):
     structured: StructuredOutput | None = None  # --schema / --format json / --grammar, for every turn
     origins: dict[str, str] = field(default_factory=dict)  # values a saved prompt set (-p NAME), for /show
     # /branch N and /edit: the conversation (id, turns shared) that the next saved turn forks from
-    # (llmchat.branches); the branch is created in the history with that turn, not before.
+    # (llmchat.turn.branches); the branch is created in the history with that turn, not before.
     fork_from: tuple[str, int] | None = None
     # The tools offered to the model (-T, --functions, --mcp), in its own call format; a turn with
     # tools on goes through the tool loop (llmchat.turn.tool_loop). None: no tools.
     tools: ToolOffer | None = None
-    # `/model NAME` (llmchat.model_switch): loads another model; None: this session cannot switch (a server).
+    # `/model NAME` (llmchat.turn.model_switch): loads another model; None: this session cannot switch (a server).
     model_loader: ModelLoader | None = None
     _prefix_note: str | None = None  # why the next turn's KV prefix is built anew (its `prefix` stat)
     _rewrites: Rewrites = field(default_factory=Rewrites)  # each template's rewrite of a reply (llmchat.turn.parting)
@@ -205,7 +205,7 @@ class ChatSession(SessionChanges):
             closing.callback(self.sink.close)
 
     def switch_model(self, name: str, say: Callable[[str], None]) -> None:
-        """`/model NAME`: the same conversation on another model (llmchat.model_switch). The new
+        """`/model NAME`: the same conversation on another model (llmchat.turn.model_switch). The new
         model loads and every part is built for it before anything changes; then the old engine is
         freed. Raises LlmchatError with nothing changed when it cannot load or take this chat."""
         if self.model_loader is None:
@@ -351,7 +351,7 @@ class ChatSession(SessionChanges):
         raised, or the observer told."""
         observer = observer or NullObserver()
         # The images and audio of the conversation's window (no prompt renders the messages before
-        # it: llmchat.conversation), and the new message's: the engine takes them first.
+        # it: llmchat.turn.conversation), and the new message's: the engine takes them first.
         kept = self.history.media_dir if self.history is not None else None
         window = self.conversation.messages[self.conversation.window_start :]
         give_media(self.engine, attachments, window, kept)

@@ -1,9 +1,9 @@
 """What a chat's commands change in a session: the conversation they start anew, load, cut or
 undo, and the settings and tools they set for the next turns.
 
-`ChatSession` (llmchat.session) inherits these methods, so the session stays the one owner of its
+`ChatSession` (llmchat.turn.session) inherits these methods, so the session stays the one owner of its
 fields: the commands call the methods and never write the fields. They live in a module of their
-own so that llmchat.session keeps to the turn.
+own so that llmchat.turn.session keeps to the turn.
 
 Each is marked `interrupts.changes_state`: inside a chat command, calling one begins the command's
 change, and a Ctrl-C from then on waits until the command is over (llmchat.interrupts.Command), so
@@ -17,8 +17,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from llmchat import interrupts
-from llmchat.branches import fork_point
-from llmchat.conversation import Conversation
+from llmchat.turn.branches import fork_point
+from llmchat.turn.conversation import Conversation
 
 if TYPE_CHECKING:
     from llmchat.sampling import SamplingParams
@@ -95,7 +95,7 @@ class SessionChanges:
         /undo and /retry: a saved exchange leaves the history too; a store that fails raises
         HistoryError once the conversation has changed. /edit (`keep_in_history`): the stored
         conversation keeps it, and the next saved turn starts a branch that shares the turns before
-        it (llmchat.branches). A branch not saved yet shares at most the turns that are left."""
+        it (llmchat.turn.branches). A branch not saved yet shares at most the turns that are left."""
         user = self.conversation.drop_last_exchange()
         if user is None:
             return None
