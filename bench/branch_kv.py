@@ -109,8 +109,8 @@ def in_memory(args: argparse.Namespace, questions: list[str]) -> list[tuple[str,
     """/branch N in a running chat, then the same branch turn with the cache taken by another conversation."""
     from llmchat.config import load_config
     from llmchat.engine.interface import GenerateRequest
-    from llmchat.loading import start_session
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import start_session
 
     opts = RunOptions(model=args.model, temperature=0.0, max_tokens=args.reply_tokens, seed=1)
     session = start_session(opts, config=load_config(), overflow="drop", with_history=False)

@@ -66,7 +66,7 @@ MAX_TOKENS = 16
 def llmchat_conversation(opts: RunOptions) -> list[dict]:
     """Each step's prompt tokens, evaluated tokens and time to the first token (ms)."""
     from llmchat.config import load_config
-    from llmchat.loading import start_session
+    from llmchat.startup.loading import start_session
 
     session = start_session(opts, config=load_config(), overflow="error", with_history=False)
     rows = []

@@ -44,8 +44,8 @@ SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Huggin
 def follow_up_ttfts(model: str, projector: Path, image: Path, rounds: int) -> tuple[list[float], list[float]]:
     """Per round: the second turn's TTFT after an image turn, and after the same turn in words."""
     from llmchat.config import load_config
-    from llmchat.loading import start_session
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import start_session
     from llmchat.turn.attachments import collect, compose
 
     opts = RunOptions(model=model, mmproj=projector, temperature=0.0, max_tokens=16, ctx=CTX)

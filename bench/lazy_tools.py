@@ -88,9 +88,9 @@ def main() -> None:
     from mcp_servers import npm_cache_root
 
     from llmchat.config import load_config
-    from llmchat.loading import start_session
     from llmchat.models.resolve import bundled_default_model
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import start_session
     from llmchat.tools.mcp.config import parse_mcp_spec
     from llmchat.tools.mcp.connection import McpConnection
 

@@ -7,7 +7,7 @@
 3. batch against `llama-server -np 4`: 8 items at --parallel 4 vs --parallel 1, generated tok/s.
 4. the RPC split: ask through llama-server --rpc over two local rpc-servers vs the plain server.
 
-Both engines are driven through `llmchat.loading.start_session` and `ChatSession.turn`, the road
+Both engines are driven through `llmchat.startup.loading.start_session` and `ChatSession.turn`, the road
 every command takes; the server's own timings come from `engine.last_outcome.server`.
 
     python bench/remote_bench.py [--reps 3] [--tokens 96] [--turns 30] [--threads 2] [--skip-rpc]
@@ -44,7 +44,7 @@ CHAT_TURNS = [
 
 def turn_stats(opts: RunOptions, prompt: str) -> tuple[dict, dict | None]:
     from llmchat.config import load_config
-    from llmchat.loading import start_session
+    from llmchat.startup.loading import start_session
 
     session = start_session(opts, config=load_config(), overflow="error", with_history=False)
     try:
@@ -80,7 +80,7 @@ def bench_ask(model: Path, url: str, reps: int, tokens: int, threads: int) -> di
 
 def bench_chat(url: str, turns: int, tokens: int) -> dict:
     from llmchat.config import load_config
-    from llmchat.loading import start_session
+    from llmchat.startup.loading import start_session
 
     session = start_session(
         RunOptions(server=(url,), temperature=0.0, seed=1, max_tokens=tokens),

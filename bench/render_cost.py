@@ -128,8 +128,8 @@ def main() -> int:
     args = parser.parse_args()
 
     from llmchat.config import Config
-    from llmchat.loading import load_model
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import load_model
 
     os.environ.setdefault("LLMCHAT_HOME", str(Path("/tmp/llmchat-render-cost-home")))
     options = RunOptions(ctx=2048, temperature=0.0, seed=1, max_tokens=args.max_tokens, threads=args.threads)

@@ -98,9 +98,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from llmchat.config import load_config
-    from llmchat.loading import load_model
     from llmchat.models.resolve import bundled_default_model
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import load_model
     from llmchat.turn.session import ChatSession
 
     model = args.model or str(bundled_default_model())

@@ -52,8 +52,8 @@ def decode_rate(outcome) -> float:
 
 def gate_cost(functions: Path, model: str, reps: int, tokens: int, raw: list[str]) -> list[float]:
     from llmchat.config import load_config
-    from llmchat.loading import start_session
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import start_session
     from llmchat.tools.offer import ToolIO, make_offer
     from llmchat.tools.registry import gather_tools
 

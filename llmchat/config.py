@@ -42,7 +42,7 @@ Example (`llmchat config path` prints where it lives):
 
     [mcp.time]                   # an MCP server over stdio; its tools are named time_TOOL
     command = "mcp-server-time"
-    [prompts.reviewer]           # a saved prompt: llmchat chat -p reviewer (llmchat.saved_prompts)
+    [prompts.reviewer]           # a saved prompt: llmchat chat -p reviewer (llmchat.startup.saved_prompts)
     system = "You review Python code."
     preset = "precise"
 
@@ -156,7 +156,7 @@ class Config:
     # Each [mcp.NAME]'s `tools = ["name", "glob_*"]`: only those of its tools are offered
     # (llmchat.tools.registry). Read apart here, so the server's own table keeps its own keys.
     mcp_tools: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    # Saved prompts for -p NAME / /prompt NAME: system, model, preset, sampling, schema (llmchat.saved_prompts).
+    # Saved prompts for -p NAME / /prompt NAME: system, model, preset, sampling, schema (llmchat.startup.saved_prompts).
     prompts: dict[str, Any] = field(default_factory=dict)
 
     def alias_for_path(self, model_path: Path) -> dict[str, Any]:

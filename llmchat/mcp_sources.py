@@ -196,7 +196,7 @@ class McpSources:
 
     def opening(self, prompt: str | None, pairs: Sequence[str], ask: AskArgument | None) -> str:
         """`-p mcp:SERVER/NAME --prompt-arg k=v`: the prompt's text ("" for no MCP prompt; a
-        `-p NAME` of the config is llmchat.saved_prompts')."""
+        `-p NAME` of the config is llmchat.startup.saved_prompts')."""
         if prompt is None or not is_mcp_ref(prompt):
             if pairs:
                 raise UsageError("--prompt-arg goes with -p mcp:SERVER/NAME (the arguments of an MCP prompt)")

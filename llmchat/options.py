@@ -40,7 +40,7 @@ class RunOptions:
     verbose: bool = False
     debug: bool = False
     # sampling
-    saved_prompt: Optional[str] = None  # -p NAME: a saved prompt, [prompts.NAME] (llmchat.saved_prompts)
+    saved_prompt: Optional[str] = None  # -p NAME: a saved prompt, [prompts.NAME] (llmchat.startup.saved_prompts)
     system: Optional[str] = None
     preset: Optional[str] = None
     temperature: Optional[float] = None

@@ -27,8 +27,8 @@ FULL = 1900  # prompt tokens of the filled window, of the 2,040 a turn may take 
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
-    from llmchat.loading import load_model
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import load_model
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LLMCHAT_HOME", str(tmp_path_factory.mktemp("load-home")))

@@ -210,8 +210,8 @@ def test_no_history_saves_no_attachment(cli, tree, smollm2_path, isolated_home):
 
 def _chat_session(smollm2_path, **options):
     from llmchat.config import load_config
-    from llmchat.loading import start_session
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import start_session
 
     opts = RunOptions(model=str(smollm2_path), ctx=2048, temperature=0.0, seed=1, max_tokens=8, **options)
     return start_session(opts, config=load_config(), overflow="drop", with_history=True)

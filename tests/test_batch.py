@@ -274,8 +274,8 @@ def test_parallel_decoder_with_one_sequence_matches_serial_generation(smollm2_pa
     from llmchat.config import load_config
     from llmchat.engine.interface import GenerateRequest, QueuedRequest
     from llmchat.engine.parallel import ParallelDecoder, context_per_sequence
-    from llmchat.loading import start_session
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import start_session
 
     options = RunOptions(model=str(smollm2_path), temperature=0.0, seed=1, max_tokens=16, system=SYSTEM)
     session = start_session(options, config=load_config(), overflow="error", with_history=False)

@@ -106,8 +106,8 @@ def test_history_fork_command(cli, isolated_home):
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
     from llmchat.config import load_config
-    from llmchat.loading import load_model
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import load_model
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LLMCHAT_HOME", str(tmp_path_factory.mktemp("load-home")))
@@ -282,8 +282,8 @@ def test_a_branch_in_a_new_process_restores_the_shared_turns_from_disk(cli, isol
 
     # The tokens of turns 1..N, as this model renders them.
     from llmchat.config import load_config
-    from llmchat.loading import start_session
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import start_session
 
     session = start_session(
         RunOptions(model=str(smollm2_path)), config=load_config(), overflow="drop", with_history=True

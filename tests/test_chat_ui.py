@@ -45,8 +45,8 @@ CTRL_D = "\x04"
 def _load(tmp_path_factory, **options):
     """A real engine + sampling, loaded once per module with its own LLMCHAT_HOME (no config)."""
     from llmchat.config import load_config
-    from llmchat.loading import load_model
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import load_model
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LLMCHAT_HOME", str(tmp_path_factory.mktemp("load-home")))

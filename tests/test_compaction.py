@@ -92,8 +92,8 @@ def _context_lines(err: str) -> list[str]:
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
     """A real engine, loaded once: greedy and short replies, a 2,048-token context."""
-    from llmchat.loading import load_model
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import load_model
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LLMCHAT_HOME", str(tmp_path_factory.mktemp("load-home")))

@@ -60,8 +60,8 @@ def test_a_decode_failure_in_the_chat_keeps_the_reply_and_the_chat_goes_on(monke
 
     from llmchat.config import load_config
     from llmchat.engine.bindings import llama_cpp
-    from llmchat.loading import load_model
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import load_model
     from llmchat.store.history import HistoryStore
     from llmchat.turn.session import ChatSession
     from llmchat.ui.chat import run_interactive

@@ -43,7 +43,7 @@ def test_calibration_measures_both_settings_and_auto_follows_it(smollm2_path, cl
     from llmchat.engine import EngineSettings
     from llmchat.engine.calibrate import calibrate, choose, load_calibration
 
-    folder = paths.cache_dir() / "flash_attn"  # where `ask` looks (llmchat.loading), in the test's home
+    folder = paths.cache_dir() / "flash_attn"  # where `ask` looks (llmchat.startup.loading), in the test's home
     result = calibrate(smollm2_path, EngineSettings(threads=2, batch_size=512), folder=folder, depth=128)
     for measured in (result.on, result.off):
         assert measured.pp_shallow_s > 0 and measured.pp_deep_s > 0 and measured.tg_deep_s > 0

@@ -38,8 +38,8 @@ def hybrid_path(tmp_path_factory, smollm2_path, writer):
 
 def _load(path, home, **options):
     from llmchat.config import load_config
-    from llmchat.loading import load_model
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import load_model
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LLMCHAT_HOME", str(home))

@@ -50,8 +50,8 @@ def test_the_loader_lists_each_tool_and_holds_its_name_to_them():
 @pytest.mark.slow
 def test_past_the_share_the_first_prompt_has_the_names_not_the_schemas(smollm2_path):
     from llmchat.config import load_config
-    from llmchat.loading import start_session
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import start_session
     from llmchat.tools.mcp.config import parse_mcp_spec
     from llmchat.tools.mcp.connection import McpConnection
     from llmchat.tools.offer import ToolIO, make_offer

@@ -207,10 +207,10 @@ def test_a_chat_loads_on_the_load_thread_and_a_failure_after_it_frees_the_load(s
     """Every start-up that loads a model (a chat's, batch's, `/model NAME`'s) runs llama.cpp's load
     on the loading thread while this one imports; when `Engine.load` fails instead of taking it,
     the load is stopped and freed, and no loading thread is left."""
-    from llmchat import loading
     from llmchat.engine import Engine, EngineSettings
     from llmchat.errors import ModelError
     from llmchat.models.resolve import ResolvedModel
+    from llmchat.startup import loading
 
     model = ResolvedModel(path=smollm2_path, name="smollm2", how="path", template=None, ctx=None)
     settings = EngineSettings(n_ctx=256, threads=1, flash_attn=False)

@@ -49,8 +49,8 @@ def declared():
 
 def loaded(smollm2_path, max_tokens: int = 16):
     from llmchat.config import load_config
-    from llmchat.loading import start_session
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import start_session
 
     options = RunOptions(model=str(smollm2_path), ctx=2048, temperature=0.0, seed=1, max_tokens=max_tokens)
     return start_session(options, config=load_config(), overflow="drop", with_history=False)

@@ -139,8 +139,8 @@ def test_an_image_found_beside_the_model_and_piped_on_stdin(cli, smollm2_path, p
 
 def _session(smollm2_path, projector):
     from llmchat.config import load_config
-    from llmchat.loading import start_session
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import start_session
 
     opts = RunOptions(
         model=str(smollm2_path), mmproj=projector, ctx=1024, temperature=0.0, seed=1, max_tokens=8, repeat_penalty=1.0
@@ -315,8 +315,8 @@ def test_a_gemma3_projector_puts_its_image_between_begin_and_end_tokens_and_enco
     positions, which attend to each other non-causally; a later turn reuses all of it."""
     from llmchat.config import load_config
     from llmchat.engine.media_marks import is_media
-    from llmchat.loading import start_session
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import start_session
     from tests.media_fixtures import png_bytes, write_gemma3_projector
 
     projector = write_gemma3_projector(tmp_path / "mmproj-gemma3.gguf", 640)
@@ -505,8 +505,8 @@ def test_the_media_held_stay_bounded_over_a_long_chat(smollm2_path, puppet_proje
 
     from llmchat.config import load_config
     from llmchat.engine import media_eval
-    from llmchat.loading import start_session
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import start_session
 
     opts = RunOptions(model=str(smollm2_path), mmproj=puppet_projector, ctx=256, temperature=0.0, max_tokens=1)
     session = start_session(opts, config=load_config(), overflow="drop", with_history=False)

@@ -28,8 +28,8 @@ ENTER = "\r"
 
 def _start(model: Path, *, history: bool = True, max_tokens: int = 8):
     from llmchat.config import load_config
-    from llmchat.loading import start_session
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import start_session
 
     options = RunOptions(model=str(model), ctx=1024, temperature=0.0, seed=1, max_tokens=max_tokens)
     return start_session(options, config=load_config(), overflow="drop", with_history=history)
@@ -39,7 +39,7 @@ def _start(model: Path, *, history: bool = True, max_tokens: int = 8):
 
 
 def test_switch_keeps_the_conversation_and_rebuilds_the_prefix(smollm2_path, gemma_path, monkeypatch):
-    import llmchat.loading
+    import llmchat.startup.loading
 
     session = _start(smollm2_path)
     try:
@@ -49,14 +49,14 @@ def test_switch_keeps_the_conversation_and_rebuilds_the_prefix(smollm2_path, gem
 
         # The old engine is still loaded when the new one has finished loading.
         alive_after_load: list[bool] = []
-        real_load = llmchat.loading.load_model
+        real_load = llmchat.startup.loading.load_model
 
         def watched(*args, **kwargs):
             loaded = real_load(*args, **kwargs)
             alive_after_load.append(old.model.ctx is not None)
             return loaded
 
-        monkeypatch.setattr(llmchat.loading, "load_model", watched)
+        monkeypatch.setattr(llmchat.startup.loading, "load_model", watched)
         said: list[str] = []
         session.switch_model(str(gemma_path), said.append)
         assert alive_after_load == [True]
@@ -180,7 +180,7 @@ def test_the_new_models_recommended_sampling_replaces_the_old_ones(smollm2_path,
 
 def _start_with(options):
     from llmchat.config import load_config
-    from llmchat.loading import start_session
+    from llmchat.startup.loading import start_session
 
     return start_session(options, config=load_config(), overflow="drop", with_history=False)
 

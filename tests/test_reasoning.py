@@ -356,8 +356,8 @@ def test_history_keeps_reasoning_in_its_own_column_and_shows_it_marked(isolated_
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory, smollm2_path):
     from llmchat.config import load_config
-    from llmchat.loading import load_model
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import load_model
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LLMCHAT_HOME", str(tmp_path_factory.mktemp("reasoning-home")))

@@ -233,8 +233,8 @@ def test_the_tool_loop_sends_a_rounds_thinking_back_and_reuses_its_kv(isolated_h
     thinking, the forced call follows; round 2's prompt holds round 1's thinking where the template
     puts it, and extends round 1's prompt and reply, so the cache covers the thinking too."""
     from llmchat.config import load_config
-    from llmchat.loading import start_session
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import start_session
     from llmchat.tools.functions import load_functions
     from llmchat.tools.offer import ToolIO, make_offer
 

@@ -73,9 +73,9 @@ def test_a_streamed_chat_turn_shows_and_keeps_no_marker(smollm2_path, tmp_path, 
     """The chat streams the reply piece by piece without a marker, and the conversation, the history
     and the next prompt hold it as the template expects: the template adds the markers, once."""
     from llmchat.config import load_config
-    from llmchat.loading import start_session
     from llmchat.options import RunOptions
     from llmchat.output import StreamPrinter
+    from llmchat.startup.loading import start_session
     from llmchat.turn.structured import structured_output
     from llmchat.ui import chat
 

@@ -11,7 +11,7 @@ from llmchat.config import load_config
 from llmchat.errors import ConfigError, UsageError
 from llmchat.options import RunOptions
 from llmchat.sampling import PRESETS, build_sampling
-from llmchat.saved_prompts import apply_to_options, lookup, sampling_layers
+from llmchat.startup.saved_prompts import apply_to_options, lookup, sampling_layers
 
 PIRATE = """
 [prompts.pirate]
@@ -118,7 +118,7 @@ def test_slash_prompt_and_show_provenance(isolated_home):
     """/prompt NAME in a chat started with -p another: /show names the prompt as each value's origin."""
     from rich.console import Console
 
-    from llmchat.loading import start_session
+    from llmchat.startup.loading import start_session
     from llmchat.ui import slash
     from llmchat.ui.context import CommandContext
 
@@ -161,7 +161,7 @@ def _prompt_lines(session, name: str) -> list[str]:
 def test_slash_prompt_naming_another_model_says_the_model_command_that_loads_it(
     isolated_home, smollm2_path, gemma_path
 ):
-    from llmchat.loading import start_session
+    from llmchat.startup.loading import start_session
 
     _write_config(
         isolated_home,
@@ -189,7 +189,7 @@ def test_slash_prompt_on_a_server_knows_the_server_model_it_runs_on(isolated_hom
     its model; another model on it is said, and that /model cannot switch a server."""
     from test_remote import StandIn, openai_models
 
-    from llmchat.loading import start_session
+    from llmchat.startup.loading import start_session
 
     server = StandIn()
     server.routes[("GET", "/v1/models")] = openai_models("tiny")

@@ -149,8 +149,8 @@ def test_slash_tool_off_name_leaves_it_out_of_the_next_prompt(smollm2_path, tmp_
     from rich.console import Console
 
     from llmchat.config import load_config
-    from llmchat.loading import start_session
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import start_session
     from llmchat.tools.options import ToolRequest, offer
     from llmchat.tools.registry import gather_tools
     from llmchat.tools.token_cost import REFERENCE_CONVERSATION

@@ -145,8 +145,8 @@ def test_a_hostile_tool_output_stays_text(smollm2_path, tmp_path):
     """A tool result holding `<|im_end|>` reaches the model as text: the rendered prompt has exactly
     as many end-of-turn control tokens as with a harmless result."""
     from llmchat.config import load_config
-    from llmchat.loading import start_session
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import start_session
     from llmchat.tools.offer import ToolIO, make_offer
     from llmchat.tools.prompt import assistant_tool_calls, tool_result
 

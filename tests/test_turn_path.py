@@ -113,8 +113,8 @@ def test_sampled_reply_ids_keep_the_cache_across_ten_turns(smollm2_path):
     text; the next prompt must still extend the cache: on every turn, the cached tokens are the
     previous prompt plus its reply (less the reply's end token, which is never evaluated)."""
     from llmchat.config import load_config
-    from llmchat.loading import start_session
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import start_session
 
     options = RunOptions(model=str(smollm2_path), temperature=0.7, seed=11, max_tokens=60, ctx=4096)
     session = start_session(options, config=load_config(), overflow="drop", with_history=False)
@@ -157,8 +157,8 @@ def test_sampled_reply_ids_keep_the_cache_across_ten_turns(smollm2_path):
 def test_reply_ids_are_used_only_where_they_spell_the_reply(smollm2_path):
     """A reply cut by a stop string is not what its ids spell: its text is tokenized instead."""
     from llmchat.config import load_config
-    from llmchat.loading import start_session
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import start_session
 
     options = RunOptions(model=str(smollm2_path), temperature=0.0, seed=1, max_tokens=24, stop=("e",))
     session = start_session(options, config=load_config(), overflow="drop", with_history=False)
@@ -176,8 +176,8 @@ def test_a_reasoning_models_reply_without_thinking_goes_back_as_its_sampled_ids(
     """LFM2.5's template has a thinking block (a reasoning format) that SmolLM2 never writes: the
     reply is all answer, and its sampled ids go back as they are, as any model's reply does."""
     from llmchat.config import load_config
-    from llmchat.loading import start_session
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import start_session
 
     template = Path(__file__).parent / "data" / "chat_cases" / "templates" / "LFM2.5-Instruct.jinja"
     options = RunOptions(

@@ -395,8 +395,8 @@ def run_batch(
     from llmchat.turn.structured import from_options
 
     structured = from_options(opts, config)  # a bad --schema is a usage error before the model loads
-    from llmchat.before_load import context_ahead
     from llmchat.edges.bounded_input import text_bound
+    from llmchat.startup.before_load import context_ahead
 
     bound = text_bound(context_ahead(opts, config))  # no line or file takes more than the context could hold
     items = parse_input(input_lines(input_path, bound))
@@ -433,7 +433,7 @@ def run_batch(
     if output is not None and not output.parent.is_dir():
         raise UsageError(f"the folder of {output} does not exist")
     from llmchat.batch.tools import plan_tools
-    from llmchat.loading import start_session
+    from llmchat.startup.loading import start_session
 
     # Every tool name and choice, and the approval, before the load (MCP servers start here).
     batch_tools = plan_tools(tools, items, structured, config) if tools is not None else None

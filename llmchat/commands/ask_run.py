@@ -83,13 +83,13 @@ def run(
     env: Environment,
 ) -> None:
     """One prompt, one streamed reply on stdout."""
-    from llmchat.before_load import loading_ahead
-    from llmchat.loading import start_session
+    from llmchat.startup.before_load import loading_ahead
+    from llmchat.startup.loading import start_session
 
     config = env.config
     # From here llama.cpp loads the model on another thread while this command's imports and
     # checks run, MCP servers start and stdin is read; `start_session` takes it
-    # (llmchat.before_load.loading_ahead). A check that fails cancels it. What is read before the
+    # (llmchat.startup.before_load.loading_ahead). A check that fails cancels it. What is read before the
     # load is bounded by the context it opens, where that is known (llmchat.edges.bounded_input).
     with loading_ahead(opts, config) as context_tokens:
         from llmchat.commands.turns import check_overflow, continue_conversation, run_turn
@@ -112,7 +112,7 @@ def run(
         person.use(person.Person(env.stdin, env.stderr))  # who every question of the run is asked
         if compact is not None:  # a bad --compact: exit 2
             # Imported here only: without --compact, the turn's modules it pulls in load on another
-            # thread while llama.cpp loads the model (llmchat.loading), 40 ms off a one-shot's TTFT.
+            # thread while llama.cpp loads the model (llmchat.startup.loading), 40 ms off a one-shot's TTFT.
             from llmchat.turn.compaction import with_mode
 
             config = with_mode(config, compact)
@@ -150,7 +150,7 @@ def run(
             tool_options.offer(session, toolset, tools, lazy_share=config.lazy_tools)
         if continue_last or cid:
             continue_conversation(session, cid or "last")
-        if attachments:  # imported after the load: the turn's modules load beside it (llmchat.loading)
+        if attachments:  # imported after the load: the turn's modules load beside it (llmchat.startup.loading)
             from llmchat.turn.room import check_room
 
             check_room(session, attachments, text, in_chat=False)  # too big for the room the turn makes: exit 2

@@ -66,7 +66,7 @@ def bench(
             "bench measures plain prompt and decode speed; --lookup and --draft-model do not apply (drop them)"
         )
     # Like llama-bench, the context holds exactly the test unless --ctx says otherwise.
-    from llmchat.loading import load_model
+    from llmchat.startup.loading import load_model
 
     loaded = load_model(opts, config=env.config, n_ctx_override=opts.ctx or max(n_prompt + n_gen, 64))
     engine = loaded.engine
@@ -100,8 +100,8 @@ def run_calibration(opts: RunOptions, env: Environment, *, depth: int, json_outp
     """`bench --calibrate`: what `--flash-attn auto` will pick on the CPU, measured and stored."""
     from dataclasses import asdict
 
-    from llmchat.loading import validate_options
     from llmchat.models.resolve import resolve_model
+    from llmchat.startup.loading import validate_options
 
     if not 64 <= depth <= MAX_TOKENS:
         raise UsageError(f"--depth must be between 64 and {MAX_TOKENS}, got {depth}")

@@ -94,12 +94,12 @@ def chat(
     env: Environment,
 ) -> None:
     """Chat: interactive on a terminal; with piped stdin, one message per line and one reply per turn."""
-    from llmchat.before_load import context_ahead
     from llmchat.commands.turns import check_overflow, continue_conversation
     from llmchat.edges import person
     from llmchat.edges.bounded_input import text_bound
-    from llmchat.loading import start_session
     from llmchat.mcp_sources import McpSources, argument_asker
+    from llmchat.startup.before_load import context_ahead
+    from llmchat.startup.loading import start_session
     from llmchat.tools import options as tool_options
     from llmchat.tools.mcp.roots import use_roots
     from llmchat.tools.mcp.run_mode import model_answers

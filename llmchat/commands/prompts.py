@@ -12,7 +12,7 @@ def list_command(
     import json
 
     from llmchat.env import current_environment
-    from llmchat.saved_prompts import all_prompts
+    from llmchat.startup.saved_prompts import all_prompts
 
     env = current_environment()
     config = env.config
@@ -44,7 +44,7 @@ def show_command(
     import json
 
     from llmchat.env import current_environment
-    from llmchat.saved_prompts import lookup
+    from llmchat.startup.saved_prompts import lookup
 
     env = current_environment()
     prompt = lookup(name, env.config)

@@ -31,7 +31,7 @@ def take_run_options(kwargs: dict[str, Any], shared: Iterable[str], config: Conf
         values[name] = tuple(values.get(name) or ())
     opts = RunOptions(**values)
     if opts.saved_prompt:
-        from llmchat.saved_prompts import apply_to_options
+        from llmchat.startup.saved_prompts import apply_to_options
 
         opts = apply_to_options(opts, config)
     return opts

@@ -153,7 +153,7 @@ class Engine:
         # enough to flip a near-tie and change a greedy reply.
         # (One limit remains: once the cache holds more than 256 tokens, a lone query row takes a
         # kernel that splits the cache across threads and rounds differently; see docs/speed-and-memory.md.)
-        # The option values were checked once, before loading (llmchat.loading.validate_options).
+        # The option values were checked once, before loading (llmchat.startup.loading.validate_options).
         flash_attn = settings.flash_attn
         drafter: PromptLookupDrafter | DraftModelDrafter | None = None
         draft_model: LoadedModel | None = None

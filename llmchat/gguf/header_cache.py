@@ -75,7 +75,7 @@ def read_metadata_cached(path: Path) -> GGUFMetadata:
     real, key = found
     entry = paths.cache_dir() / "headers" / (hashlib.sha256(str(real).encode()).hexdigest()[:32] + ".json")
     remembered = _read_in_this_process.get((str(entry), str(path), tuple(key)))
-    if remembered is not None:  # a one-shot asks twice: to load ahead, then to load (llmchat.loading)
+    if remembered is not None:  # a one-shot asks twice: to load ahead, then to load (llmchat.startup.loading)
         return remembered
     meta = None
     try:

@@ -6,7 +6,7 @@ template is rendered with, and its reasoning format with the control tokens that
 `model_parts` builds them, at start-up and on a switch alike.
 
 A switch (`ChatSession.switch_model`) loads the new model with a `ModelLoader` (made by
-llmchat.loading with the run's options), builds all of its parts, and only then swaps them in and
+llmchat.startup.loading with the run's options), builds all of its parts, and only then swaps them in and
 frees the old engine: a model that fails to load, or a part that fails for it (a tool grammar, a
 schema its vocabulary cannot hold), closes the new engine and leaves the session as it was. The
 conversation carries over as text: replies' sampled token ids belong to the old vocabulary and

@@ -1,4 +1,4 @@
-"""`/prompt NAME` in a running chat: a saved prompt (llmchat.saved_prompts) applied to the session.
+"""`/prompt NAME` in a running chat: a saved prompt (llmchat.startup.saved_prompts) applied to the session.
 
 Its system prompt, sampling and schema hold from the next message on, each named as coming from
 the prompt in `/show`. A prompt naming another model says so, with the `/model NAME` that loads
@@ -18,7 +18,7 @@ from llmchat import paths
 from llmchat.config import Config
 from llmchat.errors import LlmchatError
 from llmchat.sampling import SETTABLE
-from llmchat.saved_prompts import lookup, sampling_layers
+from llmchat.startup.saved_prompts import lookup, sampling_layers
 
 if TYPE_CHECKING:
     from llmchat.turn.session import ChatSession
@@ -86,10 +86,10 @@ def _same_model(requested: str, config: Config, session: ChatSession) -> bool:
 
 def _names_this_server(requested: str, config: Config, label: str) -> bool:
     """On a server, the model is what the chat was started with: a configured server's `NAME` or
-    `NAME:MODEL` names it where it gives the same label (llmchat.loading.server_label); a model's
+    `NAME:MODEL` names it where it gives the same label (llmchat.startup.loading.server_label); a model's
     own name was compared with the label already."""
-    from llmchat.loading import server_label, server_specs
     from llmchat.options import RunOptions
+    from llmchat.startup.loading import server_label, server_specs
 
     try:
         specs = server_specs(RunOptions(model=requested), config)

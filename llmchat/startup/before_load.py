@@ -8,11 +8,11 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from llmchat.config import Config
-from llmchat.engine_settings import check_flash_attn_for_kv, checked_metadata, context_size, engine_settings
 from llmchat.errors import LlmchatError
-from llmchat.loading import server_specs, validate_options
 from llmchat.models.resolve import resolve_model
 from llmchat.options import RunOptions
+from llmchat.startup.engine_settings import check_flash_attn_for_kv, checked_metadata, context_size, engine_settings
+from llmchat.startup.loading import server_specs, validate_options
 
 
 @contextmanager

@@ -1,7 +1,7 @@
 """How a local model is opened: from the options, the config and the file's GGUF header to the
 `EngineSettings` the engine loads it with (context size, flash attention, offload, KV type).
 
-`llmchat.loading` asks it twice for a one-shot: once to begin llama.cpp's load ahead, and once
+`llmchat.startup.loading` asks it twice for a one-shot: once to begin llama.cpp's load ahead, and once
 where it loads. Both must get equal settings, so nothing here prints or depends on the moment.
 """
 
