@@ -33,13 +33,13 @@ class ProgressLine:
         self._show(f"llmchat: {self.label}: task {status}" + (f" ({message})" if message else ""))
 
     def _show(self, text: str) -> None:
-        text = " ".join(text.split())  # one line, whatever the server wrote
         if text == self._last:
             return
         self._last = text
         try:
             if self.tty:
-                self.stream.write("\r\x1b[K" + terminal_safe(text))
+                one_line = " ".join(text.split())  # whatever the server wrote: the line is rewritten in place
+                self.stream.write("\r\x1b[K" + terminal_safe(one_line))
                 self._drawn = True
             else:
                 self.stream.write(text + "\n")
