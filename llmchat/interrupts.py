@@ -101,14 +101,15 @@ def _inside_callback(frame: FrameType | None) -> bool:
 
 
 def _inside_python_machinery(frame: FrameType | None) -> bool:
-    """Whether the signal's handler runs in importlib's own code, or anywhere below the top level
-    of source text that exec() or eval() compiled (see the module). importlib's code only where it
-    runs itself: a signal in the code of a module being imported is raised as anywhere else. And
-    not the top level of `python -c`, which has no caller (nothing is left to catch it there)."""
-    if frame is not None and frame.f_code.co_filename in _IMPORTLIB_FILES:
-        return True
-    while frame is not None:
+    """Whether the signal's handler runs in importlib's own code, or in source text that exec() or
+    eval() compiled, run from somewhere (see the module). Only the frames the signal landed in
+    count, up to the first one of a real file: a signal in the code of a module being imported is
+    raised as anywhere else, and so is one in code that merely runs under an exec() far down the
+    stack (a test runner's worker). Not the top level of `python -c`, which has no caller."""
+    while frame is not None and frame.f_code.co_filename.startswith("<"):
         code = frame.f_code
+        if code.co_filename in _IMPORTLIB_FILES:
+            return True
         if code.co_name == "<module>" and code.co_filename == "<string>" and frame.f_back is not None:
             return True
         frame = frame.f_back

@@ -36,7 +36,21 @@ def main() -> None:
     except (KeyboardInterrupt, RuntimeError) as err:  # in the few steps before the command's own handling
         _stopped_by_signal(err)
     finally:
+        _no_load_left_running()
         _collector_off_for_teardown()
+
+
+def _no_load_left_running() -> None:
+    """A model load begun ahead (llmchat.engine.load_ahead) is stopped and freed before Python's
+    exit, whichever way the command ended: the exit frees llama.cpp's static tables, which a load
+    still in flight reads (a SIGSEGV after a Ctrl-C that landed while the load was beginning)."""
+    load_ahead = sys.modules.get("llmchat.engine.load_ahead")
+    if load_ahead is None:
+        return
+    try:
+        load_ahead.cancel()
+    except BaseException:  # noqa: BLE001 - a second signal while it stops: the run's own end stands
+        pass
 
 
 def _stopped_by_signal(err: BaseException) -> NoReturn:

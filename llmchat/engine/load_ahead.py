@@ -38,7 +38,12 @@ class _Load:
         self.arguments = arguments
         self.cpu_before = cpu_before
         self.model: LoadedModel | None = None
-        self._thread = threading.Thread(target=self._run, name="llmchat-load-ahead", daemon=True)
+        # Not a daemon: should a Ctrl-C land between the start and the moment this load is known
+        # (`begin`), Python's own exit still waits for the thread before it tears the process
+        # down, never with the thread inside llama.cpp (whose static tables the exit frees).
+        self._thread = threading.Thread(target=self._run, name="llmchat-load-ahead")
+
+    def start(self) -> None:
         self._thread.start()
 
     def _run(self) -> None:
@@ -69,7 +74,9 @@ def begin(path: Path, settings: EngineSettings) -> None:
     cpu_before = CpuReading.now()
     logs.install(settings.verbose)  # before llama.cpp says anything: its log never reaches stdout
     ensure_backend()  # here, once, rather than on the new thread beside anything else
-    _state["load"] = _Load(path, arguments, cpu_before)
+    load = _Load(path, arguments, cpu_before)
+    _state["load"] = load  # known before it starts: whatever interrupts `begin`, `cancel` finds it
+    load.start()
 
 
 def take(path: Path, arguments: dict[str, Any]) -> tuple[LoadedModel, CpuReading] | None:
