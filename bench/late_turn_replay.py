@@ -48,8 +48,8 @@ def main() -> None:
 
     from llmchat.engine import Engine, EngineSettings, physical_cores
     from llmchat.engine.interface import GenerateRequest
+    from llmchat.engine.sampling import SamplingParams
     from llmchat.models.resolve import bundled_default_model
-    from llmchat.sampling import SamplingParams
 
     model = str(bundled_default_model())
     threads = physical_cores()

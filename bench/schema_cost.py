@@ -157,7 +157,7 @@ def spread(values: list[float]) -> str:
 
 def measure_cell(engine, prompt, schema, grammar, max_tokens, gates, args, raw_lines, where, temperature):
     """One table cell: free, schema (and llama.cpp) in alternating order, rep after rep; its table rows."""
-    from llmchat.sampling import SamplingParams
+    from llmchat.engine.sampling import SamplingParams
     from llmchat.turn.structured import validation_error
 
     modes = ["free", "schema"] + (["llama.cpp"] if args.llama_cpp and temperature == 0 else [])

@@ -61,8 +61,8 @@ from typing import Any
 
 from llmchat import paths
 from llmchat.edges.bounded_input import ANY_TEXT, read_file
+from llmchat.engine.sampling import PRESETS, SETTABLE, parse_value
 from llmchat.errors import ConfigError, UsageError
-from llmchat.sampling import PRESETS, SETTABLE, parse_value
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -15,7 +15,7 @@ from llmchat.engine.grammar import Grammar
 from llmchat.engine.interface import GenerateRequest
 from llmchat.engine.remote import connect
 from llmchat.engine.remote.spec import ServerSpec
-from llmchat.sampling import SamplingParams
+from llmchat.engine.sampling import SamplingParams
 from llmchat.tools.grammar import literal
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]

@@ -213,7 +213,7 @@ def test_close_frees_the_model_even_when_freeing_the_draft_fails(smollm2_path, l
 # --- sampler chains: a grammar that cannot start -------------------------------------------------------
 def _chain(engine, grammar):
     from llmchat.engine.sampler import sampler_chain
-    from llmchat.sampling import SamplingParams
+    from llmchat.engine.sampling import SamplingParams
 
     return sampler_chain(engine.model.vocab, engine.model.n_vocab, 64, SamplingParams(temperature=0.0), 1, grammar)
 
@@ -263,7 +263,7 @@ def test_a_signal_right_after_a_slots_chain_is_freed_frees_nothing_twice(engine,
     after a finished slot's chain was freed, and the decoder's cleanup freed it again."""
     from llmchat.engine.interface import GenerateRequest, QueuedRequest
     from llmchat.engine.parallel import ParallelDecoder
-    from llmchat.sampling import SamplingParams
+    from llmchat.engine.sampling import SamplingParams
 
     greedy = SamplingParams(temperature=0.0)
     prompts = [engine.tokenize(f"Count to {n}:", special=False) for n in (3, 4, 5, 6)]

@@ -30,7 +30,7 @@ def test_top_candidates_settle_refusals_and_each_greedy_pick_equals_llama_cpps(
 ):
     from llmchat.engine import Engine, EngineSettings
     from llmchat.engine.grammar import Grammar, schema_to_gbnf
-    from llmchat.sampling import SamplingParams
+    from llmchat.engine.sampling import SamplingParams
 
     gates = freed_gates
     schema = concise_to_schema(MOVIE)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from llmchat.engine.interface import GenerateRequest
-from llmchat.sampling import SamplingParams
+from llmchat.engine.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, seed=1)
 STORY = " ".join(f"Note {i}: the lighthouse keeper counted {i} ships before dawn." for i in range(12))

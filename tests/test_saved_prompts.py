@@ -8,9 +8,9 @@ import json
 import pytest
 
 from llmchat.config import load_config
+from llmchat.engine.sampling import PRESETS, build_sampling
 from llmchat.errors import ConfigError, UsageError
 from llmchat.options import RunOptions
-from llmchat.sampling import PRESETS, build_sampling
 from llmchat.startup.saved_prompts import apply_to_options, lookup, sampling_layers
 
 PIRATE = """

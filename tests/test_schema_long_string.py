@@ -124,7 +124,7 @@ def _rows(gate, heads, everything):
 def test_greedy_story_under_a_schema_equals_llama_cpp_and_is_valid(model_path, freed_gates, llama_cpp_grammar_picks):
     from llmchat.engine import Engine, EngineSettings
     from llmchat.engine.grammar import Grammar, schema_to_gbnf
-    from llmchat.sampling import SamplingParams
+    from llmchat.engine.sampling import SamplingParams
     from llmchat.turn.structured import validation_error
 
     gates = freed_gates

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from llmchat.config import Config, load_config
+from llmchat.engine.sampling import PRESETS, build_sampling, with_setting
 from llmchat.errors import ConfigError, ModelError, UsageError
 from llmchat.models.resolve import resolve_model
-from llmchat.sampling import PRESETS, build_sampling, with_setting
 
 
 def test_layers_flag_beats_preset_beats_model_beats_default():
@@ -35,7 +35,7 @@ def test_a_models_float32_values_read_as_written():
 
 
 def test_another_models_defaults_move_only_what_the_user_did_not_set():
-    from llmchat.sampling import with_model_defaults
+    from llmchat.engine.sampling import with_model_defaults
 
     old = build_sampling(
         model_metadata={"general.sampling.temp": 0.3, "general.sampling.top_k": 20, "general.sampling.min_p": 0.1},

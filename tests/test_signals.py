@@ -416,7 +416,7 @@ from llmchat import interrupts
 from llmchat.engine import Engine, EngineSettings, grammar_gate
 from llmchat.engine.grammar import Grammar, schema_to_gbnf
 from llmchat.engine.interface import GenerateRequest
-from llmchat.sampling import SamplingParams
+from llmchat.engine.sampling import SamplingParams
 from llmchat.turn.structured import concise_to_schema
 
 interrupts.install()

@@ -384,7 +384,7 @@ def test_gate_matches_llama_cpp_grammar_sampler_at_temperature_0(smollm2_path, l
     from dataclasses import replace
 
     from llmchat.engine import Engine, EngineSettings
-    from llmchat.sampling import SamplingParams
+    from llmchat.engine.sampling import SamplingParams
 
     grammar = Grammar(schema_to_gbnf(MOVIE_SCHEMA), "test")
     # No repeat penalty: the reference chain is grammar + greedy only; the grammar is what is

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from llmchat.stopping import LoopDetector
+from llmchat.engine.stopping import LoopDetector
 from llmchat.turn.record import error_record
 
 JSON_RECORD_PAGE = Path(__file__).resolve().parent.parent / "docs" / "json-record.md"

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from llmchat.engine.sampling import parse_value
 from llmchat.errors import LlmchatError, UsageError
-from llmchat.sampling import parse_value
 
 if TYPE_CHECKING:
     from llmchat.edges.bounded_input import Bound

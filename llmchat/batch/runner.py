@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from llmchat.tools.options import ToolRequest
 
     Decoder = SerialDecoder | ParallelDecoder | ConcurrentStreams
-    from llmchat.sampling import SamplingParams
+    from llmchat.engine.sampling import SamplingParams
     from llmchat.turn.plan import PreparedTurn
     from llmchat.turn.session import ChatSession
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from llmchat.engine.interface import ChatEngine, GenerateRequest, QueuedRequest
     from llmchat.engine.reply import Vocabulary
-    from llmchat.sampling import SamplingParams
+    from llmchat.engine.sampling import SamplingParams
 
 
 def draw_seed(sampling: SamplingParams) -> int:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from llmchat.engine.grammar import Grammar
     from llmchat.engine.prompt_pieces import PromptPiece
     from llmchat.engine.reply import GenerationOutcome, ThinkingSteering
-    from llmchat.sampling import SamplingParams
+    from llmchat.engine.sampling import SamplingParams
 
 
 @dataclass(frozen=True)

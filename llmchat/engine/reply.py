@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from llmchat import interrupts
 from llmchat.engine.loop_exit import LoopExit
-from llmchat.stopping import LoopDetector, StopMatcher
+from llmchat.engine.stopping import LoopDetector, StopMatcher
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from llmchat.engine.grammar import Grammar
     from llmchat.engine.loop_exit import LoopExit
     from llmchat.engine.native import LoadedModel
-    from llmchat.sampling import SamplingParams
+    from llmchat.engine.sampling import SamplingParams
 
 
 def sampler_chain(

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from llmchat import paths
 from llmchat.config import Config
+from llmchat.engine.sampling import SamplingParams, build_sampling, model_defaults, preset_values
 from llmchat.errors import UsageError
 from llmchat.models.resolve import ResolvedModel, resolve_model
 from llmchat.options import RunOptions
 from llmchat.output import is_tty, notice, spinner
-from llmchat.sampling import SamplingParams, build_sampling, model_defaults, preset_values
 from llmchat.startup.engine_settings import (
     FLASH_ATTN_CHOICES,
     check_flash_attn_for_kv,

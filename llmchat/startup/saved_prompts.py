@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmchat.config import PROMPT_TEXT_KEYS, Config, check_saved_prompt
+from llmchat.engine.sampling import PRESETS
 from llmchat.errors import UsageError
 from llmchat.mcp_sources import is_mcp_ref
-from llmchat.sampling import PRESETS
 
 if TYPE_CHECKING:
     from llmchat.options import RunOptions

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from llmchat.config import Config
     from llmchat.engine.interface import ChatEngine, Prompt
-    from llmchat.sampling import SamplingParams
+    from llmchat.engine.sampling import SamplingParams
     from llmchat.store.history import HistoryStore
     from llmchat.turn.conversation import Conversation
     from llmchat.turn.observer import TurnObserver

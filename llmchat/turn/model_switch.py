@@ -13,7 +13,7 @@ conversation carries over as text: replies' sampled token ids belong to the old 
 are dropped, and the next prompt is rendered whole with the new template, so the KV prefix is
 built anew (that turn's stats say so: `prefix`). The sampling goes on too, but a value that came
 from the old model's `general.sampling.*` keys (or from ours) becomes the new model's
-recommendation; what the user set stays (llmchat.sampling.with_model_defaults).
+recommendation; what the user set stays (llmchat.engine.sampling.with_model_defaults).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ class SwitchedModel:
     config_template: str | None  # the config's template for this model (an alias's, or the global one)
     kv_store: KVStore | None = None  # the KV cache on disk, for this engine (asked for where the old one had one)
     notices: list[str] = field(default_factory=list)  # one line each: a base model, ...
-    # Its `general.sampling.*` recommendation (llmchat.sampling.model_defaults): it replaces the old
-    # model's wherever the user set nothing (llmchat.sampling.with_model_defaults).
+    # Its `general.sampling.*` recommendation (llmchat.engine.sampling.model_defaults): it replaces the old
+    # model's wherever the user set nothing (llmchat.engine.sampling.with_model_defaults).
     recommended_sampling: dict[str, Any] = field(default_factory=dict)
 
 

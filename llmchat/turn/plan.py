@@ -16,10 +16,10 @@ if TYPE_CHECKING:
     from llmchat.engine.grammar import Grammar
     from llmchat.engine.interface import ChatEngine, Prompt
     from llmchat.engine.kv_store import Restored
+    from llmchat.engine.sampling import SamplingParams
     from llmchat.prompt.model_facts import ModelFacts
     from llmchat.reasoning.formats import ReasoningFormat
     from llmchat.reasoning.thinking import ThinkingTracker
-    from llmchat.sampling import SamplingParams
     from llmchat.tools.offer import ToolOffer
     from llmchat.turn.conversation import Budget, Conversation, FitResult
     from llmchat.turn.structured import StructuredOutput

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from llmchat.errors import ExitCode
 
 if TYPE_CHECKING:
-    from llmchat.sampling import SamplingParams
+    from llmchat.engine.sampling import SamplingParams
 
 DEFAULT_REPLY_CAP = 2048
 INVALID_REPLY_EXIT = ExitCode.OUTPUT

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from llmchat import interrupts
 from llmchat.engine.interface import GenerateRequest, prompt_ids
+from llmchat.engine.sampling import with_model_defaults
 from llmchat.errors import UsageError
 from llmchat.media.use import give_media
 from llmchat.prompt.model_facts import ModelFacts
@@ -44,7 +45,6 @@ from llmchat.reasoning.formats import (
     thinking_variables,
 )
 from llmchat.reasoning.thinking import ThinkingSplitter, ThinkingTracker
-from llmchat.sampling import with_model_defaults
 from llmchat.turn.compaction import compact_before_turn
 from llmchat.turn.conversation import Budget, Conversation, default_reply_reserve, fit_to_context
 from llmchat.turn.model_switch import SWITCHED, ModelLoader, as_text, check_for, model_parts
@@ -63,8 +63,8 @@ if TYPE_CHECKING:
     from llmchat.engine.interface import ChatEngine, Prompt
     from llmchat.engine.kv_store import KVStore
     from llmchat.engine.reply import GenerationOutcome
+    from llmchat.engine.sampling import SamplingParams
     from llmchat.reasoning.formats import ReasoningFormat
-    from llmchat.sampling import SamplingParams
     from llmchat.store.attachment_records import Attachment
     from llmchat.store.history import HistoryStore
     from llmchat.tools.offer import ToolOffer

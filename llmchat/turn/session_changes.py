@@ -21,7 +21,7 @@ from llmchat.turn.branches import fork_point
 from llmchat.turn.conversation import Conversation
 
 if TYPE_CHECKING:
-    from llmchat.sampling import SamplingParams
+    from llmchat.engine.sampling import SamplingParams
     from llmchat.store.records import StoredConversation
     from llmchat.tools.offer import ToolOffer
     from llmchat.turn.record import TurnResult

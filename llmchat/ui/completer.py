@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 
-from llmchat.sampling import PRESETS, SETTABLE
+from llmchat.engine.sampling import PRESETS, SETTABLE
 from llmchat.ui.slash import COMMANDS
 
 if TYPE_CHECKING:

@@ -14,14 +14,14 @@ import os
 from typing import TYPE_CHECKING
 
 from llmchat import interrupts
+from llmchat.engine.sampling import SETTABLE
 from llmchat.errors import LlmchatError
-from llmchat.sampling import SETTABLE
 from llmchat.ui.context import CONTINUE, CommandContext, Outcome
 
 if TYPE_CHECKING:
     from llmchat.config import Config
+    from llmchat.engine.sampling import SamplingParams
     from llmchat.models.catalogue import Entry
-    from llmchat.sampling import SamplingParams
     from llmchat.turn.session import ChatSession
 
 

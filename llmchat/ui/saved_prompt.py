@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from llmchat import paths
 from llmchat.config import Config
+from llmchat.engine.sampling import SETTABLE
 from llmchat.errors import LlmchatError
-from llmchat.sampling import SETTABLE
 from llmchat.startup.saved_prompts import lookup, sampling_layers
 
 if TYPE_CHECKING:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from llmchat.engine.sampling import PRESETS, SETTABLE, with_setting
 from llmchat.errors import HistoryError, LlmchatError
-from llmchat.sampling import PRESETS, SETTABLE, with_setting
 from llmchat.ui.context import CONTINUE, CommandContext, Outcome, one_line
 
 if TYPE_CHECKING:
-    from llmchat.sampling import SamplingParams
+    from llmchat.engine.sampling import SamplingParams
 
 NO_TOOLS = "no tools in this chat; start it with -T NAME, --functions FILE.py or --mcp COMMAND"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from llmchat.sampling import SETTABLE
+from llmchat.engine.sampling import SETTABLE
 from llmchat.ui import clipboard
 from llmchat.ui import conversation_commands as conversation
 from llmchat.ui import file_commands as files

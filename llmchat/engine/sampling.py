@@ -48,7 +48,7 @@ class SamplingParams:
     max_tokens: int | None = None  # None: the default reply cap (llmchat.turn.policy), or where the context ends
     seed: int | None = None  # None: a fresh random seed per reply
     stop: tuple[str, ...] = ()
-    stop_loops: bool = True  # end a reply that repeats itself (llmchat.stopping.LoopDetector)
+    stop_loops: bool = True  # end a reply that repeats itself (llmchat.engine.stopping.LoopDetector)
     preset: str = DEFAULT_PRESET
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
