@@ -36,7 +36,6 @@ LAYERS: dict[str, int] = {
     "defaults": 0,
     "output": 0,
     "options": 0,
-    "machine": 0,
     "gguf": 1,
     "engine": 2,
     "prompt": 3,

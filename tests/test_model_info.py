@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from llmchat.gguf.footprint import attention_layout, compute_buffer_bytes, kv_bytes_per_token, kv_cache_bytes
+from llmchat.gguf.machine import GpuMemory, SystemMemory, _parse_gpu_line, system_memory
 from llmchat.gguf.metadata import GGUFMetadata, TensorInfo
 from llmchat.gguf.model_report import (
     TEMPLATE_BUILT_IN,
@@ -32,7 +33,6 @@ from llmchat.gguf.model_report import (
     quantization,
 )
 from llmchat.gguf.reader import read_metadata
-from llmchat.machine import GpuMemory, SystemMemory, _parse_gpu_line, system_memory
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -316,7 +316,7 @@ def test_fits_against_ram_and_vram(smollm2: GGUFMetadata) -> None:
 
 
 def test_system_memory_probe(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("llmchat.machine.shutil.which", lambda name: None)  # no nvidia-smi
+    monkeypatch.setattr("llmchat.gguf.machine.shutil.which", lambda name: None)  # no nvidia-smi
     memory = system_memory()
     assert memory.gpus == () and memory.vram_free_bytes is None
     if Path("/proc/meminfo").exists():
@@ -486,7 +486,7 @@ def test_runtime_line_names_the_gpu_and_the_layers_it_takes() -> None:
 def test_vram_comes_from_ggml_when_nvidia_smi_is_absent(monkeypatch) -> None:
     from llmchat.commands.info import _with_ggml_gpus
 
-    monkeypatch.setattr("llmchat.machine.shutil.which", lambda name: None)  # no nvidia-smi
+    monkeypatch.setattr("llmchat.gguf.machine.shutil.which", lambda name: None)  # no nvidia-smi
     memory = _with_ggml_gpus(GPU_RUNTIME)
     assert [(g.name, g.free_bytes) for g in memory.gpus] == [("NVIDIA H200", 140 * 2**30)]
     assert _with_ggml_gpus(GPU_RUNTIME | {"gpu_offload": False}).gpus == ()

@@ -139,7 +139,7 @@ def runtime_report(meta: Any, env: Environment) -> dict:
 
 def _with_ggml_gpus(runtime: dict) -> Any:
     """Free VRAM from nvidia-smi, or else from ggml's own devices (Metal, Vulkan, ROCm)."""
-    from llmchat.machine import GpuMemory, system_memory
+    from llmchat.gguf.machine import GpuMemory, system_memory
 
     memory = system_memory()
     if memory.gpus or not runtime["gpu_offload"]:

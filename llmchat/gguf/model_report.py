@@ -1,7 +1,7 @@
 """What `llmchat info` reports about a GGUF model: what it is (architecture, size, quantization,
 template) and what it costs at a few context lengths against this machine's memory.
 
-The memory math is llmchat.gguf.footprint's; the machine's memory comes from llmchat.machine.
+The memory math is llmchat.gguf.footprint's; the machine's memory comes from llmchat.gguf.machine.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from llmchat.gguf.footprint import (
     metadata_int,
     vocab_size,
 )
+from llmchat.gguf.machine import SystemMemory, system_memory
 from llmchat.gguf.metadata import GGUFMetadata, ggml_type_name
-from llmchat.machine import SystemMemory, system_memory
 
 CONTEXT_POINTS = (4096, 8192, 32768, 131072)
 KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")

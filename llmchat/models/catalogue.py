@@ -27,8 +27,8 @@ from llmchat.private_files import ensure_private_dir
 
 if TYPE_CHECKING:
     from llmchat.config import Config
+    from llmchat.gguf.machine import SystemMemory
     from llmchat.gguf.metadata import GGUFMetadata
-    from llmchat.machine import SystemMemory
 
 CACHE_VERSION = 1
 CACHE_FILE_NAME = "models-catalogue.json"
@@ -135,7 +135,7 @@ def summarize(meta: GGUFMetadata, n_ctx: int | None, config: Config | None = Non
     ctx = n_ctx or default_ctx(trained, config)
     total = None
     if problem is None:
-        from llmchat.machine import SystemMemory
+        from llmchat.gguf.machine import SystemMemory
 
         estimate = estimate_context(meta, attention_layout(meta), ctx, SystemMemory(None, None))
         total = estimate.total_bytes
@@ -334,7 +334,7 @@ def media_of(path: Path) -> dict[str, Any] | None:
 
 def catalogue(config: Config | None = None, memory: SystemMemory | None = None) -> list[Entry]:
     """Every candidate of every store, with its summary (cached), kind and fits verdict."""
-    from llmchat.machine import system_memory
+    from llmchat.gguf.machine import system_memory
 
     memory = system_memory() if memory is None else memory
     cache = SummaryCache()
@@ -353,7 +353,7 @@ def catalogue(config: Config | None = None, memory: SystemMemory | None = None) 
 
 def entry_for(candidate: Candidate, config: Config | None = None, memory: SystemMemory | None = None) -> Entry:
     """One candidate's entry (for `models show` and `models rm`), through the same cache."""
-    from llmchat.machine import system_memory
+    from llmchat.gguf.machine import system_memory
 
     memory = system_memory() if memory is None else memory
     cache = SummaryCache()

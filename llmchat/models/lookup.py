@@ -75,7 +75,7 @@ def _ollama(rest: str) -> Candidate:
     if candidate.problem:
         raise ModelError(f"Ollama model {wanted!r}: {candidate.problem}; pull it again with ollama")
     # Ollama's own variants (a fused vision tower) pass the header checks but not llama.cpp's loader.
-    from llmchat.machine import SystemMemory
+    from llmchat.gguf.machine import SystemMemory
     from llmchat.models.catalogue import entry_for
 
     problem = entry_for(candidate, memory=SystemMemory(None, None)).problem
