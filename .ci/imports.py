@@ -32,7 +32,6 @@ LAYERS: dict[str, int] = {
     "interrupts": 0,
     "paths": 0,
     "private_files": 0,
-    "typed_lines": 0,
     "defaults": 0,
     "output": 0,
     "options": 0,

@@ -20,7 +20,7 @@ import pytest
 
 from llmchat.engine import kv_store
 from llmchat.store.history import HistoryStore
-from llmchat.typed_lines import forget_typed_lines
+from llmchat.store.typed_lines import forget_typed_lines
 
 SUBPROCESS_TIMEOUT_S = 300  # only a guard against a hung child, never an assertion
 ENTER = "\r"
@@ -407,7 +407,7 @@ def test_rm_takes_the_conversations_commands_out_of_the_input_history(tmp_path):
 
 
 def test_forget_typed_lines_by_the_conversation_they_were_typed_in(tmp_path):
-    from llmchat.typed_lines import TaggedLines
+    from llmchat.store.typed_lines import TaggedLines
 
     path = tmp_path / "input_history"
     owner: list[str | None] = [None]

@@ -356,7 +356,7 @@ def _remove_copies(conversation_id: Optional[str], typed: set[str], wal_cleared:
     folder too (one conversation's images went with its messages: llmchat.store.media_files)."""
     from llmchat.engine import kv_store
     from llmchat.output import notice
-    from llmchat.typed_lines import forget_typed_lines
+    from llmchat.store.typed_lines import forget_typed_lines
 
     if conversation_id is None:
         from llmchat import paths

@@ -244,7 +244,7 @@ class ChatUI:
     def _prompt_loop(self, pending: str) -> None:
         assert self._prompt is not None
         while True:
-            self._tie_typed_lines()  # once the first reply made the conversation (llmchat.typed_lines)
+            self._tie_typed_lines()  # once the first reply made the conversation (llmchat.store.typed_lines)
             self.guard.reset()
             self.completer.new_prompt()
             # A Ctrl-C deferred past the end of what it meant to stop (a reply's last frame) has

@@ -44,7 +44,7 @@ def input_history(
 ) -> tuple[History, Callable[[], None]]:
     """A FileHistory at `paths.input_history_file()`, or an in-memory one when that file cannot be
     written (with one warning) or when the chat keeps no history (`persist=False`); and what ties
-    the lines typed so far to their conversation once it exists (llmchat.typed_lines: each line
+    the lines typed so far to their conversation once it exists (llmchat.store.typed_lines: each line
     is tagged with the conversation `owner()` names, so that deleting it deletes them).
 
     Every line typed is in that file, so it is created 0600 in a 0700 folder whatever the umask."""
@@ -54,7 +54,7 @@ def input_history(
 
     from llmchat import paths
     from llmchat.private_files import ensure_private_dir, open_private
-    from llmchat.typed_lines import TaggedLines
+    from llmchat.store.typed_lines import TaggedLines
 
     def nothing_to_tie() -> None:
         return None
@@ -73,7 +73,7 @@ def input_history(
     tagged = TaggedLines(path, owner)
 
     class SafeFileHistory(FileHistory):
-        """Entries tagged with their conversation (llmchat.typed_lines). A write that fails later
+        """Entries tagged with their conversation (llmchat.store.typed_lines). A write that fails later
         (disk full, file removed with its folder) must not end the chat: warn once, keep the rest
         of the lines in memory."""
 
