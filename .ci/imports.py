@@ -42,7 +42,6 @@ LAYERS: dict[str, int] = {
     "tools": 4,
     "store": 4,
     "config": 4,
-    "mcp_sources": 5,
     "models": 5,
     "env": 5,
     "media": 5,

@@ -185,7 +185,7 @@ def _marking_server(tmp_path, body: str) -> str:
 def test_completion_never_starts_a_server(tmp_path):
     """Typing `/file mcp:slow/` lists nothing from a server that is not running, and starts none;
     once it runs (a /file or /resources started it), its resources complete."""
-    from llmchat.mcp_sources import McpSources
+    from llmchat.tools.mcp.sources import McpSources
 
     started = tmp_path / "started"
     spec = _marking_server(

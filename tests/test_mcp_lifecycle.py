@@ -51,7 +51,7 @@ def test_a_toolset_keeps_a_dead_server_aside_and_sources_share_its_connections(s
 
     from llmchat.config import load_config
     from llmchat.errors import UsageError
-    from llmchat.mcp_sources import McpSources
+    from llmchat.tools.mcp.sources import McpSources
     from llmchat.tools.registry import gather_tools
 
     with (isolated_home / "config.toml").open("a", encoding="utf-8") as config_file:  # nothing listens there
@@ -80,7 +80,7 @@ def test_a_toolset_keeps_a_dead_server_aside_and_sources_share_its_connections(s
 
 def test_a_server_opened_for_its_resources_only_lists_no_tools(starts):
     from llmchat.config import load_config
-    from llmchat.mcp_sources import McpSources
+    from llmchat.tools.mcp.sources import McpSources
 
     with McpSources(load_config()) as sources:
         assert sources.prompt_text("mcp:changing/greet", {"name": "Ann"}) == "Say hello to Ann."

@@ -301,8 +301,8 @@ def test_a_batch_item_attaches_a_resource_and_a_prompt_opens_every_item(cli, con
 @pytest.fixture
 def sources(configured):
     from llmchat.config import load_config
-    from llmchat.mcp_sources import McpSources
     from llmchat.paths import config_file
+    from llmchat.tools.mcp.sources import McpSources
 
     with McpSources(load_config(config_file())) as opened:
         yield opened

@@ -78,7 +78,7 @@ def test_an_mcp_image_is_private_whatever_the_umask(media_home):
 
 def test_a_blob_attached_from_a_server_is_taken_as_bytes_and_not_saved(media_home):
     from llmchat.config import load_config
-    from llmchat.mcp_sources import McpSources
+    from llmchat.tools.mcp.sources import McpSources
     from llmchat.turn.attachments import collect
 
     with McpSources(load_config()) as sources:

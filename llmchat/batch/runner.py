@@ -400,7 +400,7 @@ def run_batch(
 
     bound = text_bound(context_ahead(opts, config))  # no line or file takes more than the context could hold
     items = parse_input(input_lines(input_path, bound))
-    from llmchat.mcp_sources import McpSources, joined
+    from llmchat.tools.mcp.sources import McpSources, joined
 
     # files: ["mcp:SERVER/URI"], and -p mcp:SERVER/NAME (nobody to ask for a missing argument).
     with McpSources(config, tools.mcp if tools is not None else ()) as sources:

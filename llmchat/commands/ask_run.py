@@ -95,12 +95,12 @@ def run(
         from llmchat.commands.turns import check_overflow, continue_conversation, run_turn
         from llmchat.edges import person
         from llmchat.edges.bounded_input import text_bound
-        from llmchat.mcp_sources import McpSources, argument_asker, joined
         from llmchat.media.use import check_before_loading
         from llmchat.output import StreamPrinter, write_json
         from llmchat.tools import options as tool_options
         from llmchat.tools.mcp.roots import use_roots
         from llmchat.tools.mcp.run_mode import model_answers
+        from llmchat.tools.mcp.sources import McpSources, argument_asker, joined
         from llmchat.turn.attachments import STDIN, collect
         from llmchat.turn.policy import INVALID_REPLY_EXIT
         from llmchat.turn.structured import from_options

@@ -97,12 +97,12 @@ def chat(
     from llmchat.commands.turns import check_overflow, continue_conversation
     from llmchat.edges import person
     from llmchat.edges.bounded_input import text_bound
-    from llmchat.mcp_sources import McpSources, argument_asker
     from llmchat.startup.before_load import context_ahead
     from llmchat.startup.loading import start_session
     from llmchat.tools import options as tool_options
     from llmchat.tools.mcp.roots import use_roots
     from llmchat.tools.mcp.run_mode import model_answers
+    from llmchat.tools.mcp.sources import McpSources, argument_asker
     from llmchat.turn.attachments import STDIN, collect
     from llmchat.turn.compaction import with_mode
     from llmchat.turn.structured import from_options
@@ -192,8 +192,8 @@ def run_scripted_chat(
     from llmchat.commands.turns import run_turn
     from llmchat.edges.bounded_input import text_bound
     from llmchat.errors import ContextOverflowError
-    from llmchat.mcp_sources import joined
     from llmchat.output import StreamPrinter, notice, write_json
+    from llmchat.tools.mcp.sources import joined
     from llmchat.turn.policy import INVALID_REPLY_EXIT, invalid_reply_line
     from llmchat.turn.record import error_record
 

@@ -333,7 +333,7 @@ _STRUCTURED_OPTIONS = {
         ),
     ],
 }
-# `--prompt-arg k=v` of `-p mcp:SERVER/NAME` (ask and chat; llmchat.mcp_sources).
+# `--prompt-arg k=v` of `-p mcp:SERVER/NAME` (ask and chat; llmchat.tools.mcp.sources).
 PromptArgOption = Annotated[
     Optional[list[str]],
     typer.Option(

@@ -3,7 +3,7 @@
 Every question llmchat asks while it runs goes through `Person.ask`: the approval of a tool call
 (llmchat.tools.approval), an MCP server's form or URL (llmchat.tools.mcp.elicitation, form), a
 server's request for a completion (llmchat.tools.mcp.sampling) and an MCP prompt's missing
-argument (llmchat.mcp_sources). So one rule says whether a person is there, and one way asks:
+argument (llmchat.tools.mcp.sources). So one rule says whether a person is there, and one way asks:
 
 - A person is there when the run is attended (a batch is not), stderr is a terminal to write the
   question on, and a terminal gives the answers: stdin, or the controlling terminal (/dev/tty)

@@ -10,7 +10,7 @@ optionally, the model, template, sampling preset, sampling values and schema tha
     temperature = 0.1          # any of: temperature top_p top_k min_p repeat_penalty max_tokens seed
     schema = "verdict, reasons list[str]"
 
-`-p mcp:SERVER/NAME` names an MCP server's prompt instead (llmchat.mcp_sources): its messages open
+`-p mcp:SERVER/NAME` names an MCP server's prompt instead (llmchat.tools.mcp.sources): its messages open
 the conversation, and it sets none of the values below.
 
 Precedence: command-line flags > the saved prompt > the config's own defaults. Sampling values keep
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from llmchat.config import PROMPT_TEXT_KEYS, Config, check_saved_prompt
 from llmchat.engine.sampling import PRESETS
 from llmchat.errors import UsageError
-from llmchat.mcp_sources import is_mcp_ref
+from llmchat.tools.mcp.sources import is_mcp_ref
 
 if TYPE_CHECKING:
     from llmchat.options import RunOptions

@@ -13,7 +13,7 @@ a name that matches nothing is a usage error listing what is offered. The config
 same for that server's tools, by their names with or without the `NAME_` prefix. Both stay in force
 when a server lists its tools again.
 
-The ToolSet owns the MCP connections it started: llmchat.mcp_sources reads resources and prompts
+The ToolSet owns the MCP connections it started: llmchat.tools.mcp.sources reads resources and prompts
 through the same ones (one start per server). With `keep_going` (ask, chat, batch) a server that
 cannot start or be reached is kept in `down` with its one-line reason instead of stopping the run:
 the turn goes on with the other tools. `refresh_changed()` lists again the tools of a server that

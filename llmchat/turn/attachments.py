@@ -8,7 +8,7 @@ Each file reaches the model inside the user message, before the typed text, in o
 
     the typed message
 
-An MCP resource, `-f mcp:SERVER/URI`, is read from its server (llmchat.mcp_sources) and attached
+An MCP resource, `-f mcp:SERVER/URI`, is read from its server (llmchat.tools.mcp.sources) and attached
 the same way, named `mcp:SERVER/URI`.
 
 Blocks are separated by one blank line, in the order the files were given (a glob or a folder in
@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 from llmchat.edges.bounded_input import MEDIA_BOUND, Bound, NotARegularFile, read_file, read_stream, text_bound
 from llmchat.edges.safe_text import terminal_safe
 from llmchat.errors import UsageError
-from llmchat.mcp_sources import MCP_REF
 from llmchat.output import notice
 from llmchat.store.attachment_records import Attachment, prefix
+from llmchat.tools.mcp.sources import MCP_REF
 
 if TYPE_CHECKING:
     from llmchat.engine.interface import ChatEngine

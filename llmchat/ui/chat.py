@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
     from prompt_toolkit.key_binding import KeyPressEvent
 
-    from llmchat.mcp_sources import McpSources
     from llmchat.store.attachment_records import Attachment
+    from llmchat.tools.mcp.sources import McpSources
     from llmchat.turn.record import TurnResult
     from llmchat.turn.session import ChatSession
 

@@ -22,7 +22,7 @@ from llmchat.ui.slash import COMMANDS
 if TYPE_CHECKING:
     from prompt_toolkit.document import Document
 
-    from llmchat.mcp_sources import McpSources
+    from llmchat.tools.mcp.sources import McpSources
     from llmchat.turn.session import ChatSession
 
 
@@ -100,7 +100,7 @@ class SlashCompleter(Completer):
             return [(f"mcp:{name}/", "MCP server") for name in self._mcp_servers() if f"mcp:{name}/".startswith(typed)]
         key = (what, server)
         if key not in self._mcp_listed:
-            from llmchat.mcp_sources import listing_lines
+            from llmchat.tools.mcp.sources import listing_lines
 
             try:
                 if self.mcp is None or self.mcp.running(server) is None:

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from llmchat.errors import HistoryError
-    from llmchat.mcp_sources import McpSources
     from llmchat.store.attachment_records import Attachment
+    from llmchat.tools.mcp.sources import McpSources
     from llmchat.turn.session import ChatSession
 
 HISTORY_OFF = "history is off for this chat (--no-history, `history = false`, or the store failed); nothing is saved"

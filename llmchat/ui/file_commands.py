@@ -1,6 +1,6 @@
 """Slash commands for the files that go with the next message: /file, /files and /drop.
 
-`/file mcp:SERVER/URI` attaches an MCP resource the same way (llmchat.mcp_sources). The files wait
+`/file mcp:SERVER/URI` attaches an MCP resource the same way (llmchat.tools.mcp.sources). The files wait
 in `CommandContext.attachments` (the chat's own state, not the session's) until a
 message is sent with them.
 """

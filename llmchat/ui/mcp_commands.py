@@ -1,4 +1,4 @@
-"""Slash commands for MCP resources and prompts (llmchat.mcp_sources): /resources, /prompts, and
+"""Slash commands for MCP resources and prompts (llmchat.tools.mcp.sources): /resources, /prompts, and
 `/prompt mcp:SERVER/NAME k=v` (a saved prompt's `/prompt NAME` stays settings_commands').
 
 The servers are the chat's McpSources (`CommandContext.mcp`: the config's [mcp.*] and chat's
@@ -11,7 +11,7 @@ import shlex
 
 from llmchat.edges import person
 from llmchat.errors import LlmchatError
-from llmchat.mcp_sources import McpSources, argument_asker, is_mcp_ref, listing_lines, parse_prompt_args
+from llmchat.tools.mcp.sources import McpSources, argument_asker, is_mcp_ref, listing_lines, parse_prompt_args
 from llmchat.ui import settings_commands as settings
 from llmchat.ui.context import CONTINUE, Action, CommandContext, Outcome
 

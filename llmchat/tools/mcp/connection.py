@@ -84,7 +84,7 @@ class McpConnection:
         saved_conversation: bool = True,
     ):
         self.server = server
-        # False: opened for its resources and prompts only (llmchat.mcp_sources), its tools not listed.
+        # False: opened for its resources and prompts only (llmchat.tools.mcp.sources), its tools not listed.
         self.lists_tools = lists_tools
         self.startup_timeout_s = startup_timeout_s or server.timeout_s or DEFAULT_TIMEOUT_S
         self.request_timeout_s = server.timeout_s or DEFAULT_TIMEOUT_S
