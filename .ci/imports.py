@@ -51,7 +51,6 @@ LAYERS: dict[str, int] = {
     "ui": 8,
     "commands": 9,
     "launch": 9,
-    "quick_ask": 9,
     "exits": 9,
     "cli": 9,
 }

@@ -3,7 +3,7 @@
 Each command lives in `llmchat/commands/` as a plain function; this module registers them, in
 the order a newcomer needs them (ask, chat, batch first), and runs them under `main`, which maps
 every exception to one line on stderr and a documented exit code (llmchat.exits; click's usage
-errors here). A one-shot `ask` whose options llmchat.quick_ask can read runs without this
+errors here). A one-shot `ask` whose options llmchat.commands.quick_ask can read runs without this
 module, and so without Typer. `main` builds the run's one
 `Environment` (llmchat.env: the streams, the config read once, the paths) and hands it to the
 command as click's context object. (No `from __future__ import annotations` here: Typer reads the

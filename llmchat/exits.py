@@ -1,7 +1,7 @@
 """How a command's run ends: the one place where errors become one line and an exit code.
 
 Every way a command runs goes through `run_guarded`: llmchat.cli for Typer's commands, and
-llmchat.quick_ask for a one-shot `ask` parsed without Typer. Each exception maps to one line on
+llmchat.commands.quick_ask for a one-shot `ask` parsed without Typer. Each exception maps to one line on
 stderr and a documented exit code; a closed stdout is a quiet 141; an interrupt, 130.
 """
 

@@ -6,7 +6,7 @@ Ctrl-C during it used to print a traceback from llmchat's imports. Here the hand
 ends in one line and exit 130 (143 for SIGTERM). Before this module runs, Python's own start-up
 handles the signal: the process is killed by it.
 
-A one-shot `ask` whose options llmchat.quick_ask reads runs from there, without Typer; every other
+A one-shot `ask` whose options llmchat.commands.quick_ask reads runs from there, without Typer; every other
 command line goes to llmchat.cli.
 
 Nothing here repairs CPython's state after the fact: a signal that lands inside the import system
@@ -66,10 +66,10 @@ def _stopped_by_signal(err: BaseException) -> NoReturn:
 
 
 def _runner(args: list[str]) -> Callable[[], None]:
-    """What runs this command line: a one-shot `ask` that llmchat.quick_ask reads, without Typer;
+    """What runs this command line: a one-shot `ask` that llmchat.commands.quick_ask reads, without Typer;
     anything else, the command line of llmchat.cli."""
     if args[:1] == ["ask"]:
-        from llmchat import quick_ask
+        from llmchat.commands import quick_ask
 
         given = quick_ask.parse(args[1:])
         if given is not None:

@@ -2,7 +2,7 @@
 
 Each module a process imports stays in its memory, and a one-shot `ask` on a small model is
 measured against `llama-completion`'s peak RSS (bench/oneshot_vs_completion.py). These tests pin
-the cuts: Typer and every command's declaration (llmchat.quick_ask reads a one-shot `ask`'s options
+the cuts: Typer and every command's declaration (llmchat.commands.quick_ask reads a one-shot `ask`'s options
 itself; for other commands llmchat.cli builds the invoked command alone), importlib.resources with
 zipfile (the built-in templates are read from their folder) and the tool machinery when no tool is
 asked for, and standard-library modules a plain one-shot does not use (statistics, glob, shlex).
@@ -45,7 +45,7 @@ def test_one_shot_ask_imports_no_other_command_nor_the_tools(smollm2_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip()
     assert "llmchat.commands.ask_run" in loaded and "jinja2" in loaded and "hashlib" in loaded
-    # Its options are read without Typer (llmchat.quick_ask): no command's declaration, ask's either.
+    # Its options are read without Typer (llmchat.commands.quick_ask): no command's declaration, ask's either.
     commands = {f"llmchat.commands.{module}" for module, _, _ in TOP_COMMANDS.values()}
     commands |= {f"llmchat.commands.{group}" for group, _, _ in GROUPS}
     assert not commands & loaded

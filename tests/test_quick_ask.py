@@ -1,4 +1,4 @@
-"""A one-shot `ask` parsed without Typer (llmchat.quick_ask) runs exactly as Typer would run it.
+"""A one-shot `ask` parsed without Typer (llmchat.commands.quick_ask) runs exactly as Typer would run it.
 
 For each option of `ask` (read from the table of its declaration), and for command lines that mix
 them, both parsers run in-process up to `ask_run.run`, which records what it was given instead of
@@ -54,8 +54,8 @@ def _runs(
     monkeypatch: pytest.MonkeyPatch, args: list[str], config: Path = Path("/nonexistent/llmchat-test.toml")
 ) -> tuple[dict, dict | None]:
     """(what Typer's run gave ask_run.run, what the quick path's gave it; None: it declined)."""
-    from llmchat import quick_ask
     from llmchat.cli import main
+    from llmchat.commands import quick_ask
 
     real = inspect.signature(ask_run.run)
     seen: list[dict] = []
@@ -137,7 +137,7 @@ def test_mixed_command_lines_read_the_same(monkeypatch, args):
     ],
 )
 def test_what_the_quick_parser_does_not_read_goes_to_typer(args):
-    from llmchat import quick_ask
+    from llmchat.commands import quick_ask
 
     assert quick_ask.parse(args) is None
 

@@ -1,7 +1,7 @@
 """`llmchat ask`: one prompt (argument and/or piped stdin), one streamed reply on stdout.
 
 Its options as Typer declares them; the work is llmchat.commands.ask_run's. `flags_table` writes
-them out for llmchat.quick_ask, which parses a one-shot `ask` without Typer.
+them out for llmchat.commands.quick_ask, which parses a one-shot `ask` without Typer.
 """
 
 from typing import Annotated, Any, Optional
@@ -93,7 +93,7 @@ def ask(
     env: Environment,
 ) -> None:
     """One prompt, one streamed reply on stdout."""
-    # The work is ask_run's, parameter for parameter (a one-shot runs it without Typer: llmchat.quick_ask).
+    # The work is ask_run's, parameter for parameter (a one-shot runs it without Typer: llmchat.commands.quick_ask).
     ask_run.run(**locals())
 
 
@@ -127,7 +127,7 @@ def flags_table() -> str:
     names = "".join(f"    {quoted(name)},\n" for name in shared)
     return (
         '"""`llmchat ask`\'s options as its Typer declaration has them (llmchat.commands.ask), for\n'
-        "llmchat.quick_ask. Written by llmchat.commands.ask.flags_table; do not edit.\n"
+        "llmchat.commands.quick_ask. Written by llmchat.commands.ask.flags_table; do not edit.\n"
         '"""\n\n'
         f"ARGUMENT = {quoted(argument)}\n"
         "# option -> (parameter, value): flag (True), no-flag (False), str, int, int>=0, float, path, list (of str)\n"
@@ -138,7 +138,7 @@ def flags_table() -> str:
 
 
 def _value_kind(param: Any) -> str:
-    """What a click option's value is, in the few kinds llmchat.quick_ask converts; ValueError for
+    """What a click option's value is, in the few kinds llmchat.commands.quick_ask converts; ValueError for
     any other, so that a new kind of option is met here, not misread there."""
     kind = type(param.type).__name__
     if param.multiple:
@@ -156,5 +156,5 @@ def _value_kind(param: Any) -> str:
         return "int>=0"
     kinds = {"StringParamType": "str", "IntParamType": "int", "FloatParamType": "float", "TyperPath": "path"}
     if kind not in kinds or param.callback is not None or param.envvar or param.nargs != 1:
-        raise ValueError(f"{param.name}: an option of type {kind} that llmchat.quick_ask does not read")
+        raise ValueError(f"{param.name}: an option of type {kind} that llmchat.commands.quick_ask does not read")
     return kinds[kind]

@@ -1,5 +1,5 @@
 """`llmchat ask`'s options as its Typer declaration has them (llmchat.commands.ask), for
-llmchat.quick_ask. Written by llmchat.commands.ask.flags_table; do not edit.
+llmchat.commands.quick_ask. Written by llmchat.commands.ask.flags_table; do not edit.
 """
 
 ARGUMENT = "prompt"

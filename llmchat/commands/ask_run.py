@@ -1,7 +1,7 @@
 """`llmchat ask`'s work: one prompt (argument and/or piped stdin), one streamed reply on stdout.
 
 Apart from its Typer declaration (llmchat.commands.ask), which calls `run` with every parameter it
-declares, so that a one-shot `ask` can run without importing Typer (llmchat.quick_ask): about
+declares, so that a one-shot `ask` can run without importing Typer (llmchat.commands.quick_ask): about
 3 MiB of a small model's peak RSS (bench/oneshot_rss_parts.py). The parameters and their
 defaults are the declaration's; tests/test_quick_ask.py keeps them equal.
 """

@@ -1,7 +1,7 @@
 """A command's shared model options taken as one `RunOptions` (llmchat.options).
 
 The half of llmchat.commands.model_options that needs no Typer: its `model_command` and a one-shot
-`ask` parsed without Typer (llmchat.quick_ask) both take the options here, so a flag means the same
+`ask` parsed without Typer (llmchat.commands.quick_ask) both take the options here, so a flag means the same
 either way. A saved prompt (`-p NAME`) fills what the flags left unset, from the config.
 """
 
