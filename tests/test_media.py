@@ -413,7 +413,7 @@ def test_an_image_path_dropped_into_the_chat_prompt_attaches_it(
 
 
 def test_pasted_paths_are_recognised_only_as_existing_media(tmp_path, rgb_png):
-    from llmchat.ui.pasted_paths import pasted_media
+    from llmchat.media.pasted_paths import pasted_media
 
     spaced = tmp_path / "My Photos" / "a b.png"
     spaced.parent.mkdir()

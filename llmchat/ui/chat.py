@@ -300,11 +300,11 @@ class ChatUI:
 
     def _attach_pasted(self, text: str) -> str | None:
         """A message that is only the path of an image or audio file (a file dropped on the
-        terminal: llmchat.ui.pasted_paths) attaches it to the next message, as /image does, and
+        terminal: llmchat.media.pasted_paths) attaches it to the next message, as /image does, and
         leaves nothing at the prompt (""). Paths of such files inside a longer message are not
         attached, only named with how to attach them; the message is sent as typed (None)."""
+        from llmchat.media.pasted_paths import pasted_media
         from llmchat.ui.file_commands import cmd_file
-        from llmchat.ui.pasted_paths import pasted_media
 
         paths, whole = pasted_media(text)
         if whole:
