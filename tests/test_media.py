@@ -1,5 +1,5 @@
 """Images in the conversation through libmtmd, on llmchat's own engine (llmchat.media,
-llmchat.engine.media_eval), with a projector the tests write (tests/media_fixtures.py).
+llmchat.engine.media.local), with a projector the tests write (tests/media_fixtures.py).
 
 The puppet projector makes a pure red, green or blue patch encode to exactly the embedding of
 " red", " green" or " blue", so the greedy reply to an image must equal the reply to its words.
@@ -186,7 +186,7 @@ def test_chat_slash_image_and_the_next_turn_reuses_the_image_from_the_kv_cache(
 
 def test_prompt_lookup_never_drafts_an_image_position():
     from llmchat.engine.drafting import PromptLookupDrafter
-    from llmchat.engine.media_marks import sentinels
+    from llmchat.engine.media.marks import sentinels
 
     image = sentinels("ab" * 32, 3)
     drafter = PromptLookupDrafter(8)
@@ -249,8 +249,8 @@ def test_the_libmtmd_names_the_engine_uses_are_checked_and_there():
     import re
     from pathlib import Path
 
-    from llmchat.engine import media_eval
     from llmchat.engine.bindings import library_module
+    from llmchat.engine.media import local as media_eval
 
     source = Path(media_eval.__file__).read_text(encoding="utf-8")
     used = set(re.findall(r"\b(?:mtmd|self\._mtmd)\.([A-Za-z_]\w*)", source))
@@ -314,7 +314,7 @@ def test_a_gemma3_projector_puts_its_image_between_begin_and_end_tokens_and_enco
     """Gemma 3's projector: libmtmd writes <start_of_image> and <end_of_image> around the image's
     positions, which attend to each other non-causally; a later turn reuses all of it."""
     from llmchat.config import load_config
-    from llmchat.engine.media_marks import is_media
+    from llmchat.engine.media.marks import is_media
     from llmchat.options import RunOptions
     from llmchat.startup.loading import start_session
     from tests.media_fixtures import png_bytes, write_gemma3_projector
@@ -504,7 +504,7 @@ def test_the_media_held_stay_bounded_over_a_long_chat(smollm2_path, puppet_proje
     from itertools import product
 
     from llmchat.config import load_config
-    from llmchat.engine import media_eval
+    from llmchat.engine.media import local as media_eval
     from llmchat.options import RunOptions
     from llmchat.startup.loading import start_session
 
@@ -536,7 +536,7 @@ def test_the_media_prompts_kept_for_llama_server_are_bounded_and_found_by_their_
     """llama-server's token-id path keeps each media prompt's text by its ids (server_media): the
     latest few, no more than `_TEXT_KEPT` characters in all, and a prompt continued (a tool round)
     finds the longest kept prompt it starts with."""
-    from llmchat.engine.remote.server_media import _PROMPTS_KEPT, _TEXT_KEPT, ServerMedia
+    from llmchat.engine.media.server import _PROMPTS_KEPT, _TEXT_KEPT, ServerMedia
 
     media = ServerMedia()
     for number in range(_PROMPTS_KEPT + 10):

@@ -38,7 +38,7 @@ class Opened:
 
     def __init__(self, model_path, projector):
         from llmchat.engine import logs
-        from llmchat.engine.media_eval import MediaContext
+        from llmchat.engine.media.local import MediaContext
         from llmchat.engine.native import LoadedModel
 
         logs.install(False)  # llama.cpp's log through llmchat's filter, as the engine has it
@@ -99,7 +99,7 @@ def opened(qwen2vl):
 def _libmtmd_prompt(opened: Opened, picture: bytes, before: str, after: str):
     """libmtmd's chunks of [before, image, after], as llama-mtmd-cli makes them, and the engine's
     ids of the same prompt: the chunks' text ids, and the image's sentinels in its place."""
-    from llmchat.engine.media_marks import is_media
+    from llmchat.engine.media.marks import is_media
 
     mtmd, ctx = opened.media._mtmd, opened.media.ctx
     sentinels = [token for token in opened.media.add(picture, "picture.png", "image").tokens if is_media(token)]
@@ -156,7 +156,7 @@ def _assert_close(got: list[float], wanted: list[float]) -> None:
 
 
 def test_the_projector_places_images_by_mrope_in_fewer_positions_than_cells(opened, qwen2vl):
-    from llmchat.engine.media_marks import is_media
+    from llmchat.engine.media.marks import is_media
 
     media, mtmd = opened.media, opened.media._mtmd
     assert mtmd.mtmd_decode_use_mrope(media.ctx)
@@ -253,7 +253,7 @@ def test_a_state_restored_from_disk_keeps_the_image_s_positions(opened, qwen2vl,
 def test_media_another_model_was_not_given_are_not_restored(opened, qwen2vl):
     """A saved state holding an image this engine was not given: kept only up to it."""
     from llmchat.engine.bindings import llama_cpp
-    from llmchat.engine.media_eval import MediaContext
+    from llmchat.engine.media.local import MediaContext
 
     ids, _, _ = _reference(qwen2vl)
     model = opened.model

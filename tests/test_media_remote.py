@@ -3,7 +3,7 @@
 
 The OpenAI-compatible engine sends an attached image as an `image_url` part (a data: URL) where
 the message's marker stands; the default engine (token ids) sends a prompt with media as its text
-with the server's media marker and the files (llmchat.engine.remote.server_media). The puppet makes
+with the server's media marker and the files (llmchat.engine.media.server). The puppet makes
 the image's four patches encode to exactly the embeddings of " red green blue red", so on the same
 server the reply to the image equals the reply to those words, and the server counts the same
 prompt tokens for both: CPU-independent, since both run on one server.
@@ -103,8 +103,8 @@ def test_audio_for_a_server_that_sees_only_is_refused_in_one_line(cli, seeing_se
 
 
 def test_the_parts_follow_the_markers_of_given_media_only():
-    from llmchat.engine.media_marks import marker
-    from llmchat.engine.remote.media_parts import RemoteMedia, estimated_media, text_of
+    from llmchat.engine.media.marks import marker
+    from llmchat.engine.media.parts import RemoteMedia, estimated_media, text_of
 
     media = RemoteMedia()
     png, wav = quadrants("red", "red", "red", "red"), b"RIFF\x24\x00\x00\x00WAVEfmt " + bytes(16)
@@ -170,11 +170,11 @@ _SPECIALS = {"<s>": 1, "<|end|>": 2}  # control tokens when special tokens are p
 
 
 class _Tokenizer:
-    """A stand-in llama-server engine for llmchat.engine.remote.server_media: one id per character
+    """A stand-in llama-server engine for llmchat.engine.media.server: one id per character
     (1000 + code point), and the two control tokens where special tokens are parsed."""
 
     def __init__(self, *, add_bos: bool, marker: str = "<__media_x__>", vision: bool = True):
-        from llmchat.engine.remote.server_media import ServerMedia
+        from llmchat.engine.media.server import ServerMedia
 
         self.add_bos, self.bos_id, self.bos_text = add_bos, 1, "<s>"
         self.media = ServerMedia()
@@ -198,7 +198,7 @@ class _Tokenizer:
 
 
 def _two_media(engine) -> tuple[str, str, bytes, bytes]:
-    from llmchat.engine.media_marks import marker
+    from llmchat.engine.media.marks import marker
 
     red, blue = quadrants("red", "red", "red", "red"), quadrants("blue", "blue", "blue", "blue")
     engine.media.add(red, "image", "PNG")
@@ -208,8 +208,8 @@ def _two_media(engine) -> tuple[str, str, bytes, bytes]:
 
 @pytest.mark.parametrize("written", [True, False])
 def test_a_media_prompt_goes_as_its_text_with_one_bos_and_the_files_in_order(written):
-    from llmchat.engine.media_marks import count_media
-    from llmchat.engine.remote.server_media import completion_prompt, holds_media, media_prompt
+    from llmchat.engine.media.marks import count_media
+    from llmchat.engine.media.server import completion_prompt, holds_media, media_prompt
 
     engine = _Tokenizer(add_bos=True)
     red, blue, red_png, blue_png = _two_media(engine)
@@ -228,7 +228,7 @@ def test_a_media_prompt_goes_as_its_text_with_one_bos_and_the_files_in_order(wri
 
 
 def test_a_media_prompt_refuses_text_that_the_server_would_read_as_a_control_token():
-    from llmchat.engine.remote.server_media import completion_prompt, media_prompt
+    from llmchat.engine.media.server import completion_prompt, media_prompt
     from llmchat.errors import UsageError
 
     engine = _Tokenizer(add_bos=False)
@@ -244,8 +244,8 @@ def test_a_media_prompt_refuses_text_that_the_server_would_read_as_a_control_tok
 
 
 def test_the_servers_count_of_media_positions_replaces_the_estimate():
+    from llmchat.engine.media.server import media_prompt, server_counts, takes
     from llmchat.engine.remote.served import RemoteOutcome
-    from llmchat.engine.remote.server_media import media_prompt, server_counts, takes
     from llmchat.errors import UsageError
 
     engine = _Tokenizer(add_bos=False)

@@ -21,7 +21,7 @@ from llmchat.engine.drafting import CountingDrafter, DraftModelDrafter, PromptLo
 from llmchat.engine.driver import SequenceState, common_prefix
 from llmchat.engine.grammar import Grammar
 from llmchat.engine.interface import EngineCaps, EngineInfo, GenerateRequest, prompt_ids
-from llmchat.engine.media_marks import count_media
+from llmchat.engine.media.marks import count_media
 from llmchat.engine.model_load import (
     EngineSettings,
     backend_notice,
@@ -35,7 +35,7 @@ from llmchat.errors import ModelError
 
 if TYPE_CHECKING:
     from llmchat.engine.interface import ChatEngine
-    from llmchat.engine.media_eval import MediaContext
+    from llmchat.engine.media.local import MediaContext
 
 # Token attributes of markup tokens (<|im_end|>, <end_of_turn>): control or user-defined specials.
 _CONTROL_ATTRS = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from llmchat.engine.bindings import llama_cpp
-from llmchat.engine.media_marks import is_media
+from llmchat.engine.media.marks import is_media
 
 if TYPE_CHECKING:
     from llmchat.engine.native import LoadedModel
@@ -74,7 +74,7 @@ class PromptLookupDrafter:
     was indexed and starts over where it is not a continuation (another conversation, an edited
     history). An index that missed a change could only give worse drafts, never another reply:
     the model verifies every draft. Images and audio in the context are ids too
-    (llmchat.engine.media_marks), which a draft must not hold: one stops before the first."""
+    (llmchat.engine.media.marks), which a draft must not hold: one stops before the first."""
 
     def __init__(self, max_tokens: int, min_ngram: int = 3, max_ngram: int = 4):
         self.length = DraftLength(max_tokens)

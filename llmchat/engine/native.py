@@ -32,7 +32,7 @@ from typing import Any, Callable, Generator, Protocol, Sequence
 from llmchat.engine.bindings import llama_cpp
 from llmchat.engine.checkpoints import Checkpoints
 from llmchat.engine.driver import common_prefix
-from llmchat.engine.media_marks import is_media
+from llmchat.engine.media.marks import is_media
 
 _INT32_MAX = 0x7FFFFFFF  # n_gpu_layers: every layer
 _backend: dict[str, bool] = {"ready": False}
@@ -289,7 +289,7 @@ class LoadedModel:
     def eval_media(self, ids: Sequence[int], decode: Callable[[int], int]) -> None:
         """Evaluate one image or audio chunk after the sequence so far: `decode(position)` decodes
         its embeddings from that position on and returns the position after it (libmtmd's new
-        n_past); `ids` are its sentinels (llmchat.engine.media_marks), one per KV cell it takes."""
+        n_past); `ids` are its sentinels (llmchat.engine.media.marks), one per KV cell it takes."""
         start = self.position(len(self.tokens))
         llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), 0, start, -1)
         self.logits_fresh = False

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from llmchat.config import Config
     from llmchat.engine.core import Engine
     from llmchat.engine.interface import ChatEngine
-    from llmchat.engine.remote.media_parts import TakesRemoteMedia
+    from llmchat.engine.media.parts import TakesRemoteMedia
     from llmchat.engine.remote.served import RemoteEngine
     from llmchat.options import RunOptions
     from llmchat.store.attachment_records import Attachment
@@ -43,14 +43,14 @@ def media_tokens(engine: ChatEngine, attachment: Attachment) -> int:
 
 def _add(engine: ChatEngine, data: bytes, name: str, kind: str) -> int:
     """Give the engine the media: a local one evaluates it through libmtmd, a server's engine sends
-    it as a content part (llmchat.engine.remote.media_parts) or with the prompt's text
-    (llmchat.engine.remote.server_media)."""
+    it as a content part (llmchat.engine.media.parts) or with the prompt's text
+    (llmchat.engine.media.server)."""
     if engine.caps.remote:
         from llmchat.media.kinds import sniff
 
         found = sniff(data)
         return cast("TakesRemoteMedia", engine).add_media(data, kind, found.format if found else "")
-    from llmchat.engine.media_eval import add_media
+    from llmchat.engine.media.local import add_media
 
     return add_media(cast("Engine", engine), data, name, kind).media_tokens
 
@@ -58,7 +58,7 @@ def _add(engine: ChatEngine, data: bytes, name: str, kind: str) -> int:
 def _holds(engine: ChatEngine, sha256: str) -> bool:
     if engine.caps.remote:
         return sha256 in cast("TakesRemoteMedia", engine).media.items
-    from llmchat.engine.media_eval import holds_media
+    from llmchat.engine.media.local import holds_media
 
     return holds_media(cast("Engine", engine), sha256)
 
@@ -117,7 +117,7 @@ def give_media(
 
 
 def _from_the_history(engine: ChatEngine, messages: Sequence[dict[str, Any]], kept: Path, given: set[str]) -> None:
-    from llmchat.engine.media_marks import MARKER
+    from llmchat.engine.media.marks import MARKER
     from llmchat.media.kinds import sniff
     from llmchat.store.media_files import attached_file
 

@@ -16,7 +16,7 @@ class Attachment:
     path: str  # as the user named it (a glob or folder member: as found); "<stdin>" for -
     size: int  # bytes
     sha256: str
-    text: str  # an image's or audio clip's: its marker (llmchat.engine.media_marks)
+    text: str  # an image's or audio clip's: its marker (llmchat.engine.media.marks)
     media: str = ""  # "image" or "audio" (llmchat.media.kinds); "" for text
     data: bytes = field(default=b"", repr=False, compare=False)  # a media file's bytes, for the engine
 

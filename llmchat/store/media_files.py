@@ -26,7 +26,7 @@ import sqlite3
 from pathlib import Path
 from typing import Sequence
 
-from llmchat.engine.media_marks import MARKER, marker
+from llmchat.engine.media.marks import MARKER, marker
 from llmchat.private_files import own_private_dir, write_private_atomic
 from llmchat.store.attachment_records import Attachment
 

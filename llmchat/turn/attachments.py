@@ -57,7 +57,7 @@ def compose(attachments: Sequence[Attachment], typed: str) -> str:
 def from_bytes(path: str, data: bytes) -> Attachment:
     """One attachment: an image or audio clip, recognised by its bytes (llmchat.media.kinds), or
     text. UsageError for another binary format or non-UTF-8 text."""
-    from llmchat.engine.media_marks import marker
+    from llmchat.engine.media.marks import marker
     from llmchat.media.kinds import WORKS, sniff, unsupported
 
     found = sniff(data)

@@ -13,7 +13,7 @@ The best remote path, because it keeps what the local engine does:
   event's `timings` give the server's own prefill time, decode rate and cached tokens, kept in
   `RemoteOutcome.server` beside the client's wall-clock numbers. Their difference is the network;
 - a prompt with images or audio (a server started with `--mmproj`) goes as its text and the files,
-  which the server tokenizes itself (llmchat.engine.remote.server_media).
+  which the server tokenizes itself (llmchat.engine.media.server).
 
 The context limit is the slot's `n_ctx` from /props (`-c` divided among `-np` slots unless the
 server runs with a unified KV cache), not the server's `-c`.
@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any, cast
 from llmchat.defaults import DEFAULT_BATCH_SIZE
 from llmchat.engine.driver import SequenceState, common_prefix
 from llmchat.engine.interface import EngineCaps, EngineInfo, GenerateRequest, prompt_ids
-from llmchat.engine.media_marks import count_media
+from llmchat.engine.media import server as server_media
+from llmchat.engine.media.marks import count_media
 from llmchat.engine.prompt_pieces import PromptPiece, tokens_for_pieces
-from llmchat.engine.remote import server_media
 from llmchat.engine.remote.served import RemoteOutcome, RemoteToken
 from llmchat.errors import ServerError
 
@@ -244,7 +244,7 @@ class LlamaServerEngine:
     def prompt_tokens(self, pieces: Sequence[PromptPiece]) -> list[int]:
         """Token ids for a rendered prompt, by the same rules as the local engine
         (llmchat.engine.prompt_pieces), so the prompt matches what the server's slot holds; one
-        with media as the server will tokenize its text (llmchat.engine.remote.server_media)."""
+        with media as the server will tokenize its text (llmchat.engine.media.server)."""
         if server_media.holds_media(self.media, pieces):
             return server_media.media_prompt(self, pieces)
         return tokens_for_pieces(self, pieces)

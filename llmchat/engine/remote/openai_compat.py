@@ -19,7 +19,7 @@ Such a server renders the chat template itself, so llmchat sends messages, not t
   are counted with the prompt. The reply's `delta.tool_calls` fragments (index, id, name, argument
   pieces) are assembled into `GenerationOutcome.server_calls`, apart from the text;
 - images and audio the engine was given (`add_media`) go as `image_url` and `input_audio` content
-  parts where a message's marker names them (llmchat.engine.remote.media_parts).
+  parts where a message's marker names them (llmchat.engine.media.parts).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 from llmchat.defaults import DEFAULT_BATCH_SIZE
 from llmchat.engine.driver import draw_seed, reply_limit
 from llmchat.engine.interface import ChatMessages, EngineCaps, EngineInfo, GenerateRequest
+from llmchat.engine.media.parts import RemoteMedia, estimated_media, text_of
 from llmchat.engine.prompt_pieces import PromptPiece
-from llmchat.engine.remote.media_parts import RemoteMedia, estimated_media, text_of
 from llmchat.engine.remote.served import RemoteOutcome, RemoteToken
 from llmchat.engine.reply import ServerCall
 from llmchat.errors import ServerError, UsageError

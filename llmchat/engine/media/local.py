@@ -7,7 +7,7 @@ the chat template put them, so the prefix matching of `LoadedModel.generate` reu
 - `MediaContext.add` decodes a file's bytes (stb_image for images, miniaudio for WAV/MP3/FLAC) and
   tokenizes its marker with libmtmd: the template's own tokens around the media, where the
   projector has them (Gemma 3's begin and end of image), and the media chunks. Each chunk's
-  positions get their sentinel ids (llmchat.engine.media_marks), keyed by the bytes' SHA-256.
+  positions get their sentinel ids (llmchat.engine.media.marks), keyed by the bytes' SHA-256.
 - `MediaTokenizer` is the engine's tokenizer for a rendered prompt: each marker of media it was
   given becomes those ids, the rest is tokenized as usual (llmchat.engine.prompt_pieces).
 - What a MediaContext holds is bounded: a decoded image keeps its preprocessed pixels (megabytes
@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
-from llmchat.engine import logs
+import llmchat.engine.logs as logs
 from llmchat.engine.bindings import library_module, llama_cpp
-from llmchat.engine.media_marks import MARKER, is_media, sentinels
+from llmchat.engine.media.marks import MARKER, is_media, sentinels
 from llmchat.engine.native import DecodeError, LoadedModel
 from llmchat.errors import ModelError, UsageError
 

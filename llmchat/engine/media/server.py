@@ -11,7 +11,7 @@ are both on). So a prompt that holds media the engine was given goes as its rend
   refused in one line instead of changing what the prompt says;
 - the template's own BOS text comes off the front where the server adds BOS itself (one BOS);
 - the ids llmchat counts and compares are each text part tokenized as libmtmd does and each media's
-  positions as sentinels (llmchat.engine.media_marks): `ESTIMATE` of them until a reply says how many
+  positions as sentinels (llmchat.engine.media.marks): `ESTIMATE` of them until a reply says how many
   the server's projector made. `generate` gets those ids, so the text is kept by them (`prompts`);
 - the server matches cached media by content, but llmchat cannot know where its cache and these ids
   part, so it claims no reuse: the reply's `timings` say what the server reused.
@@ -30,8 +30,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from llmchat.engine.media_marks import MARKER, count_media, is_media, sentinels
-from llmchat.engine.remote.media_parts import ESTIMATE, RemoteMedia
+from llmchat.engine.media.marks import MARKER, count_media, is_media, sentinels
+from llmchat.engine.media.parts import ESTIMATE, RemoteMedia
 from llmchat.errors import UsageError
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Images and audio for a server that renders its own chat template: OpenAI-style content parts.
 
-In a message an attached image or audio clip is its marker (llmchat.engine.media_marks). An
+In a message an attached image or audio clip is its marker (llmchat.engine.media.marks). An
 OpenAI-compatible server (llama-server started with `--mmproj`, vLLM, Ollama's /v1) takes media as
 content parts instead: an image as `{"type": "image_url", "image_url": {"url": "data:image/png;
 base64,..."}}`, audio as `{"type": "input_audio", "input_audio": {"data": BASE64, "format":
@@ -21,7 +21,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from llmchat.engine.media_marks import MARKER
+from llmchat.engine.media.marks import MARKER
 
 # Positions counted for a media part before the server says: a 448-pixel image on most projectors
 # (Gemma 3 makes 256 of any image, Qwen-VL up to about 1,000 of a large one).
@@ -83,7 +83,7 @@ class RemoteMedia:
 
 class TakesRemoteMedia(Protocol):
     """A server's engine that takes media (OpenAI-compatible, or llama-server's token-id path,
-    llmchat.engine.remote.server_media): what llmchat.media.use hands them to."""
+    llmchat.engine.media.server): what llmchat.media.use hands them to."""
 
     @property
     def media(self) -> RemoteMedia: ...
