@@ -18,7 +18,7 @@ import pytest
 
 from llmchat.errors import ModelError
 from llmchat.gguf.loadable import KNOWN_ARCHITECTURES, check_loadable
-from llmchat.gguf.metadata import GGML_TYPES, ValueType
+from llmchat.gguf.metadata import GGML_TYPES, ValueType, ggml_type_name
 from llmchat.gguf.reader import SMALL_ARRAY_MAX, read_metadata
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -253,7 +253,7 @@ def test_small_generated_file_reads_back(small_gguf: Path) -> None:
     embedding = meta.tensors[0]
     assert embedding.name == "token_embd.weight"
     assert embedding.shape == (N_EMBD, N_VOCAB)  # ggml order: row length first
-    assert embedding.type_name == "F16" and embedding.nbytes == N_VOCAB * N_EMBD * 2
+    assert ggml_type_name(embedding.ggml_type) == "F16" and embedding.nbytes == N_VOCAB * N_EMBD * 2
     check_loadable(meta)
 
 

@@ -82,7 +82,6 @@ def test_format_is_found_from_the_real_template(path, kind, switch, effort):
     fmt = detect_format(path.read_text())
     assert fmt is not None
     assert (fmt.kind, fmt.switch, fmt.effort) == (kind, switch, effort)
-    assert fmt.can_disable is (switch is not None)
 
 
 def test_other_tag_pairs_come_from_the_vocabulary_and_plain_models_have_none():

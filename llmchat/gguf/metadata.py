@@ -145,10 +145,6 @@ class TensorInfo:
     nbytes: int
 
     @property
-    def type_name(self) -> str:
-        return ggml_type_name(self.ggml_type)
-
-    @property
     def n_elements(self) -> int:
         count = 1
         for dim in self.shape:

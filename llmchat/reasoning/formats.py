@@ -80,10 +80,6 @@ class ReasoningFormat:
         return f"{self.open_tag}…{self.close_tag}"
 
     @property
-    def can_disable(self) -> bool:
-        return self.switch is not None
-
-    @property
     def markers(self) -> tuple[str, ...]:
         """Every piece of markup the parser must see in the token text (control tokens included)."""
         if self.kind in MESSAGE_KINDS:

@@ -272,10 +272,3 @@ def detect_family(template_source: str) -> Family:
         if family.matches(template_source):
             return derived_family(family.layout, found, family) if family.layout is not None else family
     return derived_family(layout, found) if layout is not None else GENERIC
-
-
-def family_by_id(family_id: str) -> Family:
-    for family in (*FAMILIES, GENERIC):
-        if family.id == family_id:
-            return family
-    raise KeyError(family_id)
