@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from llmchat.errors import UsageError
 from llmchat.output import notice
@@ -160,7 +160,7 @@ def plan_tools(
     return plan
 
 
-def _server_sources(config: Any, request: ToolRequest) -> dict[str, str]:
+def _server_sources(config: Config, request: ToolRequest) -> dict[str, str]:
     """Each MCP server name an item may write as `mcp:NAME`, and the source its tools carry."""
     configured = configured_servers(config)
     sources = {name: server.source for name, server in configured.items()}
@@ -170,7 +170,7 @@ def _server_sources(config: Any, request: ToolRequest) -> dict[str, str]:
     return sources
 
 
-def _extra_names(items: Sequence[BatchItem], base: ToolSet, servers: dict[str, str], config: Any) -> list[str]:
+def _extra_names(items: Sequence[BatchItem], base: ToolSet, servers: dict[str, str], config: Config) -> list[str]:
     """The names items give that the command line did not offer: `-T` names to gather as well.
     A name that is neither is a usage error naming the first item that gives it."""
     tables = getattr(config, "tools", None) or {}

@@ -16,11 +16,14 @@ Only typer is imported at module level. (No `from __future__ import annotations`
 annotations at run time.)
 """
 
-from typing import Any, Callable, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 import typer
 
 from llmchat.commands.tools import ROOT_HELP  # one wording of --root for every command
+
+if TYPE_CHECKING:
+    from llmchat.tools.mcp.config import McpServerConfig
 
 MCP_HELP = (
     'A server for this command only: a command (stdio) or an http:// URL, e.g. --mcp "mcp-server-time" (repeatable).'
@@ -148,7 +151,7 @@ def tools_command(
     env = current_environment()
     _use_roots(root)
 
-    def read(config: Any, connection: Any) -> list:
+    def read(config: "McpServerConfig", connection: Any) -> list:
         return [
             {"server": config.name, "name": spec.name, "description": spec.description, "parameters": spec.parameters}
             for spec in connection.tools
@@ -184,7 +187,7 @@ def resources_command(
     env = current_environment()
     _use_roots(root)
 
-    def read(config: Any, connection: Any) -> list:
+    def read(config: "McpServerConfig", connection: Any) -> list:
         resources = [
             {"server": config.name, "kind": "resource", **asdict(item)} for item in connection.list_resources()
         ]
@@ -226,7 +229,7 @@ def prompts_command(
     env = current_environment()
     _use_roots(root)
 
-    def read(config: Any, connection: Any) -> list:
+    def read(config: "McpServerConfig", connection: Any) -> list:
         return [{"server": config.name, **asdict(prompt)} for prompt in connection.list_prompts()]
 
     records, failed = _from_each(env, _servers(env, server, mcp), read)

@@ -11,7 +11,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -20,6 +20,7 @@ from llmchat.defaults import DEFAULT_MAX_CTX
 if TYPE_CHECKING:
     from rich.text import Text
 
+    from llmchat.config import Config
     from llmchat.env import Environment
     from llmchat.models.catalogue import Entry
     from llmchat.models.stores import Candidate
@@ -206,7 +207,7 @@ def show_command(
     _print_report(report, runtime, kind, env)
 
 
-def _candidate_for(path: Path, config: Any) -> Candidate | None:
+def _candidate_for(path: Path, config: "Config") -> Candidate | None:
     """Which store holds this file (by its real path); the most specific store wins."""
     from llmchat.models.stores import all_candidates
 

@@ -8,9 +8,12 @@ lists exactly that selection, as ask/chat will offer it. Only typer is imported 
 (No `from __future__ import annotations`: Typer reads the annotations at run time.)
 """
 
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from llmchat.config import Config
 
 TOOL_HELP = (
     "A [tools.NAME] from the config, mcp:SERVER for every tool of an [mcp.SERVER], or (as --tools NAME,NAME) "
@@ -108,7 +111,7 @@ def counted_costs(specs: List[Any], model: Optional[str], env: Any) -> Optional[
         return None
 
 
-def tool_costs(specs: List[Any], model: Optional[str], config: Any) -> Any:
+def tool_costs(specs: List[Any], model: Optional[str], config: "Config") -> Any:
     """Each tool's tokens with -m's template (the config's template for it, else the model's own),
     tokenized by its vocabulary alone. The share is of the context the chat would open: the
     config's ctx, else min(trained context, the default maximum)."""

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmchat.errors import UsageError
 from llmchat.tools.command_tools import command_tool
@@ -35,6 +35,9 @@ from llmchat.tools.mcp.config import McpServerConfig, ad_hoc_server, configured_
 from llmchat.tools.mcp.connection import McpConnection
 from llmchat.tools.mcp.failures import McpServerDown
 from llmchat.tools.spec import ToolSpec
+
+if TYPE_CHECKING:
+    from llmchat.config import Config
 
 MCP_PREFIX = "mcp:"
 
@@ -148,7 +151,7 @@ class ToolSet:
 
 
 def gather_tools(
-    config: Any,
+    config: Config,
     tool_names: Sequence[str] = (),
     functions_files: Sequence[str] = (),
     mcp_specs: Sequence[str] = (),
@@ -226,7 +229,7 @@ def split_names(names: Iterable[str]) -> list[str]:
     return [part.strip() for name in names for part in name.split(",") if part.strip()]
 
 
-def is_pick(name: str, config: Any) -> bool:
+def is_pick(name: str, config: Config) -> bool:
     """A -T / --tools name that picks among the offered tools, rather than naming a source."""
     return not name.startswith(MCP_PREFIX) and name not in (getattr(config, "tools", None) or {})
 
@@ -236,7 +239,7 @@ def picked(name: str, patterns: Iterable[str], *, prefix: str = "") -> bool:
     return any(fnmatchcase(name, pattern) or (prefix and fnmatchcase(name, prefix + pattern)) for pattern in patterns)
 
 
-def configured_picks(config: Any) -> dict[str, tuple[str, ...]]:
+def configured_picks(config: Config) -> dict[str, tuple[str, ...]]:
     """The config's per-server `tools = [...]` (llmchat.config reads it apart from the table)."""
     return {name: tuple(names) for name, names in (getattr(config, "mcp_tools", None) or {}).items()}
 

@@ -42,11 +42,14 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from llmchat.errors import ConfigError, UsageError
 from llmchat.tools.spec import APPROVE_POLICIES
+
+if TYPE_CHECKING:
+    from llmchat.config import Config
 
 Transport = Literal["stdio", "http", "sse"]
 TRANSPORTS: tuple[str, ...] = ("stdio", "http", "sse")
@@ -350,13 +353,13 @@ def tool_name(server: str, tool: str) -> str:
     return f"{server}_{tool}"
 
 
-def configured_servers(config: Any) -> dict[str, McpServerConfig]:
+def configured_servers(config: Config) -> dict[str, McpServerConfig]:
     """Every `[mcp.NAME]` of the config, checked."""
     tables = getattr(config, "mcp", None) or {}
     return {name: server_from_config(name, settings, config.path) for name, settings in tables.items()}
 
 
-def server_named(config: Any, name: str) -> McpServerConfig:
+def server_named(config: Config, name: str) -> McpServerConfig:
     """The `[mcp.NAME]` server of the config (an --mcp SPEC is parse_mcp_spec's)."""
     servers = configured_servers(config)
     if name not in servers:

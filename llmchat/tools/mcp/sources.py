@@ -26,11 +26,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 from llmchat.errors import UsageError
 
 if TYPE_CHECKING:
+    from llmchat.config import Config
     from llmchat.edges.person import Person
     from llmchat.tools.mcp.catalog import PromptInfo, ResourceInfo, ResourceTemplateInfo
     from llmchat.tools.mcp.config import McpServerConfig
@@ -99,7 +100,7 @@ class McpSources:
 
     def __init__(
         self,
-        config: Any,
+        config: Config,
         mcp_specs: Sequence[str] = (),
         *,
         stderr: IO[str] | None = None,
