@@ -6,7 +6,10 @@ the design):
 - circles: groups of modules that import each other, directly or through others;
 - upward imports: an import from a module of a lower layer to one of a higher layer (the table
   below names each room's layer: a top-level module, or a package of llmchat);
-- modules over the line limit.
+- modules over the line limit, and modules near it (over 450 lines: a module is one job, and one
+  packed to fit the limit is two);
+- modules loose at the package's root, outside every room (entry points, the environment, errors,
+  paths, defaults: at most a dozen).
 
 Run: `python .ci/imports.py` (CI runs it). `--list` prints every offending import. A new room must
 be given a layer in LAYERS; a count may only go down: lower its budget when you lower it.
@@ -21,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "llmchat"
 MAX_LINES = 500
+NEAR_LINES = 450
 
 # Bottom to top. A room may import rooms of its own layer or lower ones (without a circle).
 LAYERS: dict[str, int] = {
@@ -57,7 +61,18 @@ LAYERS: dict[str, int] = {
 
 # CI fails when a count rises above its budget. The layout reached 0 of each (from 2 circles,
 # 8 upward imports by this table, and 8 modules over 500 lines); keep it there.
-BUDGET = {"circles": 0, "upward imports": 0, "modules over 500 lines": 0}
+# The rooms of the 2026-12 layout took the modules near the limit from 12 to 3 and the loose root
+# modules from 30 to 12.
+BUDGET = {
+    "circles": 0,
+    "upward imports": 0,
+    "modules over 500 lines": 0,
+    "modules over 450 lines": 3,
+    "loose root modules": 12,
+}
+
+
+_ENTRY_FILES = {"__init__.py", "__main__.py"}
 
 
 def module_name(path: Path) -> str:
@@ -175,11 +190,23 @@ def measure() -> tuple[dict[str, int], list[str], list[str]]:
                 upward.append(f"{name} -> {target}")
     sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in modules.items()}
     over = sorted((name for name, size in sizes.items() if size > MAX_LINES), key=lambda n: -sizes[n])
-    counts = {"circles": len(circles), "upward imports": len(upward), "modules over 500 lines": len(over)}
+    near = sorted((name for name, size in sizes.items() if size > NEAR_LINES), key=lambda n: -sizes[n])
+    loose = sorted(
+        name for name, path in modules.items() if path.parent == ROOT / PACKAGE and path.name not in _ENTRY_FILES
+    )
+    counts = {
+        "circles": len(circles),
+        "upward imports": len(upward),
+        "modules over 500 lines": len(over),
+        "modules over 450 lines": len(near),
+        "loose root modules": len(loose),
+    }
     largest = max(sizes, key=lambda n: sizes[n])
     details = [f"circle: {' '.join(group)}" for group in circles]
     details += [f"upward: {line}" for line in upward]
     details += [f"over {MAX_LINES} lines: {name} ({sizes[name]})" for name in over]
+    details += [f"over {NEAR_LINES} lines: {name} ({sizes[name]})" for name in near]
+    details += [f"loose at the root: {name}" for name in loose]
     details.append(f"largest module: {largest} ({sizes[largest]} lines)")
     return counts, details, problems
 
