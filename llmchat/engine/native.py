@@ -138,7 +138,7 @@ class LoadedModel:
         # end), in order: empty unless an M-RoPE image was evaluated (see the module docstring).
         self._gaps: list[tuple[int, int, int]] = []
         self.checkpoints: Checkpoints | None = None
-        # Images and audio in the prompt (engine.media_eval.MediaContext): set by the engine once
+        # Images and audio in the prompt (engine.media.local.MediaContext): set by the engine once
         # media are given; their positions are negative ids that `eval` hands to it.
         self.media: Any = None
         self.logits_fresh = False  # the last eval's logits belong to `tokens` (not a restored state)
