@@ -51,7 +51,7 @@ def sampler_chain(
         undo.callback(llama_cpp.llama_sampler_free, chain)
         penalties = llama_cpp.llama_sampler_init_penalties(n_vocab, penalty_last_n, sampling.repeat_penalty, 0.0, 0.0)
         llama_cpp.llama_sampler_chain_add(chain, penalties)
-        if min(history, default=0) < 0:  # image and audio positions (engine.media_marks) are no tokens
+        if min(history, default=0) < 0:  # image and audio positions (engine.media.marks) are no tokens
             history = [token for token in history if token >= 0]
         remember(chain, history[max(0, len(history) - penalty_last_n) :] if penalty_last_n > 0 else ())
         temperature = sampling.temperature

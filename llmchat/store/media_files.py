@@ -12,7 +12,7 @@ view of the database; `history rm --all` removes the whole folder (`clear`).
 
 An image or audio clip attached to a user message (`-f photo.png`) is kept here too, once per
 content, as `attached-SHA256`: the message's marker (`<__media__ SHA256>`, llmchat.engine.
-media_marks) names it, so it goes with the last message whose attachment names it, and a resumed
+media.marks) names it, so it goes with the last message whose attachment names it, and a resumed
 conversation shows the model the same image (llmchat.media.use).
 """
 
