@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 
     from llmchat.config import Config
     from llmchat.env import Environment
+    from llmchat.models.candidates import Candidate
     from llmchat.models.catalogue import Entry
-    from llmchat.models.stores import Candidate
 
 ALIAS_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 DELETABLE_SOURCES = ("llmchat", "hf")

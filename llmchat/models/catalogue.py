@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 from llmchat import paths
 from llmchat.defaults import DEFAULT_MAX_CTX
 from llmchat.errors import ModelError
+from llmchat.models.candidates import Candidate
 from llmchat.models.kind import ModelKind, TemplateFeatures, classify, template_features
-from llmchat.models.stores import Candidate, all_candidates
+from llmchat.models.stores import all_candidates
 from llmchat.private_files import ensure_private_dir
 
 if TYPE_CHECKING:

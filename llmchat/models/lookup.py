@@ -12,16 +12,11 @@ from typing import TYPE_CHECKING
 
 from llmchat.errors import ModelError, UsageError
 from llmchat.models import quant
-from llmchat.models.stores import (
-    OLLAMA_DEFAULT_HOST,
-    OLLAMA_DEFAULT_NAMESPACE,
-    Candidate,
-    all_candidates,
-    hf_repo_files,
-    lmstudio_candidates,
-    ollama_candidates,
-    ollama_name,
-)
+from llmchat.models.candidates import Candidate
+from llmchat.models.hf_cache import hf_repo_files
+from llmchat.models.lmstudio_store import lmstudio_candidates
+from llmchat.models.ollama_store import OLLAMA_DEFAULT_HOST, OLLAMA_DEFAULT_NAMESPACE, ollama_candidates, ollama_name
+from llmchat.models.stores import all_candidates
 
 if TYPE_CHECKING:
     from llmchat.config import Config

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from llmchat.models.stores import MANIFEST_MAX_BYTES, OLLAMA_MODEL_LAYER
+from llmchat.models.ollama_store import MANIFEST_MAX_BYTES, OLLAMA_MODEL_LAYER
 
 OLLAMA_PROJECTOR_LAYER = "application/vnd.ollama.image.projector"
 _MANIFEST_DEPTH = 4  # manifests/<host>/<namespace>/<model>/<tag>

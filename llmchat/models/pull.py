@@ -34,7 +34,7 @@ from urllib.parse import urlparse
 from llmchat.edges.safe_text import terminal_safe
 from llmchat.errors import LlmchatError, ModelError, UsageError
 from llmchat.models import quant
-from llmchat.models.stores import hf_download_dir, hf_repo_folder
+from llmchat.models.hf_cache import hf_download_dir, hf_repo_folder
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID

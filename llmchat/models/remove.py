@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from llmchat.models.stores import Candidate
+    from llmchat.models.candidates import Candidate
 
 
 def remove_plain(candidate: Candidate) -> int:

@@ -13,6 +13,10 @@ Why it is built this way:
   deleted text, and each delete checkpoints the WAL (TRUNCATE), whose old frames would otherwise
   keep the text until overwritten. The MCP images a deleted message named go with it, once no
   message left names them (llmchat.store.media_files).
+
+HistoryStore is the one owner of the connection: it opens it, holds every transaction and
+retries a busy one. What runs inside a transaction lives by role: llmchat.store.writes,
+llmchat.store.reads, llmchat.store.deletes, and the media files in llmchat.store.media_files.
 """
 
 from __future__ import annotations
@@ -24,31 +28,14 @@ from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
 from llmchat import interrupts, paths
-from llmchat.errors import HistoryError, UsageError
+from llmchat.errors import HistoryError
 from llmchat.private_files import ensure_private_dir, private_umask, tighten, tightened_notice
-from llmchat.store import media_files, migrations
+from llmchat.store import deletes, media_files, migrations, reads, writes
 from llmchat.store.attachment_records import Attachment
 from llmchat.store.db_errors import HistoryUnavailable, is_busy, translate, unavailable
-from llmchat.store.queries import (
-    HEADER_COLUMNS,
-    LIST_SQL,
-    MESSAGE_COLUMNS,
-    NewMessage,
-    append_messages,
-    attach_files,
-    check_name,
-    conversation_from_rows,
-    family_of,
-    last_id,
-    require_conversation,
-    require_free_name,
-    resolve,
-    summary_from_row,
-    touch,
-    trailing_exchange,
-)
-from llmchat.store.records import ConversationSummary, StoredConversation, new_id, to_json, tool_fields, utc_now
-from llmchat.store.search import SearchHit, forget_deleted, keep_index, search_messages
+from llmchat.store.queries import NewMessage, append_messages, check_name, family_of
+from llmchat.store.records import ConversationSummary, StoredConversation, new_id
+from llmchat.store.search import SearchHit, keep_index, search_messages
 
 T = TypeVar("T")
 
@@ -195,7 +182,7 @@ class HistoryStore:
         # A read transaction gives one consistent snapshot (a header and its messages).
         return self._retrying(lambda: self._in_transaction(work, write=False))
 
-    # ---- writing
+    # ---- writing (llmchat.store.writes)
 
     @interrupts.changes_state  # a chat command's write is made whole (llmchat.interrupts)
     def new_conversation(
@@ -211,19 +198,18 @@ class HistoryStore:
         if name is not None:
             check_name(name)
         conversation_id = new_id()
-        now = utc_now()
-
-        def insert(db: sqlite3.Connection) -> None:
-            if name is not None:
-                require_free_name(db, name)
-            header = (conversation_id, name, model, str(model_path), template, system_prompt, to_json(sampling or {}))
-            db.execute(
-                "INSERT INTO conversations (id, name, model, model_path, template, system_prompt,"
-                " sampling_json, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (*header, now, now),
+        self._write(
+            lambda db: writes.insert_conversation(
+                db,
+                conversation_id,
+                name=name,
+                model=model,
+                model_path=model_path,
+                template=template,
+                system_prompt=system_prompt,
+                sampling=sampling,
             )
-
-        self._write(insert)
+        )
         return conversation_id
 
     @interrupts.changes_state  # a chat command's write is made whole (llmchat.interrupts)
@@ -266,14 +252,18 @@ class HistoryStore:
         message as the model saw it; with `attachments`, the files it carries are stored apart.
         `tool_messages`: a tool turn's calls and results, between the two (each with its `tool`
         details: see StoredMessage.tool). `model`: the model that wrote the reply."""
-        messages = [
-            NewMessage("user", user, attachments=tuple(attachments)),
-            *(
-                NewMessage(m["role"], m.get("content") or "", reasoning=m.get("reasoning_content"), tool=tool_fields(m))
-                for m in tool_messages
-            ),
-            NewMessage("assistant", assistant, interrupted, finish_reason, stats, sampling, reasoning, model=model),
-        ]
+        messages = writes.turn_messages(
+            user,
+            assistant,
+            interrupted=interrupted,
+            finish_reason=finish_reason,
+            stats=stats,
+            sampling=sampling,
+            reasoning=reasoning,
+            attachments=attachments,
+            tool_messages=tool_messages,
+            model=model,
+        )
         self._write(lambda db: append_messages(db, conversation_id, messages))
         media_files.keep_attached(self.media_dir, attachments)  # after the commit: no file without its turn
 
@@ -285,63 +275,19 @@ class HistoryStore:
         if name is not None:
             check_name(name)
         new = new_id()
-
-        def copy(db: sqlite3.Connection) -> None:
-            parent = resolve(db, id_or_name)
-            users = [
-                seq
-                for (seq,) in db.execute(
-                    "SELECT seq FROM messages WHERE conversation_id = ? AND role = 'user' ORDER BY seq", (parent,)
-                )
-            ]
-            if not 0 <= at <= len(users):
-                raise UsageError(
-                    f"conversation {parent} has {len(users)} turns; the branch point must be 0..{len(users)}"
-                )
-            if name is not None:
-                require_free_name(db, name)
-            end = users[at] if at < len(users) else None  # the first message not shared
-            now = utc_now()
-            db.execute(
-                "INSERT INTO conversations (id, name, model, model_path, template, system_prompt, sampling_json,"
-                " created_at, updated_at, parent_id, branch_at) SELECT ?, ?, model, model_path, template,"
-                " system_prompt, sampling_json, ?, ?, id, ? FROM conversations WHERE id = ?",
-                (new, name, now, now, at, parent),
-            )
-            shared = "conversation_id = ?" + ("" if end is None else " AND seq < ?")
-            arguments = (parent,) if end is None else (parent, end)
-            for (old_id,) in db.execute(f"SELECT id FROM messages WHERE {shared} ORDER BY seq", arguments).fetchall():
-                cursor = db.execute(
-                    "INSERT INTO messages (conversation_id, seq, role, content, interrupted, finish_reason, stats_json,"
-                    " sampling_json, created_at, reasoning, tool_json, model, summarised) SELECT ?, seq, role, content,"
-                    " interrupted, finish_reason, stats_json, sampling_json, created_at, reasoning, tool_json, model,"
-                    " summarised FROM messages WHERE id = ?",
-                    (new, old_id),
-                )
-                db.execute(
-                    "INSERT INTO attachments (message_id, position, path, size, sha256, text)"
-                    " SELECT ?, position, path, size, sha256, text FROM attachments WHERE message_id = ?",
-                    (cursor.lastrowid, old_id),
-                )
-
-        self._write(copy)
+        self._write(lambda db: writes.copy_turns(db, id_or_name, at, new, name))
         return new
 
-    def turn_attachments(self, conversation_id: str, turn: int) -> list[Attachment]:
-        """The files (text included) of the user message of turn `turn` (0-based), for /edit."""
-        rows = self._read(
-            lambda db: db.execute(
-                "SELECT a.path, a.size, a.sha256, a.text FROM attachments a JOIN messages m ON m.id = a.message_id"
-                " WHERE m.id = (SELECT id FROM messages WHERE conversation_id = ? AND role = 'user'"
-                " ORDER BY seq LIMIT 1 OFFSET ?) ORDER BY a.position",
-                (conversation_id, turn),
-            ).fetchall()
-        )
-        return [Attachment(*row) for row in rows]
+    @interrupts.changes_state  # a chat command's write is made whole (llmchat.interrupts)
+    def update_system_prompt(self, conversation_id: str, system_prompt: str | None) -> None:
+        self._write(lambda db: writes.set_system_prompt(db, conversation_id, system_prompt))
 
-    def family(self, id_or_name: str) -> list[ConversationSummary]:
-        """Every conversation in the tree `id_or_name` belongs to (from its root down), oldest first."""
-        return self._read(lambda db: family_of(db, id_or_name))
+    @interrupts.changes_state  # a chat command's write is made whole (llmchat.interrupts)
+    def rename(self, conversation_id: str, name: str) -> None:
+        check_name(name)
+        self._write(lambda db: writes.set_name(db, conversation_id, name))
+
+    # ---- deleting (llmchat.store.deletes)
 
     @interrupts.changes_state  # a chat command's write is made whole (llmchat.interrupts)
     def delete_last_exchange(self, conversation_id: str) -> int:
@@ -349,63 +295,15 @@ class HistoryStore:
 
         A trailing user message without a reply is removed alone.
         """
-
-        def delete(db: sqlite3.Connection) -> int:
-            require_conversation(db, conversation_id)
-            tail = db.execute(
-                "SELECT id, role FROM messages WHERE conversation_id = ? AND seq >= COALESCE((SELECT MAX(seq)"
-                " FROM messages WHERE conversation_id = ? AND role = 'user'), 0) ORDER BY seq DESC",
-                (conversation_id, conversation_id),
-            ).fetchall()
-            doomed = trailing_exchange(tail)
-            named = media_files.named_in(media_files.texts_of_messages(db, doomed), self.media_dir)
-            db.executemany("DELETE FROM messages WHERE id = ?", [(row_id,) for row_id in doomed])
-            if doomed:
-                touch(db, conversation_id)
-                forget_deleted(db)  # the search index's copy of the words
-            orphans[:] = media_files.unnamed(db, named)  # [:]: a retried transaction starts again
-            return len(doomed)
-
-        orphans: list[Path] = []
-        removed = self._write(delete)
+        removed, orphans = self._write(lambda db: deletes.last_exchange(db, conversation_id, self.media_dir))
         media_files.remove(orphans)  # after the commit: a failed delete keeps its files
         return removed
-
-    @interrupts.changes_state  # a chat command's write is made whole (llmchat.interrupts)
-    def update_system_prompt(self, conversation_id: str, system_prompt: str | None) -> None:
-        def update(db: sqlite3.Connection) -> None:
-            require_conversation(db, conversation_id)
-            db.execute("UPDATE conversations SET system_prompt = ? WHERE id = ?", (system_prompt, conversation_id))
-            touch(db, conversation_id)
-
-        self._write(update)
-
-    @interrupts.changes_state  # a chat command's write is made whole (llmchat.interrupts)
-    def rename(self, conversation_id: str, name: str) -> None:
-        check_name(name)
-
-        def update(db: sqlite3.Connection) -> None:
-            require_conversation(db, conversation_id)
-            require_free_name(db, name, other_than=conversation_id)
-            db.execute("UPDATE conversations SET name = ? WHERE id = ?", (name, conversation_id))
-            touch(db, conversation_id)
-
-        self._write(update)
 
     @interrupts.changes_state  # a chat command's write is made whole (llmchat.interrupts)
     def delete(self, id_or_name: str) -> bool:
         """Delete a conversation; True when no copy of its text is left in the WAL either (False:
         another process is reading, and the WAL keeps old frames until it lets go)."""
-
-        def delete(db: sqlite3.Connection) -> None:
-            conversation_id = resolve(db, id_or_name)
-            named = media_files.named_in(media_files.texts_of_conversation(db, conversation_id), self.media_dir)
-            db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))  # messages cascade
-            forget_deleted(db)  # the search index's copy of their words
-            orphans[:] = media_files.unnamed(db, named)  # a branch may name the same files
-
-        orphans: list[Path] = []
-        self._write(delete)
+        orphans = self._write(lambda db: deletes.conversation(db, id_or_name, self.media_dir))
         media_files.remove(orphans)  # after the commit: a failed delete keeps its files
         return self._truncate_wal()
 
@@ -413,13 +311,7 @@ class HistoryStore:
     def delete_all(self) -> bool:
         """Empty the store, then checkpoint and VACUUM, so no deleted text is left in the database
         file or the WAL. True when that succeeded (False: another process holds the WAL)."""
-
-        def delete(db: sqlite3.Connection) -> None:
-            db.execute("DELETE FROM messages")
-            db.execute("DELETE FROM conversations")
-            forget_deleted(db)
-
-        self._write(delete)
+        self._write(deletes.everything)
         cleared = self._truncate_wal()
         # VACUUM rebuilds the file without free pages; in WAL mode it writes through the WAL,
         # hence the second checkpoint.
@@ -431,39 +323,23 @@ class HistoryStore:
         busy, _, _ = self._retrying(lambda: self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone())
         return busy == 0
 
-    # ---- reading
+    # ---- reading (llmchat.store.reads)
 
     def list_conversations(self, limit: int = 50) -> list[ConversationSummary]:
         """The most recently updated conversations first."""
-        rows = self._read(lambda db: db.execute(LIST_SQL, (limit,)).fetchall())
-        return [summary_from_row(row) for row in rows]
+        return self._read(lambda db: reads.latest_summaries(db, limit))
 
     def get(self, id_or_name: str) -> StoredConversation:
         """Accepts a full id, a unique id prefix, a name, or "last" (the latest updated)."""
+        return self._read(lambda db: reads.load_conversation(db, id_or_name))
 
-        def load(db: sqlite3.Connection) -> StoredConversation:
-            conversation_id = resolve(db, id_or_name)
-            header = db.execute(
-                f"SELECT {HEADER_COLUMNS} FROM conversations WHERE id = ?", (conversation_id,)
-            ).fetchone()
-            rows = db.execute(
-                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? ORDER BY seq", (conversation_id,)
-            ).fetchall()
-            conversation = conversation_from_rows(header, rows)
-            conversation.children = [
-                (child, at)
-                for child, at in db.execute(
-                    "SELECT id, branch_at FROM conversations WHERE parent_id = ? ORDER BY created_at, id",
-                    (conversation_id,),
-                )
-            ]
-            attach_files(db, conversation)
-            return conversation
+    def turn_attachments(self, conversation_id: str, turn: int) -> list[Attachment]:
+        """The files (text included) of the user message of turn `turn` (0-based), for /edit."""
+        return self._read(lambda db: reads.turn_attachments(db, conversation_id, turn))
 
-        return self._read(load)
-
-    def last_id(self) -> str | None:
-        return self._read(last_id)
+    def family(self, id_or_name: str) -> list[ConversationSummary]:
+        """Every conversation in the tree `id_or_name` belongs to (from its root down), oldest first."""
+        return self._read(lambda db: family_of(db, id_or_name))
 
     def search(self, text: str, limit: int = 20) -> list[SearchHit]:
         """Messages matching `text` (llmchat.store.search), best first; UsageError for a bad query,

@@ -142,7 +142,7 @@ def require_free_name(db: sqlite3.Connection, name: str, other_than: str | None 
         raise UsageError(f"the name {name!r} is already used by conversation {row[0]}; choose another")
 
 
-def last_id(db: sqlite3.Connection) -> str | None:
+def _latest_id(db: sqlite3.Connection) -> str | None:
     row = db.execute("SELECT id FROM conversations ORDER BY updated_at DESC, id DESC LIMIT 1").fetchone()
     return None if row is None else row[0]
 
@@ -162,7 +162,7 @@ def resolve(db: sqlite3.Connection, id_or_name: str) -> str:
 
 
 def _last_or_fail(db: sqlite3.Connection) -> str:
-    conversation_id = last_id(db)
+    conversation_id = _latest_id(db)
     if conversation_id is None:
         raise UsageError("there are no conversations in the history yet")
     return conversation_id

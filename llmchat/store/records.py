@@ -72,12 +72,6 @@ class StoredConversation:
     branch_at: int | None = None
     children: list[tuple[str, int]] = field(default_factory=list)
 
-    def chat_messages(self) -> list[dict[str, Any]]:
-        """The messages to continue this chat with, system prompt first when there is one."""
-        chat = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        chat.extend(m.chat_message() for m in self.messages)
-        return chat
-
 
 @dataclass
 class ConversationSummary:

@@ -5,7 +5,7 @@ the server declares task-augmented tool calls (`capabilities.tasks.requests.tool
 creates the task (`tools/call` with `task`), polls it (`tasks/get`) at the interval the server
 suggests, shows its status on stderr (ProgressLine), and once it is done collects its result
 (`tasks/result`), which the connection handles like any tool result. A task the server fails or
-cancels is a ToolFailure. The call's deadline (McpConnection._bounded) bounds the whole; when it
+cancels is a ToolFailure. The call's deadline (McpLoop._bounded, llmchat.tools.mcp.loop) bounds the whole; when it
 passes, or on Ctrl-C, the task is cancelled on the server (`tasks/cancel`) before the cancellation
 goes on. A tool that runs only as a task, on a server that does not declare task-augmented calls,
 is left out.
