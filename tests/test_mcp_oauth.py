@@ -393,3 +393,25 @@ def test_client_settings_are_for_url_servers(isolated_home):
     done = llmchat("mcp", "tools", "time")
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert 'client_id is for servers reached by url = "http://..."' in done.stderr
+
+
+def test_closing_the_listener_wakes_a_wait_left_by_a_cancelled_login():
+    """A Ctrl-C cancels the login while anyio's worker thread waits for the browser's answer: the
+    thread is abandoned, not stopped. Closing the listener wakes it, so it cannot hold the
+    process's exit for the rest of the login's timeout (the exit waited 120 s and more)."""
+    from llmchat.tools.mcp.oauth_login import LoopbackListener
+
+    listener = LoopbackListener()
+    started = threading.Event()
+    answers: list[object] = []
+
+    def wait_for_the_browser() -> None:
+        started.set()
+        answers.append(listener.wait(3600))
+
+    waiter = threading.Thread(target=wait_for_the_browser, daemon=True)
+    waiter.start()
+    started.wait()
+    listener.close()
+    waiter.join(60)  # a bound on a hang, not a measure of speed: the wake is immediate
+    assert not waiter.is_alive() and answers == [{}]

@@ -107,6 +107,12 @@ class LoopbackListener:
         return self._answer if self._answered.wait(timeout_s) else None
 
     def close(self) -> None:
+        """Stop listening, and wake a `wait` still in progress: the thread it runs on (anyio's
+        worker, abandoned when a Ctrl-C cancels the login) would otherwise hold the process's exit
+        for the rest of the login's timeout."""
+        with self._lock:
+            self._expecting = False
+            self._answered.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
