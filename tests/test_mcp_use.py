@@ -61,13 +61,10 @@ def test_the_whole_server_is_offered_and_a_bound_is_held_and_validated(everythin
     number: the call grammar holds them (no notice for it), every tool stays, and a count of 0,
     which only a hand-made call can carry, is refused by validation before the server is called,
     while a count of 2 runs."""
+    from tool_families import family_named
+
     from llmchat.tools.approval import ApprovalPolicy
     from llmchat.tools.execute import run_call
-    from llmchat.tools.families import FAMILIES
-
-    def _family(family_id: str):
-        return next(family for family in FAMILIES if family.id == family_id)
-
     from llmchat.tools.grammar import call_grammar
     from llmchat.tools.mcp.config import parse_mcp_spec
     from llmchat.tools.mcp.connection import McpConnection
@@ -81,7 +78,7 @@ def test_the_whole_server_is_offered_and_a_bound_is_held_and_validated(everythin
         links = [line for line in notices if line.startswith("tool everything_get-resource-links ")]
         assert links == []
         assert len(notices) == len({line.split(" ")[1] for line in notices})  # one notice per tool
-        call_grammar(_family("hermes"), offered, forced=True)  # every tool in one grammar
+        call_grammar(family_named("hermes"), offered, forced=True)  # every tool in one grammar
         tools = {spec.name: spec for spec in offered}
         policy = ApprovalPolicy(interactive=False, approve_all=True)
         refused = run_call(tools, "everything_get-resource-links", {"count": 0}, policy)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from tool_families import family_named
 
 from llmchat.prompt.builtins import builtin_templates
 from llmchat.tools import generic
@@ -20,10 +21,6 @@ from llmchat.turn.reading import read_output
 
 TEMPLATES = Path(__file__).parent / "data" / "templates"
 NOW = datetime(2024, 7, 26, tzinfo=timezone.utc)
-
-
-def _family(family_id: str):
-    return next(family for family in (*FAMILIES, GENERIC) if family.id == family_id)
 
 
 def get_weather(city: str, days: int = 1) -> str:
@@ -200,16 +197,16 @@ def test_each_family_parses_its_own_call_text_with_text_before_it(family):
 
 
 def test_firefunction_gets_functions_and_datetime_and_renders():
-    variables = template_variables(_family("firefunction_v2"), TOOLS, NOW)
+    variables = template_variables(family_named("firefunction_v2"), TOOLS, NOW)
     assert json.loads(variables["functions"])[0]["name"] == "get_weather"
     assert variables["datetime"] == "Jul 26 2024 00:00:00 GMT"
     prompt = render(source_of("fireworks-ai-llama-3-firefunction-v2.jinja"), [{"role": "user", "content": "hi"}], True)
     assert '"name": "get_weather"' in prompt and "Today is Jul 26 2024 00:00:00 GMT." in prompt
-    assert "functions" not in template_variables(_family("hermes"), TOOLS)
+    assert "functions" not in template_variables(family_named("hermes"), TOOLS)
 
 
 def test_no_tools_means_no_tool_variables():
-    assert template_variables(_family("hermes"), []) == {}
+    assert template_variables(family_named("hermes"), []) == {}
 
 
 def test_hermes_parser_details():

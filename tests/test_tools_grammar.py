@@ -6,10 +6,11 @@ import ctypes
 import math
 
 import pytest
+from tool_families import family_named
 
 from llmchat.errors import UsageError
 from llmchat.tools.call_parsers import strip_end_markers
-from llmchat.tools.families import FAMILIES, GENERIC, call_text, family_by_id
+from llmchat.tools.families import FAMILIES, GENERIC, call_text
 from llmchat.tools.functions import function_spec
 from llmchat.tools.grammar import call_grammar
 
@@ -108,8 +109,8 @@ def test_a_keyword_the_grammar_cannot_hold_is_left_to_validation_for_that_tool_o
             "required": ["x"],
         },
     )
-    gbnf = call_grammar(family_by_id("hermes"), [odd, *TOOLS]).grammar.text
-    hermes = family_by_id("hermes")
+    gbnf = call_grammar(family_named("hermes"), [odd, *TOOLS]).grammar.text
+    hermes = family_named("hermes")
     assert grammar_accepts(vocab, gbnf, written(hermes, "odd", {"x": "not an email", "n": 0.5}))
     assert not grammar_accepts(vocab, gbnf, written(hermes, "odd", {"n": 2}))  # x is still required
     assert not grammar_accepts(vocab, gbnf, written(hermes, "add", {"a": 1.5, "b": 2}))  # add's schema is whole

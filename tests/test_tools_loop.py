@@ -431,14 +431,14 @@ def test_the_lazy_gate_switches_on_at_the_trigger_and_holds_the_call(
     """With `auto` the reply is free until the family's trigger text is sampled; then the trigger is
     fed through the call grammar and the rest of the call is held to it (the tool's schema too)."""
     import llama_cpp
+    from tool_families import family_named
 
     from llmchat.engine import Engine, EngineSettings
     from llmchat.engine.grammar_gate import GrammarGate
-    from llmchat.tools.families import family_by_id
     from llmchat.tools.grammar import call_grammar
 
     specs = load_functions(str(functions_file(tmp_path)))
-    family = family_by_id(family_id)
+    family = family_named(family_id)
     tool_grammar = call_grammar(family, specs, lazy=True)
     engine = Engine.load(smollm2_path, EngineSettings(n_ctx=256))
     try:
