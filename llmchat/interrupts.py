@@ -55,8 +55,12 @@ if TYPE_CHECKING:  # the start-up path stays free of typing's import
 TERMINATED_EXIT = 143  # 128 + SIGTERM, as a shell reports a process ended by it
 
 _callback_codes: set[CodeType] = set()
-# The import system's own code, as CPython names its frozen modules in every version llmchat runs on.
+# The import system's own code, as CPython names its frozen modules in every version llmchat runs on,
+# and as files where a build runs it unfrozen (`-X frozen_modules=off`, debug builds).
 _IMPORTLIB_FILES = frozenset({"<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>"})
+_IMPORTLIB_PATHS = tuple(
+    f"importlib{separator}{name}.py" for separator in ("/", "\\") for name in ("_bootstrap", "_bootstrap_external")
+)
 # llama-cpp-python installs its own log callback on import, before llmchat replaces it.
 _CALLBACK_FILES = ("llama_cpp/_logger.py", "llama_cpp\\_logger.py")
 
@@ -100,15 +104,19 @@ def _inside_callback(frame: FrameType | None) -> bool:
     return False
 
 
+def _in_importlib(code: CodeType) -> bool:
+    return code.co_filename in _IMPORTLIB_FILES or code.co_filename.endswith(_IMPORTLIB_PATHS)
+
+
 def _inside_python_machinery(frame: FrameType | None) -> bool:
     """Whether the signal's handler runs in importlib's own code, or in source text that exec() or
     eval() compiled, run from somewhere (see the module). Only the frames the signal landed in
     count, up to the first one of a real file: a signal in the code of a module being imported is
     raised as anywhere else, and so is one in code that merely runs under an exec() far down the
     stack (a test runner's worker). Not the top level of `python -c`, which has no caller."""
-    while frame is not None and frame.f_code.co_filename.startswith("<"):
+    while frame is not None and (frame.f_code.co_filename.startswith("<") or _in_importlib(frame.f_code)):
         code = frame.f_code
-        if code.co_filename in _IMPORTLIB_FILES:
+        if _in_importlib(code):
             return True
         if code.co_name == "<module>" and code.co_filename == "<string>" and frame.f_back is not None:
             return True

@@ -455,3 +455,26 @@ engine.close()
     assert interrupted == "interrupted after 5 picks", result.stdout
     assert text.lstrip().startswith("{") and '"title"' in text, text  # the grammar's own start
     assert "Exception ignored" not in result.stderr, result.stderr
+
+
+def _frame_of(source: str, filename: str):
+    """The frame that runs `source` as if it were the file `filename`."""
+    namespace: dict = {}
+    exec(compile(source + "\nimport sys\nframe = sys._getframe()", filename, "exec"), namespace)
+    return namespace["frame"]
+
+
+def test_a_signal_inside_the_import_system_is_deferred_frozen_or_not():
+    """CPython runs importlib frozen (`<frozen importlib._bootstrap>`), or from its files where a
+    build runs it unfrozen (`-X frozen_modules=off`, debug builds): inside either, a signal waits
+    for the next checkpoint; in a module's own code, it is raised as anywhere."""
+    from llmchat import interrupts
+
+    for filename in (
+        "<frozen importlib._bootstrap>",
+        "/usr/lib/python3.13/importlib/_bootstrap.py",
+        "/usr/lib/python3.13/importlib/_bootstrap_external.py",
+    ):
+        assert interrupts._inside_python_machinery(_frame_of("pass", filename)), filename
+    assert not interrupts._inside_python_machinery(_frame_of("pass", "/home/user/project/module.py"))
+    assert not interrupts._inside_python_machinery(_frame_of("pass", "/usr/lib/python3.13/importlib/metadata.py"))
