@@ -1,1 +1,1 @@
-"""`llmchat batch`: items in (items.py), records out (sink.py), progress (progress.py), the run (runner.py)."""
+"""`llmchat batch`: the command (command.py), items in (items.py), the schedule of the run (runner.py), records out (sink.py), progress (progress.py)."""

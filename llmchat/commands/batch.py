@@ -1,6 +1,6 @@
 """`llmchat batch`: answer many prompts from a JSONL or text file, one JSON record per item.
 
-Only Typer and the shared options are imported here; the runner (llmchat.batch.runner) and the engine are
+Only Typer and the shared options are imported here; the command (llmchat.batch.command) and the engine are
 imported when the command runs, so `llmchat --help` stays fast.
 """
 
@@ -92,7 +92,7 @@ def batch(
     `tool_choice` replace them. Nobody is at a terminal to approve a call, so tools run only with
     --approve-tools (or a tool's approve = "always"); without it the batch stops before the load.
     """
-    from llmchat.batch.runner import run_batch
+    from llmchat.batch.command import run_batch
     from llmchat.edges import person
     from llmchat.errors import ExitCode, LlmchatError
     from llmchat.tools.mcp.roots import use_roots
