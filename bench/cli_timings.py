@@ -9,7 +9,7 @@ fast test loop.
    models' bytes in a temporary folder): the first run, which reads every header, and then
    --reps runs from the catalogue cache; wall time and the child's CPU time, median and
    min-max (target < 0.5 s).
-2. With --fast-tests: the fast loop as CONTRIBUTING.md gives it, `pytest -m "not model and not server and not conformance" -n auto -q`, once:
+2. With --fast-tests: the fast loop as CONTRIBUTING.md gives it, `pytest -m "not model and not server and not conformance and not process" -n auto -q`, once:
    its wall time and test count (target < 60 s).
 Each run is in the results file.
 """
@@ -31,7 +31,7 @@ from pathlib import Path
 from report import write_report
 
 ROOT = Path(__file__).resolve().parent.parent
-FAST_LOOP = "not model and not server and not conformance"  # CONTRIBUTING.md's fast loop
+FAST_LOOP = "not model and not server and not conformance and not process"  # CONTRIBUTING.md's fast loop
 
 
 def run_measured(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, float, str]:

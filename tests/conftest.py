@@ -6,6 +6,7 @@ developer's own files.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import re
@@ -31,8 +32,19 @@ MODEL_COMMAND = re.compile(r"""["'](ask|chat|batch|bench)["']""")
 # What needs the servers that tests/servers/build.sh builds (llama-server, rpc-server) or the
 # build's own folder: starting one through the harness, or asking where the build put them.
 NEEDS_THE_SERVER_BUILD = re.compile(r"\bharness\.start_\w+\(|\bbinaries_dir\(|\bbinary\(|\bBUILD_SCRIPT\b")
+# What starts a program as a child process: llmchat as a user runs it (`run_cli`, the `cli` fixture,
+# a pty), an MCP server (`McpConnection`, `--mcp` given to a command, npm's servers), git. Each costs
+# a program's start-up (seconds for Python with llmchat's imports on 2 busy cores), so the fast loop
+# leaves these tests out.
+STARTS_A_PROCESS = re.compile(
+    r"\brun_cli\(|\bsubprocess\.|\bPopen\(|\bpexpect\b|_spawn_chat\(|\bsys\.executable\b|\bMcpConnection\(|[\"']--mcp[\"']"
+)
+PROCESS_FIXTURES = {"cli", "npm_mcp_bin"}
+CALLED = re.compile(r"\b([A-Za-z_]\w*)\(")
+TESTS_DIR = Path(__file__).parent
 
 
+@functools.cache  # a function is read once: its parametrized tests and shared fixtures come back thousands of times
 def _source(function) -> str:
     try:
         return inspect.getsource(function) if function is not None else ""
@@ -48,6 +60,25 @@ def _sources(item) -> list[str]:
     return [_source(function) for function in functions]
 
 
+def _helpers(item) -> list[str]:
+    """The source of each function from the tests' own folder that the test calls by name (one
+    level): a module's `spawned` or `start_login` that starts the process for its tests."""
+    function = getattr(item, "function", None)
+    module = getattr(item, "module", None)
+    helpers = (getattr(module, name, None) for name in set(CALLED.findall(_source(function))))
+    return [
+        _source(helper)
+        for helper in helpers
+        if inspect.isfunction(helper) and Path(inspect.getfile(helper)).parent == TESTS_DIR
+    ]
+
+
+def _starts_a_process(item) -> bool:
+    return bool(PROCESS_FIXTURES & set(getattr(item, "fixturenames", ()))) or any(
+        STARTS_A_PROCESS.search(source) for source in _sources(item) + _helpers(item)
+    )
+
+
 def _loads_a_model(item) -> bool:
     return any(
         LOADS_A_MODEL.search(source) or (RUNS_A_COMMAND.search(source) and MODEL_COMMAND.search(source))
@@ -56,12 +87,14 @@ def _loads_a_model(item) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """A test that loads a real model is a `model` test, and one that needs the server build a
-    `server` test, so the fast loop (`pytest -m "not model and not server and not conformance"`) loads no model and
+    """A test that loads a real model is a `model` test, one that needs the server build a `server`
+    test and one that starts a program a `process` test, so the fast loop (`pytest -m "not model and
+    not server and not conformance and not process"`) loads no model, runs in about a minute and
     passes on a fresh clone before `tests/servers/build.sh` has run. `model`: it takes a model
     fixture, or it (or one of its fixtures) runs a command that loads the bundled default model.
     `server`: it (or one of its fixtures) starts a built server or reads the build's folder; a
-    module whose helpers do that marks itself (`pytestmark`)."""
+    module whose helpers do that marks itself (`pytestmark`). `process`: it, one of its fixtures or
+    a function of the tests' folder it calls starts a program (STARTS_A_PROCESS)."""
     for item in items:
         if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) or _loads_a_model(item):
             item.add_marker(pytest.mark.model)
@@ -69,6 +102,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.tty)
         if any(NEEDS_THE_SERVER_BUILD.search(source) for source in _sources(item)):
             item.add_marker(pytest.mark.server)
+        if _starts_a_process(item):
+            item.add_marker(pytest.mark.process)
 
 
 @pytest.fixture(autouse=True)

@@ -351,6 +351,7 @@ def test_a_summary_stands_for_exactly_the_exchanges_its_prompt_held(loaded, monk
 
 
 @pytest.mark.slow
+@pytest.mark.model  # `_run` loads SmolLM2 in this process; tests/conftest.py cannot see that through it
 def test_a_40_turn_chat_in_2048_tokens_goes_to_the_end_by_compacting(isolated_home):
     """The issue's acceptance: a 40-turn scripted chat with --ctx 2048 and automatic compaction
     (the default). Each exchange takes about 120 tokens, so 80 % of the context is passed several
@@ -379,6 +380,7 @@ def test_a_40_turn_chat_in_2048_tokens_goes_to_the_end_by_compacting(isolated_ho
     assert len(_summaries(stored)) == len(compacted)
 
 
+@pytest.mark.model  # `_run` loads SmolLM2 in this process; tests/conftest.py cannot see that through it
 def test_a_failed_summary_falls_back_to_trimming_with_one_notice(isolated_home):
     # A summary cap so small that every summary is cut off: a real setting, not a test hook.
     _config(isolated_home, "compact_threshold = 0.3\ncompact_summary_tokens = 2\n")
@@ -402,6 +404,7 @@ def test_a_failed_summary_falls_back_to_trimming_with_one_notice(isolated_home):
     assert _summaries(stored) == [] and [c for r, c in _originals(stored) if r == "user"] == lines
 
 
+@pytest.mark.model  # `_run` loads SmolLM2 in this process; tests/conftest.py cannot see that through it
 def test_compact_off_trims_as_before(isolated_home):
     _config(isolated_home, "compact_threshold = 0.3\n")
     env = _env("".join(message(i) + "\n" for i in range(8)))
@@ -411,6 +414,7 @@ def test_compact_off_trims_as_before(isolated_home):
     assert _summaries(_stored()) == []
 
 
+@pytest.mark.model  # `_run` loads SmolLM2 in this process; tests/conftest.py cannot see that through it
 def test_ask_continue_compacts_the_continued_conversation_and_resumes_from_the_summary(isolated_home):
     _config(isolated_home, "compact_threshold = 0.4\n")
     base = ["--ctx", "2048", "-n", "8", "--temperature", "0", "--json"]

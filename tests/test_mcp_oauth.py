@@ -25,6 +25,7 @@ import httpx
 import pytest
 from oauth_servers import OAuthServers, oauth_servers, preregistered_client
 
+pytestmark = pytest.mark.process  # every test runs llmchat as a user does (`llmchat mcp login`, `tools list`)
 WAIT_S = 120  # the most any step waits for its event, so a broken run cannot hang the suite
 
 
