@@ -11,7 +11,9 @@ command line goes to llmchat.cli.
 
 Nothing here repairs CPython's state after the fact: a signal that lands inside the import system
 is deferred by llmchat.interrupts (an exception raised there would outlive its catch), and acted on
-at the checkpoint after the imports below; the exit is Python's own, with the command's code.
+at the checkpoint after the imports below. The exit is Python's own, with the command's code,
+except after a signal, which ends the process without the interpreter's teardown once llmchat's own
+cleanup has run (`_ended_by_signal`).
 """
 
 import sys
@@ -32,12 +34,36 @@ def main() -> None:
     except (KeyboardInterrupt, RuntimeError) as err:  # Python wraps a signal's exception in some imports
         _stopped_by_signal(err)
     try:
-        run()
-    except (KeyboardInterrupt, RuntimeError) as err:  # in the few steps before the command's own handling
-        _stopped_by_signal(err)
-    finally:
-        _no_load_left_running()
-        _collector_off_for_teardown()
+        try:
+            run()
+        except (KeyboardInterrupt, RuntimeError) as err:  # in the few steps before the command's own handling
+            _stopped_by_signal(err)
+        finally:
+            _no_load_left_running()
+            _collector_off_for_teardown()
+    except SystemExit as done:
+        if done.code in (130, interrupts.TERMINATED_EXIT):
+            _ended_by_signal(int(done.code))
+        raise
+
+
+def _ended_by_signal(code: int) -> NoReturn:
+    """After a Ctrl-C or SIGTERM the run ends as a process a signal ends: its own cleanup has run
+    (every `finally`, the servers and tools it started, the load it began, its temporary folder),
+    and the interpreter's teardown is skipped. llama.cpp may still be inside a load it could not
+    stop on a thread of its own, which a teardown meets in its log callback (SIGSEGV, about one
+    sweep in five of tests/test_signals.py on a 2-core machine)."""
+    import os
+
+    private_files = sys.modules.get("llmchat.private_files")
+    if private_files is not None:
+        private_files.remove_temporary_dir()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _no_load_left_running() -> None:

@@ -61,12 +61,19 @@ _temporary: list[Path] = []  # this process's temporary folder, once made
 def temporary_dir() -> Path:
     """This process's private temporary folder (0700, in the system's temp folder), made on first
     use and removed with everything in it when the process exits (Ctrl-C and SIGTERM included:
-    llmchat.launch runs the exit handlers). For files a conversation that is not saved still needs."""
+    llmchat.launch removes it before such an exit). For files a conversation that is not saved still
+    needs."""
     if not _temporary:
         folder = Path(tempfile.mkdtemp(prefix="llmchat-"))  # mkdtemp makes it 0700
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        atexit.register(remove_temporary_dir)
         _temporary.append(folder)
     return _temporary[0]
+
+
+def remove_temporary_dir() -> None:
+    """Remove this process's temporary folder, if it made one (at exit)."""
+    while _temporary:
+        shutil.rmtree(_temporary.pop(), ignore_errors=True)
 
 
 def open_private(path: Path, flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC) -> int:
