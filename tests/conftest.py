@@ -119,6 +119,25 @@ def isolated_home(tmp_path, monkeypatch) -> Path:
 
 
 @pytest.fixture(autouse=True)
+def _python_signal_handlers_after_each_test():
+    """A test that runs llmchat's command line in this process gets llmchat's SIGINT and SIGTERM
+    handlers (llmchat.cli installs them for in-process callers); the next test in this process
+    finds Python's own again, whatever order the tests run in (pytest-xdist picks another)."""
+    import signal
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    hook = sys.unraisablehook
+    yield
+    for sig, handler in saved.items():
+        if signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
+    sys.unraisablehook = hook
+    interrupts = sys.modules.get("llmchat.interrupts")
+    if interrupts is not None:
+        interrupts._state["installed"] = False
+
+
+@pytest.fixture(autouse=True)
 def _no_ctrl_c_left_over():
     """A Ctrl-C that a test raised in this process and caught stays that test's: its record
     (llmchat.interrupts) must not make a later test's checkpoint raise it again."""
