@@ -163,8 +163,8 @@ def run_batch(
                 verbose=opts.verbose,
                 per_server=per_server,
                 tools=batch_tools,
+                skipped=skipped,
             )
-            runner.skipped = skipped
             failed = runner.run(items)
         finally:
             if sink is not None:

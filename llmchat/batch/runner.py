@@ -80,6 +80,7 @@ class BatchRunner:
         verbose: bool = False,
         per_server: int | None = None,
         tools: BatchTools | None = None,
+        skipped: int = 0,
     ):
         self.session = session
         self.tools = tools  # the items' tools (llmchat.batch.tools); None: no item offers any
@@ -92,7 +93,7 @@ class BatchRunner:
         self.base_sampling = session.sampling
         self.system = session.conversation.system
         self.structured = session.structured  # the run's --schema; an item's own schema replaces it
-        self.skipped = 0  # items already in the output (--resume), for the summary
+        self.skipped = skipped  # items already in the output (--resume), for the summary
         self._saves_kv = False  # items decode in the engine's own context: the disk cache follows them
 
     def sampling_for(self, item: BatchItem) -> SamplingParams:
