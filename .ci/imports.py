@@ -62,13 +62,13 @@ LAYERS: dict[str, int] = {
 # CI fails when a count rises above its budget. The layout reached 0 of each (from 2 circles,
 # 8 upward imports by this table, and 8 modules over 500 lines); keep it there.
 # The rooms of the 2026-12 layout took the loose root modules from 30 to 12, and the modules near
-# the limit from 12 to 8 (the history store, the MCP connection, the model stores and the batch
+# the limit from 12 to 7 (the history store, the MCP connection, the model stores and the batch
 # command split by role).
 BUDGET = {
     "circles": 0,
     "upward imports": 0,
     "modules over 500 lines": 0,
-    "modules over 450 lines": 8,
+    "modules over 450 lines": 7,
     "loose root modules": 12,
 }
 

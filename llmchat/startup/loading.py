@@ -139,16 +139,7 @@ def load_model(opts: RunOptions, *, config: Config, n_ctx_override: int | None =
             notice(line)
         notice(f"context: {engine.n_ctx} tokens (trained {trained_ctx}), threads {engine.threads}")
 
-    sampling = build_sampling(
-        model_metadata=metadata.scalars,
-        config_values=config.sampling,
-        config_preset=config.preset,
-        flag_preset=opts.preset,
-        flags=sampling_flags(opts),
-        stop=opts.stop,
-        stop_loops=opts.loop_stop,
-        prompt_layers=sampling_layers(opts.saved_prompt, config),
-    )
+    sampling = run_sampling(opts, config, metadata.scalars)
     from llmchat.models.kind import kind_of
 
     base_model = kind_of(metadata, [model.name]).is_base
@@ -418,16 +409,7 @@ def load_remote(opts: RunOptions, config: Config, specs: list[ServerSpec]) -> Lo
         template=config.template,
         ctx=None,
     )
-    sampling = build_sampling(
-        model_metadata=dict(engine.metadata),
-        config_values=config.sampling,
-        config_preset=config.preset,
-        flag_preset=opts.preset,
-        flags=sampling_flags(opts),
-        stop=opts.stop,
-        stop_loops=opts.loop_stop,
-        prompt_layers=sampling_layers(opts.saved_prompt, config),
-    )
+    sampling = run_sampling(opts, config, dict(engine.metadata))
     return Loaded(config, model, engine, sampling, trained_ctx=0, recommended_sampling=model_defaults(engine.metadata))
 
 
@@ -450,4 +432,19 @@ def server_rendered_template(detail: str) -> ResolvedTemplate:
         text=SERVER_TEMPLATE,
         stop_strings=(),
         steps=["the server renders the chat template; llmchat sends it the messages"],
+    )
+
+
+def run_sampling(opts: RunOptions, config: Config, model_metadata: dict[str, Any]) -> SamplingParams:
+    """The run's sampling: the model's recommended values under the config's, a preset's, a saved
+    prompt's and the flags' (llmchat.engine.sampling.build_sampling), with the run's stop rules."""
+    return build_sampling(
+        model_metadata=model_metadata,
+        config_values=config.sampling,
+        config_preset=config.preset,
+        flag_preset=opts.preset,
+        flags=sampling_flags(opts),
+        stop=opts.stop,
+        stop_loops=opts.loop_stop,
+        prompt_layers=sampling_layers(opts.saved_prompt, config),
     )
